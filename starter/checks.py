@@ -1,0 +1,402 @@
+"""Checks that the notebooks' test cells call.
+
+A test cell is one line, e.g. ``check("sdpa/masked", scaled_dot_product_attention)``. The named case
+is a stored reference (inputs, expected outputs, expected gradients, and the outputs of known buggy
+implementations) in an HDF5 file built by ``python -m grading references``. Public cases ship in
+``starter/references``; hidden cases are only present while grading.
+
+A failed check raises ``CheckFailed`` whose message is one line that says what is wrong and the
+likely cause. In Jupyter it is shown without a traceback. Checks write nothing to stderr: nbgrader
+gives zero points to a test cell that does.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import h5py
+import numpy as np
+
+PUBLIC_DIR = Path(__file__).resolve().parent / "references"
+HIDDEN_ENV = "COURSE_HIDDEN_REFERENCES"  # a folder of hidden reference files (grading only)
+HIDDEN_DIRNAME = "hidden_references"  # copied next to each notebook by the autograder
+
+
+class CheckFailed(AssertionError):
+    """A check failed. Shown in Jupyter as this one line, without a traceback."""
+
+    def _render_traceback_(self):  # IPython calls this instead of printing the traceback
+        return [f"\x1b[31mCheckFailed\x1b[0m: {self}"]
+
+
+@dataclass
+class Case:
+    """One stored reference case, as numpy arrays."""
+
+    name: str
+    target: str
+    kind: str  # "function" or "module"
+    args: list[str]
+    kwargs: dict[str, str]
+    const_kwargs: dict[str, Any]
+    init: dict[str, Any]
+    outputs: list[str]
+    inputs: dict[str, np.ndarray]
+    params: dict[str, np.ndarray]
+    expected: dict[str, np.ndarray]
+    grad_wrt: list[str]
+    grad_weights: dict[str, np.ndarray]
+    grads: dict[str, np.ndarray]
+    variants: dict[str, tuple[str, dict[str, np.ndarray]]]
+    properties: list[list[str]]
+    rtol: float
+    atol: float
+    hint: str = ""
+    extra: dict = field(default_factory=dict)
+
+
+# --------------------------------------------------------------------------------------------------
+# Finding and reading cases
+
+def reference_dirs() -> list[Path]:
+    dirs = [PUBLIC_DIR]
+    if os.environ.get(HIDDEN_ENV):
+        dirs.append(Path(os.environ[HIDDEN_ENV]))
+    dirs.append(Path.cwd() / HIDDEN_DIRNAME)
+    return [d for d in dirs if d.is_dir()]
+
+
+def _case_file(name: str) -> Path | None:
+    for d in reference_dirs():
+        for path in sorted(d.glob("*.h5")):
+            try:
+                with h5py.File(path, "r") as f:
+                    if name in f and isinstance(f[name], h5py.Group) and "target" in f[name].attrs:
+                        return path
+            except OSError:
+                continue
+    return None
+
+
+def _read_group(group) -> dict[str, np.ndarray]:
+    return {key: group[key][()] for key in group} if group is not None else {}
+
+
+def load_case(name: str) -> Case:
+    """Load a stored reference case by name, e.g. ``load_case("sdpa/basic")``.
+
+    Useful for debugging: ``case.inputs``, ``case.expected`` are numpy arrays.
+    """
+    path = _case_file(name)
+    if path is None:
+        raise CheckFailed(
+            f"reference case '{name}' not found. Hidden cases exist only while grading; "
+            f"public ones ship in {PUBLIC_DIR} (reinstall the course kit if it is missing)."
+        )
+    try:
+        with h5py.File(path, "r") as f:
+            g = f[name]
+            a = g.attrs
+            variants = {}
+            if "variants" in g:
+                for vname, vg in g["variants"].items():
+                    variants[vname] = (str(vg.attrs["message"]), _read_group(vg))
+            return Case(
+                name=name,
+                target=str(a["target"]),
+                kind=str(a["kind"]),
+                args=json.loads(a["args"]),
+                kwargs=json.loads(a["kwargs"]),
+                const_kwargs=json.loads(a["const_kwargs"]),
+                init=json.loads(a["init"]),
+                outputs=json.loads(a["outputs"]),
+                inputs=_read_group(g.get("inputs")),
+                params=_read_group(g.get("params")),
+                expected=_read_group(g.get("expected")),
+                grad_wrt=json.loads(a["grad_wrt"]),
+                grad_weights=_read_group(g.get("grad_weights")),
+                grads=_read_group(g.get("grads")),
+                variants=variants,
+                properties=json.loads(a["properties"]),
+                rtol=float(a["rtol"]),
+                atol=float(a["atol"]),
+                hint=str(a.get("hint", "")),
+                extra=json.loads(a.get("extra", "{}")),
+            )
+    except (OSError, KeyError, ValueError) as exc:
+        raise CheckFailed(f"reference file {path.name} is damaged ({exc}); reinstall the course kit.") from None
+
+
+# --------------------------------------------------------------------------------------------------
+# Running the student's code
+
+@contextlib.contextmanager
+def _quiet():
+    """Swallow warnings and stderr from student code: a test cell must not write to stderr."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with contextlib.redirect_stderr(io.StringIO()):
+            yield
+
+
+def _describe_exception(what: str, exc: BaseException) -> str:
+    if isinstance(exc, NotImplementedError):
+        return f"{what} is not implemented yet: replace `raise NotImplementedError()` in its cell with your code."
+    where = ""
+    tb = exc.__traceback__
+    while tb is not None:  # innermost frame that is notebook code (not a library)
+        fname = tb.tb_frame.f_code.co_filename
+        if "ipykernel" in fname or fname.startswith("<"):
+            where = f" (line {tb.tb_lineno} of your cell)"
+        tb = tb.tb_next
+    return f"{what} raised {type(exc).__name__}: {exc}{where}"
+
+
+def _to_torch(value: np.ndarray, requires_grad: bool = False):
+    import torch
+
+    t = torch.from_numpy(np.array(value))
+    if requires_grad and t.is_floating_point():
+        t.requires_grad_(True)
+    return t
+
+
+def _call(case: Case, fn: Callable, requires_grad: bool):
+    """Build inputs, call the student's function or module, return (outputs, inputs, module)."""
+    import torch
+
+    inputs = {k: _to_torch(v, requires_grad and k in case.grad_wrt) for k, v in case.inputs.items()}
+    module = None
+    what = f"`{case.target}`"
+    if fn is None:
+        raise CheckFailed(f"{what} is None: run the cell that defines it first.")
+    if case.kind == "module":
+        if not (isinstance(fn, type) and issubclass(fn, torch.nn.Module)):
+            raise CheckFailed(f"{what} should be an nn.Module class, got {type(fn).__name__}.")
+        try:
+            with _quiet():
+                torch.manual_seed(0)
+                module = fn(**case.init)
+        except Exception as exc:  # noqa: BLE001 - reported to the student
+            raise CheckFailed(_describe_exception(f"{what}(**{case.init})", exc)) from None
+        _load_params(case, module)
+        module.eval()  # dropout off
+        call = module
+    else:
+        if not callable(fn):
+            raise CheckFailed(f"{what} should be a function, got {type(fn).__name__}.")
+        call = fn
+    args = [inputs[k] for k in case.args]
+    kwargs = {k: inputs[v] for k, v in case.kwargs.items()}
+    kwargs.update(case.const_kwargs)
+    try:
+        with _quiet():
+            out = call(*args, **kwargs)
+    except CheckFailed:
+        raise
+    except Exception as exc:  # noqa: BLE001 - reported to the student
+        raise CheckFailed(_describe_exception(what, exc)) from None
+    return _split_outputs(case, out), inputs, module
+
+
+def _load_params(case: Case, module) -> None:
+    import torch
+
+    own = dict(module.named_parameters())
+    missing = sorted(set(case.params) - set(own))
+    unexpected = sorted(set(own) - set(case.params))
+    if missing or unexpected:
+        raise CheckFailed(
+            f"`{case.target}` parameters don't match the given ones (missing {missing}, unexpected {unexpected}): "
+            "keep the layers declared in the given part of __init__ and add no others."
+        )
+    with torch.no_grad():
+        for name, p in own.items():
+            ref = case.params[name]
+            if tuple(p.shape) != ref.shape:
+                raise CheckFailed(
+                    f"`{case.target}` parameter '{name}' has shape {tuple(p.shape)}, expected {ref.shape}: "
+                    "keep the layer sizes given in __init__."
+                )
+            p.copy_(torch.from_numpy(ref))
+
+
+def _split_outputs(case: Case, out) -> dict:
+    import torch
+
+    what = f"`{case.target}`"
+    n = len(case.outputs)
+    if out is None:
+        raise CheckFailed(f"{what} returned None: did you forget the `return` statement?")
+    if n == 1:
+        if isinstance(out, (tuple, list)):
+            raise CheckFailed(f"{what} returned a {type(out).__name__} of {len(out)}; expected one tensor ({case.outputs[0]}).")
+        values = [out]
+    else:
+        if not isinstance(out, (tuple, list)) or len(out) != n:
+            got = f"a {type(out).__name__} of {len(out)}" if isinstance(out, (tuple, list)) else f"one {type(out).__name__}"
+            raise CheckFailed(f"{what} returned {got}; expected a tuple ({', '.join(case.outputs)}).")
+        values = list(out)
+    for name, v in zip(case.outputs, values):
+        if v is None:
+            raise CheckFailed(f"{what} returned None for `{name}`.")
+        if not isinstance(v, torch.Tensor):
+            raise CheckFailed(f"{what} returned {type(v).__name__} for `{name}`; expected a torch.Tensor.")
+    return dict(zip(case.outputs, values))
+
+
+# --------------------------------------------------------------------------------------------------
+# Comparing
+
+def _close(a: np.ndarray, b: np.ndarray, rtol: float, atol: float) -> bool:
+    if a.shape != b.shape:
+        return False
+    if a.dtype == bool or b.dtype == bool:
+        return bool(np.array_equal(a.astype(bool), b.astype(bool)))
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    if not np.array_equal(np.isnan(a64), np.isnan(b64)):
+        return False
+    ok = np.isnan(b64) | (np.abs(a64 - b64) <= atol + rtol * np.abs(b64))
+    return bool(ok.all())
+
+
+def _shape_message(what: str, name: str, got: tuple, want: tuple) -> str:
+    msg = f"{what}: `{name}` has shape {got}, expected {want}"
+    if len(got) != len(want):
+        msg += f" ({len(got)} dims instead of {len(want)}: keep every leading batch dim, don't squeeze or flatten them)"
+    elif sorted(got) == sorted(want):
+        axes = [i - len(got) for i, (g, w) in enumerate(zip(got, want)) if g != w]
+        msg += f" (axes {axes} are swapped: check your transposes)"
+    else:
+        axes = [i - len(got) for i, (g, w) in enumerate(zip(got, want)) if g != w]
+        msg += f" (axis {axes} differs)"
+    return msg + "."
+
+
+def _numpy(t) -> np.ndarray:
+    return t.detach().cpu().numpy()
+
+
+def _property_message(case: Case, got: dict[str, np.ndarray]) -> str | None:
+    """Generic symptoms that need no reference implementation."""
+    for prop in case.properties:
+        kind, out = prop[0], prop[1]
+        w = got[out].astype(np.float64)
+        if kind == "rows_sum_to_one":
+            sums = w.sum(axis=-1)
+            if not np.allclose(sums, 1.0, atol=1e-4):
+                for axis in range(-2, -w.ndim - 1, -1):
+                    if np.allclose(w.sum(axis=axis), 1.0, atol=1e-4):
+                        return (f"`{out}` sums to 1 along axis {axis} instead of the last axis: "
+                                "the softmax is taken over the wrong axis (it must be over the keys, dim=-1).")
+                return (f"rows of `{out}` don't sum to 1 (e.g. {sums.flat[0]:.3f}): "
+                        "apply a softmax over the keys (dim=-1).")
+        elif kind == "zero_where_masked":
+            mask = case.inputs[prop[2]].astype(bool)
+            blocked = ~np.broadcast_to(mask, w.shape)
+            if blocked.any() and np.abs(w[blocked]).max() > 1e-6:
+                return (f"`{out}` is non-zero at masked positions: fill the scores with -inf where mask is False "
+                        "*before* the softmax (not after, and not with 0).")
+    return None
+
+
+def check(name: str, fn: Callable) -> None:
+    """Run the stored case `name` against the student's function or module class `fn`.
+
+    Prints one line on success; raises CheckFailed with a one-line diagnosis otherwise.
+    """
+    import torch
+
+    case = load_case(name)
+    what = f"{name}: `{case.target}`"
+    need_grad = bool(case.grad_wrt)
+    outs, inputs, module = _call(case, fn, need_grad)
+
+    got = {}
+    for out_name, value in outs.items():
+        want = case.expected[out_name]
+        if tuple(value.shape) != want.shape:
+            # a variant may explain the shape (e.g. transposed output)
+            raise CheckFailed(_shape_message(what, out_name, tuple(value.shape), want.shape))
+        want_dtype = torch.from_numpy(np.zeros(0, dtype=want.dtype)).dtype
+        if value.dtype != want_dtype:
+            hint = ""
+            if want_dtype.is_floating_point:
+                hint = " (don't hard-code a dtype: create new tensors with the inputs' dtype, e.g. `dtype=q.dtype`)"
+            elif want_dtype == torch.bool:
+                hint = " (return a boolean tensor, e.g. from a comparison or `.bool()`)"
+            raise CheckFailed(f"{what}: `{out_name}` has dtype {value.dtype}, expected {want_dtype}{hint}.")
+        got[out_name] = _numpy(value)
+
+    mismatched = [n for n in case.outputs if not _close(got[n], case.expected[n], case.rtol, case.atol)]
+    if mismatched:
+        for vname, (message, vouts) in case.variants.items():
+            if all(n in vouts and _close(got[n], vouts[n], case.rtol, case.atol) for n in mismatched):
+                raise CheckFailed(f"{what}: {message}")
+        prop = _property_message(case, got)
+        if prop:
+            raise CheckFailed(f"{what}: {prop}")
+        n = mismatched[0]
+        a, b = got[n].astype(np.float64), case.expected[n].astype(np.float64)
+        if a.dtype == bool or case.expected[n].dtype == bool:
+            bad = np.argwhere(got[n] != case.expected[n])
+            raise CheckFailed(f"{what}: `{n}` differs from the reference at {len(bad)} entries, first at index "
+                              f"{tuple(int(i) for i in bad[0])}. {case.hint}".rstrip())
+        err = np.abs(a - b)
+        err = np.where(np.isnan(err), np.inf, err)
+        idx = tuple(int(i) for i in np.unravel_index(int(np.argmax(err)), err.shape)) if err.size else ()
+        frac = float(np.mean(err > case.atol + case.rtol * np.abs(b))) if err.size else 0.0
+        raise CheckFailed(
+            f"{what}: `{n}` differs from the reference at {frac:.0%} of entries "
+            f"(largest error {float(err.max()):.3g} at index {idx}). {case.hint}".rstrip()
+        )
+
+    if need_grad:
+        _check_grads(case, what, outs, inputs, module)
+    print(f"\u2713 {name} passed")
+
+
+def _check_grads(case: Case, what: str, outs: dict, inputs: dict, module) -> None:
+    import torch
+
+    loss = 0.0
+    for out_name, w in case.grad_weights.items():
+        value = outs[out_name]
+        if not value.requires_grad:
+            raise CheckFailed(f"{what}: `{out_name}` is not connected to the inputs' graph "
+                              "(don't use .detach(), .data, .item() or NumPy inside the function).")
+        loss = loss + (value * torch.from_numpy(w).to(value.dtype)).sum()
+    with _quiet():
+        try:
+            loss.backward()
+        except Exception as exc:  # noqa: BLE001
+            raise CheckFailed(_describe_exception(f"{what}: backward pass", exc)) from None
+    for key in case.grad_wrt:
+        if key in inputs:
+            grad = inputs[key].grad
+        else:
+            grad = dict(module.named_parameters())[key].grad
+        if grad is None:
+            raise CheckFailed(f"{what}: no gradient reaches `{key}`: it must be used through differentiable torch ops.")
+        if not _close(_numpy(grad), case.grads[key], case.rtol * 10, case.atol * 10):
+            raise CheckFailed(f"{what}: outputs are right but the gradient w.r.t. `{key}` is wrong: avoid in-place "
+                              "edits of tensors that autograd needs (e.g. `scores[mask] = ...` on a leaf); use "
+                              "out-of-place ops such as `masked_fill`.")
+
+
+def summary(fn_cases: dict[str, Callable]) -> None:
+    """Run several checks and print a one-line result for each (for self-checking, not grading)."""
+    for name, fn in fn_cases.items():
+        try:
+            check(name, fn)
+        except CheckFailed as exc:
+            print(f"\u2717 {exc}")
+
+
+__all__ = ["check", "load_case", "CheckFailed", "Case", "summary"]
