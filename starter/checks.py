@@ -44,6 +44,7 @@ class Case:
     kind: str  # "function" or "module"
     args: list[str]
     kwargs: dict[str, str]
+    const_args: list[Any]
     const_kwargs: dict[str, Any]
     init: dict[str, Any]
     outputs: list[str]
@@ -113,6 +114,7 @@ def load_case(name: str) -> Case:
                 kind=str(a["kind"]),
                 args=json.loads(a["args"]),
                 kwargs=json.loads(a["kwargs"]),
+                const_args=json.loads(a.get("const_args", "[]")),
                 const_kwargs=json.loads(a["const_kwargs"]),
                 init=json.loads(a["init"]),
                 outputs=json.loads(a["outputs"]),
@@ -192,7 +194,7 @@ def _call(case: Case, fn: Callable, requires_grad: bool):
         if not callable(fn):
             raise CheckFailed(f"{what} should be a function, got {type(fn).__name__}.")
         call = fn
-    args = [inputs[k] for k in case.args]
+    args = [inputs[k] for k in case.args] + list(case.const_args)
     kwargs = {k: inputs[v] for k, v in case.kwargs.items()}
     kwargs.update(case.const_kwargs)
     try:

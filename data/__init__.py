@@ -1,0 +1,1 @@
+"""Dataset scripts: CS231n COCO download, COCO grid-feature builder, offline shapes dataset."""

@@ -1,0 +1,1 @@
+"""Instructor tools: release, reference outputs, autograding. See `python -m grading --help`."""

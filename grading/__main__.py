@@ -1,0 +1,58 @@
+"""The grading command.
+
+    python -m grading release                 solutions/ -> notebooks/ (student release, hidden data excluded)
+    python -m grading references              rebuild the stored reference cases from the solutions
+    python -m grading autograde SUBMISSIONS   grade a folder or zip of student notebooks
+    python -m grading execute [NOTEBOOK ...]  run solution notebooks end to end (the maintainers' main job)
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m grading", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("release", help="generate notebooks/ from solutions/")
+    sub.add_parser("references", help="rebuild reference outputs from the solution notebooks")
+    ag = sub.add_parser("autograde", help="grade a folder or zip of submissions")
+    ag.add_argument("submissions", type=Path)
+    ag.add_argument("--out", type=Path, default=Path("grading/work/results"), help="grades, feedback, logs")
+    ag.add_argument("--course", type=Path, default=None, help="nbgrader course folder (default grading/work/course)")
+    ag.add_argument("--db", default=None, help="gradebook SQLAlchemy URL (default: SQLite in the course folder)")
+    ag.add_argument("--student", action="append", help="grade only this student (repeatable)")
+    ag.add_argument("--workers", type=int, default=1, help="parallel graders (more than 1 needs --db)")
+    ag.add_argument("--resume", action="store_true", help="keep students finished by an interrupted run")
+    ag.add_argument("--timeout", type=float, default=900, help="seconds one student may take")
+    ex = sub.add_parser("execute", help="execute solution notebooks end to end")
+    ex.add_argument("names", nargs="*", help="notebook names or numbers (default: all)")
+    ex.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args(argv)
+
+    if args.command == "release":
+        from .course import release
+        for path in release():
+            print(f"wrote {path}")
+    elif args.command == "references":
+        from .references import build_all
+        for public, hidden in build_all():
+            print(f"wrote {public} and {hidden}")
+    elif args.command == "autograde":
+        from .autograde import autograde
+        results = autograde(args.submissions, args.out.resolve(),
+                            args.course.resolve() if args.course else None, args.db, args.student,
+                            workers=args.workers, resume=args.resume, student_timeout=args.timeout)
+        print(f"graded {sum(r.status == 'graded' for r in results)} of {len(results)} students; "
+              f"grades in {args.out / 'grades.csv'}")
+    elif args.command == "execute":
+        from .execute import execute_all
+        ok = execute_all(args.names, args.out)
+        return 0 if ok else 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,306 @@
+"""Autograde a folder or zip of student submissions with nbgrader, one student at a time.
+
+Layout of SUBMISSIONS (a folder, or a zip of one): one folder per student, holding that student's
+notebooks (any depth; names such as `01_scaled_dot_product_attention (1).ipynb` are recognised by
+their number). Each student is graded by its own nbgrader process, so a broken or malicious notebook
+cannot stop the others. Original files are only read, never moved or changed.
+
+Outputs in OUT: `grades.csv` (one row per student, one column per test cell, totals, and notes),
+`feedback/<student>/<notebook>.html` (no hidden tests), `report.json`, and `logs/<student>.log`.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import nbformat
+
+from . import course, notebooks
+from .notebooks import ASSIGNMENT
+
+STUDENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}$")
+JUNK = {"__MACOSX", ".ipynb_checkpoints", ".DS_Store"}
+MAX_ZIP_BYTES = 2 * 1024**3
+
+
+@dataclass
+class StudentResult:
+    student: str
+    notebooks: dict[str, str] = field(default_factory=dict)  # notebook stem -> file graded
+    notes: list[str] = field(default_factory=list)  # what was wrong with the submission, per file
+    status: str = "pending"  # graded | failed | no notebooks
+    seconds: float = 0.0
+
+
+# --------------------------------------------------------------------------------------------------
+# Reading submissions
+
+def unpack(path: Path, into: Path) -> Path:
+    """A folder of submissions from a folder or a zip (extracted safely into `into`)."""
+    if path.is_dir():
+        return path
+    if not zipfile.is_zipfile(path):
+        raise ValueError(f"{path} is neither a folder nor a zip file")
+    with zipfile.ZipFile(path) as zf:
+        total = sum(i.file_size for i in zf.infolist())
+        if total > MAX_ZIP_BYTES:
+            raise ValueError(f"{path} unpacks to {total / 1e9:.1f} GB; refusing")
+        for info in zf.infolist():
+            target = (into / info.filename).resolve()
+            if not str(target).startswith(str(into.resolve())):
+                raise ValueError(f"{path}: unsafe path in zip: {info.filename}")
+        zf.extractall(into)
+    return into
+
+
+def submission_root(folder: Path) -> Path:
+    """Descend through wrapper folders (e.g. a zip of `submissions/`) to the folder of students."""
+    while True:
+        entries = [p for p in folder.iterdir() if p.name not in JUNK]
+        if len(entries) == 1 and entries[0].is_dir() and not any(entries[0].glob("*.ipynb")):
+            folder = entries[0]
+        else:
+            return folder
+
+
+def notebook_for(filename: str, known: dict[str, str]) -> str | None:
+    """Which assignment notebook a submitted file is, from its name (exact stem, or its NN_ number)."""
+    stem = Path(filename).stem
+    if stem in known.values():
+        return stem
+    m = re.search(r"(?<!\d)(\d\d)_", stem)
+    return known.get(m.group(1)) if m else None
+
+
+def inspect_notebook(path: Path) -> str | None:
+    """Why a submitted notebook cannot be graded, or None when it can."""
+    try:
+        nb = nbformat.read(str(path), as_version=4)
+    except Exception as exc:  # noqa: BLE001 - any parse failure is the student's file
+        return f"corrupt notebook ({type(exc).__name__}: {str(exc).splitlines()[0][:120]})"
+    if not any(notebooks.is_solution(c) for c in nb.cells):
+        return "nbgrader metadata missing (the notebook was saved by an editor that strips cell metadata)"
+    return None
+
+
+def collect(student_dir: Path, known: dict[str, str], result: StudentResult, dest: Path) -> None:
+    """Copy the student's gradable notebooks to `dest/<notebook>.ipynb`; note every other file."""
+    candidates: dict[str, list[Path]] = {}
+    for path in sorted(student_dir.rglob("*")):
+        if any(part in JUNK for part in path.relative_to(student_dir).parts) or path.is_dir():
+            continue
+        rel = path.relative_to(student_dir)
+        if path.suffix != ".ipynb":
+            result.notes.append(f"{rel}: ignored (not a notebook)")
+            continue
+        stem = notebook_for(path.name, known)
+        if stem is None:
+            result.notes.append(f"{rel}: ignored (not one of the assignment's notebooks)")
+            continue
+        candidates.setdefault(stem, []).append(path)
+    dest.mkdir(parents=True, exist_ok=True)
+    for stem, paths in candidates.items():
+        # prefer the exact name, then the most recently modified copy
+        paths.sort(key=lambda p: (p.stem == stem, p.stat().st_mtime), reverse=True)
+        for extra in paths[1:]:
+            result.notes.append(f"{extra.relative_to(student_dir)}: ignored (another copy of {stem} was graded)")
+        chosen = paths[0]
+        problem = inspect_notebook(chosen)
+        if problem:
+            result.notes.append(f"{chosen.relative_to(student_dir)}: not graded: {problem}")
+            continue
+        shutil.copyfile(chosen, dest / f"{stem}.ipynb")
+        result.notebooks[stem] = str(chosen.relative_to(student_dir))
+
+
+# --------------------------------------------------------------------------------------------------
+# Grading
+
+def _spawn(root: Path, students: list[str]) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "grading.worker", str(root), *students], cwd=root,
+                            env=course.nbgrader_env(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)  # the worker and the kernels it started
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
+def run_workers(root: Path, students: list[str], workers: int = 1, student_timeout: float = 900) -> dict[str, dict]:
+    """Grade `students` with up to `workers` worker processes; return each student's status record.
+
+    A worker that crashes or makes no progress for `student_timeout` seconds is killed; the student
+    it was on is recorded as failed and a new worker takes the rest. Students that already have a
+    status record (from an interrupted earlier run) are not graded again.
+    """
+    status = root / "status"
+    status.mkdir(exist_ok=True)
+
+    def done(s: str) -> bool:
+        return (status / f"{s}.json").exists()
+
+    queue = [s for s in students if not done(s)]
+    chunks = [queue[i::workers] for i in range(workers)] if queue else []
+    running: list[tuple[subprocess.Popen, list[str], float, int]] = []
+    for chunk in filter(None, chunks):
+        running.append((_spawn(root, chunk), chunk, time.monotonic(), 0))
+    while running:
+        time.sleep(0.2)
+        still = []
+        for proc, chunk, last_progress, finished in running:
+            now_finished = sum(done(s) for s in chunk)
+            if now_finished != finished:
+                last_progress, finished = time.monotonic(), now_finished
+            exited = proc.poll() is not None
+            stuck = time.monotonic() - last_progress > student_timeout
+            if not exited and not stuck:
+                still.append((proc, chunk, last_progress, finished))
+                continue
+            if stuck:
+                _kill(proc)
+            stderr = proc.stderr.read() if proc.stderr else ""
+            remaining = [s for s in chunk if not done(s)]
+            if remaining:
+                current = next((s for s in remaining if (status / f"{s}.started").exists()), remaining[0])
+                reason = (f"grading took longer than {student_timeout:.0f} s (infinite loop?)" if stuck else
+                          "the grader process died: " + (stderr.strip().splitlines() or ["no message"])[-1][:300])
+                (status / f"{current}.json").write_text(json.dumps({"student": current, "ok": False, "error": reason}))
+                (status / f"{current}.started").unlink(missing_ok=True)
+                rest = [s for s in remaining if s != current]
+                if rest:
+                    still.append((_spawn(root, rest), rest, time.monotonic(), 0))
+        running = still
+    return {s: json.loads((status / f"{s}.json").read_text()) for s in students}
+
+
+def stage_student(root: Path, student_dir: Path, known: dict[str, str]) -> StudentResult:
+    """Copy one student's gradable notebooks into the course's submitted/ folder."""
+    result = StudentResult(student=student_dir.name)
+    submitted = root / "submitted" / result.student / ASSIGNMENT
+    if submitted.exists():
+        shutil.rmtree(submitted)
+    collect(student_dir, known, result, submitted)
+    if not result.notebooks:
+        result.status = "no notebooks"
+    return result
+
+
+def copy_feedback(root: Path, out: Path, student: str) -> None:
+    """Only the HTML pages: the feedback folder also receives copies of the (hidden) source files."""
+    src = root / "feedback" / student / ASSIGNMENT
+    dst = out / "feedback" / student
+    if dst.exists():
+        shutil.rmtree(dst)
+    for page in sorted(src.glob("*.html")) if src.is_dir() else []:
+        dst.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(page, dst / page.name)
+
+
+def test_columns() -> list[tuple[str, str, float]]:
+    """(notebook stem, grade_id, points) of every test cell, in notebook order."""
+    cols = []
+    for path in notebooks.solution_notebooks():
+        for cell in notebooks.test_cells(notebooks.read(path)):
+            meta = notebooks.nbgrader_meta(cell)
+            cols.append((path.stem, meta["grade_id"], float(meta.get("points", 0))))
+    return cols
+
+
+def scores_from_gradebook(db_url: str, student: str) -> dict[tuple[str, str], float]:
+    from nbgrader.api import Gradebook, MissingEntry
+
+    scores: dict[tuple[str, str], float] = {}
+    with Gradebook(db_url) as gb:
+        try:
+            submission = gb.find_submission(ASSIGNMENT, student)
+        except MissingEntry:
+            return scores
+        for nb in submission.notebooks:
+            for grade in nb.grades:
+                scores[(nb.name, grade.name)] = float(grade.score or 0.0)
+    return scores
+
+
+def write_grades(out: Path, results: list[StudentResult], db_url: str) -> Path:
+    cols = test_columns()
+    stems = list(dict.fromkeys(c[0] for c in cols))
+    header = ["student", "status"] + [f"{s}:{g}" for s, g, _ in cols] + [f"{s}:total" for s in stems]
+    header += ["total", "max_total", "notes"]
+    rows = [["(max points)", ""] + [p for _, _, p in cols]
+            + [sum(p for s2, _, p in cols if s2 == s) for s in stems]
+            + [sum(p for *_, p in cols), sum(p for *_, p in cols), ""]]
+    for r in sorted(results, key=lambda r: r.student):
+        scores = scores_from_gradebook(db_url, r.student) if r.status == "graded" else {}
+        per = [scores.get((s, g), 0.0) for s, g, _ in cols]
+        totals = [sum(v for (s2, _, _), v in zip(cols, per) if s2 == s) for s in stems]
+        rows.append([r.student, r.status] + per + totals + [sum(per), sum(p for *_, p in cols), " | ".join(r.notes)])
+    path = out / "grades.csv"
+    with open(path, "w", newline="") as f:
+        csv.writer(f).writerows([header] + rows)
+    return path
+
+
+def autograde(submissions: Path, out: Path, course_dir: Path | None = None, db_url: str | None = None,
+              students: list[str] | None = None, workers: int = 1, resume: bool = False,
+              student_timeout: float = 900) -> list[StudentResult]:
+    """Grade every student in `submissions` (folder or zip). Returns one result per student folder.
+
+    resume=True keeps the results of students graded by an earlier, interrupted run.
+    """
+    out.mkdir(parents=True, exist_ok=True)
+    root = course_dir or (notebooks.ROOT / "grading" / "work" / "course")
+    if db_url is None and workers > 1:
+        raise ValueError("the SQLite gradebook allows one writer: use --workers 1, or --db with a PostgreSQL URL")
+    status = root / "status"
+    if not resume and status.exists():
+        shutil.rmtree(status)
+    course.prepare_grading_course(root, db_url)
+    db_url = db_url or f"sqlite:///{root / 'gradebook.db'}"
+    known = {p.name[:2]: p.stem for p in notebooks.solution_notebooks()}
+    results: list[StudentResult] = []
+    with tempfile.TemporaryDirectory(prefix="submissions-") as tmp:
+        folder = submission_root(unpack(Path(submissions), Path(tmp)))
+        loose = [p.name for p in folder.iterdir() if p.is_file() and p.name not in JUNK]
+        for student_dir in sorted(p for p in folder.iterdir() if p.is_dir() and p.name not in JUNK):
+            if students and student_dir.name not in students:
+                continue
+            if not STUDENT_ID.match(student_dir.name):
+                results.append(StudentResult(student=student_dir.name, status="failed",
+                                             notes=["folder name is not a usable student id"]))
+                continue
+            results.append(stage_student(root, student_dir, known))
+    gradable = [r.student for r in results if r.status != "failed"]
+    records = run_workers(root, gradable, workers, student_timeout)
+    for r in results:
+        record = records.get(r.student)
+        if record is None:
+            continue
+        r.seconds = record.get("seconds", 0.0)
+        if record.get("ok"):
+            r.status = "graded" if r.status != "no notebooks" else r.status
+            copy_feedback(root, out, r.student)
+        else:
+            r.status = "failed"
+            r.notes.append(record.get("error", "unknown error"))
+        print(f"{r.student}: {r.status} ({r.seconds:.1f} s)", flush=True)
+    if loose:
+        print(f"ignored files outside student folders: {', '.join(loose)}")
+    write_grades(out, results, db_url)
+    (out / "report.json").write_text(json.dumps(
+        {"students": [asdict(r) for r in results], "ignored_loose_files": loose}, indent=2))
+    return results

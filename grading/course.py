@@ -1,0 +1,127 @@
+"""An nbgrader course directory built from `solutions/`, and the nbgrader commands run in it.
+
+The repository keeps notebooks flat (`solutions/01_….ipynb`, `notebooks/01_….ipynb`); nbgrader wants
+`source/<assignment>/…`. This module lays out that course directory (in a temporary or work folder),
+writes its `nbgrader_config.py`, and runs nbgrader there as a subprocess.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from . import notebooks
+from .notebooks import ASSIGNMENT
+
+CELL_TIMEOUT = 30  # seconds per cell while grading; training cells are gated by NBGRADER_EXECUTION
+
+CONFIG = """\
+c = get_config()
+c.CourseDirectory.root = {root!r}
+c.CourseDirectory.course_id = "attention-transformers"
+c.CourseDirectory.db_url = {db_url!r}
+c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedback", ".DS_Store"]
+c.ClearSolutions.code_stub = {{"python": "# YOUR CODE HERE\\nraise NotImplementedError()"}}
+c.ClearSolutions.enforce_metadata = True
+c.Execute.timeout = {timeout}
+c.Execute.interrupt_on_timeout = True
+c.Execute.extra_arguments = ["--HistoryManager.hist_file=:memory:"]
+c.LimitOutput.max_lines = 200
+c.LimitOutput.max_traceback = 20
+c.Autograde.create_student = True
+# Feedback: grades and student code, never the source or tracebacks of hidden tests.
+c.GenerateFeedback.preprocessors = [
+    "nbgrader.preprocessors.GetGrades",
+    "grading.feedback.RedactHiddenTests",
+    "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
+]
+"""
+
+
+class NbgraderError(RuntimeError):
+    pass
+
+
+def write_config(root: Path, db_url: str | None = None, timeout: int = CELL_TIMEOUT) -> None:
+    db_url = db_url or f"sqlite:///{root / 'gradebook.db'}"
+    (root / "nbgrader_config.py").write_text(CONFIG.format(root=str(root), db_url=db_url, timeout=timeout))
+
+
+def populate_source(root: Path, with_hidden: bool) -> Path:
+    """Copy the solution notebooks (and, for grading only, the hidden references) into source/."""
+    source = root / "source" / ASSIGNMENT
+    if source.exists():
+        shutil.rmtree(source)
+    source.mkdir(parents=True)
+    for nb in notebooks.solution_notebooks():
+        shutil.copy2(nb, source / nb.name)
+    if with_hidden and notebooks.HIDDEN_REFERENCES.is_dir():
+        shutil.copytree(notebooks.HIDDEN_REFERENCES, source / "hidden_references",
+                        ignore=shutil.ignore_patterns("*.tmp"))
+    return source
+
+
+def nbgrader_env() -> dict:
+    env = dict(os.environ)
+    # the grading package must be importable by nbgrader (feedback preprocessor), whatever the cwd
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(notebooks.ROOT), env.get("PYTHONPATH", "")]))
+    env.pop(  # hidden references come from the copied folder, not from a maintainer's env
+        "COURSE_HIDDEN_REFERENCES", None)
+    env.setdefault("MPLBACKEND", "Agg")
+    env["PYTHONWARNINGS"] = "ignore"
+    # nbgrader runs `alembic` (and kernels) from PATH: put this interpreter's scripts first
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    return env
+
+
+def run_nbgrader(root: Path, *args: str, timeout: float | None = None, log: Path | None = None) -> str:
+    """Run `nbgrader ARGS` in the course directory; return its output, raise NbgraderError on failure."""
+    cmd = [sys.executable, "-m", "nbgrader", *args]
+    try:
+        proc = subprocess.run(cmd, cwd=root, env=nbgrader_env(), capture_output=True, text=True, timeout=timeout,
+                              stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        raise NbgraderError(f"nbgrader {args[0]} took longer than {timeout:.0f} s") from None
+    output = proc.stdout + proc.stderr
+    if log is not None:
+        log.parent.mkdir(parents=True, exist_ok=True)
+        log.write_text(output)
+    if proc.returncode != 0:
+        lines = output.splitlines()
+        causes = [ln.strip() for ln in lines if re.match(r"^\s*[\w.]+(Error|Exception|Exit)\b.*:", ln)]
+        errors = [ln.strip() for ln in lines if "| ERROR]" in ln and "see the" not in ln]
+        reason = (causes or errors or [output.strip()[-300:] or f"exit code {proc.returncode}"])[-1]
+        raise NbgraderError(f"nbgrader {args[0]} failed: {reason[:400]}")
+    return output
+
+
+def release(dest: Path = notebooks.RELEASE) -> list[Path]:
+    """Generate the student notebooks from solutions/ into `dest` (only .ipynb files are copied out)."""
+    with tempfile.TemporaryDirectory(prefix="release-") as tmp:
+        root = Path(tmp)
+        write_config(root)
+        populate_source(root, with_hidden=False)
+        run_nbgrader(root, "generate_assignment", ASSIGNMENT, "--force", "--no-db")
+        out_dir = root / "release" / ASSIGNMENT
+        dest.mkdir(parents=True, exist_ok=True)
+        written = []
+        for nb in sorted(out_dir.glob("*.ipynb")):
+            target = dest / nb.name
+            shutil.copyfile(nb, target)
+            written.append(target)
+        stale = {p.name for p in dest.glob("*.ipynb")} - {p.name for p in written}
+        for name in stale:  # a notebook removed from solutions/ leaves the release too
+            (dest / name).unlink()
+        return written
+
+
+def prepare_grading_course(root: Path, db_url: str | None = None, timeout: int = CELL_TIMEOUT) -> None:
+    """Lay out a course directory for autograding and record the assignment in the gradebook."""
+    root.mkdir(parents=True, exist_ok=True)
+    write_config(root, db_url, timeout)
+    populate_source(root, with_hidden=True)
+    run_nbgrader(root, "generate_assignment", ASSIGNMENT, "--force", timeout=600)

@@ -1,0 +1,69 @@
+"""Where the notebooks are, and how to read their cells."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Iterator
+
+import nbformat
+
+ROOT = Path(__file__).resolve().parent.parent
+SOLUTIONS = ROOT / "solutions"
+RELEASE = ROOT / "notebooks"
+HIDDEN_REFERENCES = ROOT / "grading" / "references"
+PUBLIC_REFERENCES = ROOT / "starter" / "references"
+ASSIGNMENT = "attention"  # the nbgrader assignment that holds every notebook
+
+SOLUTION_BLOCK = re.compile(r"^[ \t]*### BEGIN SOLUTION.*?^[ \t]*### END SOLUTION[^\n]*\n?", re.S | re.M)
+
+
+def solution_notebooks() -> list[Path]:
+    """The authored notebooks, in curriculum order: solutions/NN_name.ipynb."""
+    return sorted(SOLUTIONS.glob("[0-9][0-9]_*.ipynb"))
+
+
+def nbgrader_meta(cell) -> dict:
+    return cell.get("metadata", {}).get("nbgrader", {}) or {}
+
+
+def is_solution(cell) -> bool:
+    return bool(nbgrader_meta(cell).get("solution"))
+
+
+def is_test(cell) -> bool:
+    meta = nbgrader_meta(cell)
+    return bool(meta.get("grade")) and not meta.get("solution") and cell.cell_type == "code"
+
+
+def test_cells(nb) -> Iterator:
+    return (c for c in nb.cells if is_test(c))
+
+
+def read(path: Path):
+    return nbformat.read(str(path), as_version=4)
+
+
+def definitions_source(nb) -> str:
+    """The code that defines a notebook's graded objects: set-up cells (tag `setup`) and solution cells."""
+    parts = []
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        tags = cell.get("metadata", {}).get("tags", [])
+        if "setup" in tags or is_solution(cell):
+            parts.append(cell.source)
+    return "\n\n".join(parts)
+
+
+def execute_definitions(path: Path) -> dict:
+    """Run a notebook's set-up and solution cells in a fresh namespace and return it."""
+    nb = read(path)
+    namespace: dict = {"__name__": f"notebook_{path.stem}"}
+    exec(compile(definitions_source(nb), str(path), "exec"), namespace)  # noqa: S102 - our own source
+    return namespace
+
+
+def strip_solution_markers(source: str) -> str:
+    """The solution code as a student would have typed it (markers removed, code kept)."""
+    return "\n".join(line for line in source.splitlines()
+                     if not re.match(r"^\s*### (BEGIN|END) SOLUTION", line))

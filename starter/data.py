@@ -1,0 +1,492 @@
+"""Dataset access for the captioning notebooks: one API over three sources.
+
+    from starter.data import load_dataset
+    ds = load_dataset("shapes")      # offline default, built on first use (about 1-2 min on a CPU)
+    ds = load_dataset("coco-fc7")    # CS231n coco_captioning files:  python -m data.coco_cs231n
+    ds = load_dataset("coco-grid")   # 7x7 grid features from COCO:    python -m data.coco_grid
+    ds = load_dataset("path/to/file.h5" or "path/to/coco_captioning")
+
+    train = ds.split("train")
+    captions, features, image_idxs = train.sample_batch(64, generator=0)   # (B,T) (B,R,D) (B,)
+    for captions, features, image_idxs in train.iter_batches(64, device="cuda"): ...
+    ds.vocab.decode(captions[0])  -> "a small red circle in the top left"
+
+Shapes: captions (B, T) int64 with <START> ... <END> <NULL>...; features (B, R, D) float32 where
+R = grid_h * grid_w regions (49 for a 7x7 grid, 1 for fc7) and D = ds.feature_dim.
+
+Datasets live in `ds_dir = data.common.default_data_dir()` ($COURSE_DATA_DIR, else data/cache/ in a
+checkout, else ~/.cache/attention-course). Every problem with a file raises `DatasetError` naming the
+file; a missing dataset names the command that gets it. No dataset is ever swapped for another.
+"""
+from __future__ import annotations
+
+import io
+import json
+import re
+import urllib.request
+from pathlib import Path
+
+import h5py
+import numpy as np
+import torch
+
+from data import coco_cs231n, coco_grid, shapes
+from data.common import FORMAT_NAME, SPECIAL_TOKENS, default_data_dir
+
+__all__ = ["DatasetError", "Vocab", "Split", "CaptionDataset", "load_dataset", "default_data_dir"]
+
+COCO_URL = "http://images.cocodataset.org/{folder}/COCO_{folder}_{id:012d}.jpg"
+PRELOAD_BYTES = 2 * 1024**3  # features smaller than this are read into memory once
+
+
+class DatasetError(Exception):
+    """A dataset file is missing, truncated or inconsistent. The message names the file."""
+
+
+# ----------------------------------------------------------------------------------- vocabulary
+class Vocab:
+    """Word <-> index mapping with the four special tokens <NULL>=0, <START>=1, <END>=2, <UNK>=3."""
+
+    null_idx, start_idx, end_idx, unk_idx = 0, 1, 2, 3
+
+    def __init__(self, idx_to_word):
+        self.idx_to_word = [str(w) for w in idx_to_word]
+        self.word_to_idx = {w: i for i, w in enumerate(self.idx_to_word)}
+        if tuple(self.idx_to_word[:4]) != SPECIAL_TOKENS:
+            raise ValueError(f"vocabulary must start with {SPECIAL_TOKENS}, got {self.idx_to_word[:4]}")
+
+    def __len__(self):
+        return len(self.idx_to_word)
+
+    def __repr__(self):
+        return f"Vocab({len(self)} words: {' '.join(self.idx_to_word[4:14])} ...)"
+
+    def encode(self, sentence: str, max_len: int | None = None) -> list[int]:
+        """"a red circle" -> [<START>, a, red, circle, <END>] (+ <NULL> padding up to max_len).
+        Lower-cases, drops punctuation; unknown words become <UNK>."""
+        from data.common import tokenize
+
+        ids = [self.start_idx] + [self.word_to_idx.get(w, self.unk_idx) for w in tokenize(sentence)]
+        ids.append(self.end_idx)
+        if max_len is not None:
+            if len(ids) > max_len:
+                ids = ids[: max_len - 1] + [self.end_idx]
+            ids += [self.null_idx] * (max_len - len(ids))
+        return ids
+
+    def decode(self, ids):
+        """Indices -> sentence, skipping <NULL>/<START> and stopping at <END>.
+
+        ids: a 1-D list/array/tensor -> str; a 2-D batch (B, T) -> list of B strings.
+        """
+        if isinstance(ids, torch.Tensor):
+            ids = ids.detach().cpu().numpy()
+        arr = np.asarray(ids)
+        if arr.ndim == 2:
+            return [self.decode(row) for row in arr]
+        if arr.ndim != 1:
+            raise ValueError(f"decode expects a 1-D or 2-D sequence of indices, got shape {arr.shape}")
+        words = []
+        for i in arr.tolist():
+            if i == self.end_idx:
+                break
+            if i in (self.null_idx, self.start_idx):
+                continue
+            words.append(self.idx_to_word[i] if 0 <= i < len(self) else "<UNK>")
+        return " ".join(words)
+
+
+# ----------------------------------------------------------------------------------------- split
+class Split:
+    """One split (train or val) of a captioning dataset.
+
+    captions: (M, T) int64 tensor; image_idxs: (M,) int64 tensor, row of each caption's image;
+    num_images: N; features(idx) -> (len(idx), R, D) float32.
+    """
+
+    def __init__(self, dataset, name, captions, image_idxs, features, num_images, path,
+                 image_ids=None, urls=None, coco_folder=None, images=None, objects=None,
+                 file_names=None, image_root=None):
+        self.dataset, self.name, self._path = dataset, name, path
+        self.captions = torch.from_numpy(np.asarray(captions, dtype=np.int64))
+        self.image_idxs = torch.from_numpy(np.asarray(image_idxs, dtype=np.int64))
+        self._features = features  # numpy array in memory, or an h5py dataset read on demand
+        self.num_images = int(num_images)
+        self.image_ids = None if image_ids is None else np.asarray(image_ids, dtype=np.int64)
+        self._urls, self._coco_folder, self._images = urls, coco_folder, images
+        self._objects, self._file_names, self._image_root = objects, file_names, image_root
+        self._by_image = None
+        self._sampler = None  # (key, generator, permutation, cursor)
+
+    def __len__(self):
+        return len(self.captions)
+
+    def __repr__(self):
+        return (f"Split({self.name!r}: {len(self)} captions of {self.num_images} images, "
+                f"features ({self.num_images}, {self.dataset.num_regions}, {self.dataset.feature_dim}))")
+
+    # ---- features
+    def features(self, idx) -> torch.Tensor:
+        """Features of images `idx` (int, list, array or tensor of N indices) as (N, R, D) float32."""
+        idx = np.atleast_1d(np.asarray(idx.cpu() if isinstance(idx, torch.Tensor) else idx, dtype=np.int64))
+        if idx.size and (idx.min() < 0 or idx.max() >= self.num_images):
+            raise IndexError(f"image index out of range [0, {self.num_images}) in {self.name}")
+        if isinstance(self._features, np.ndarray):
+            out = self._features[idx]
+        else:  # h5py wants increasing unique indices
+            uniq, inverse = np.unique(idx, return_inverse=True)
+            try:
+                out = self._features[uniq][inverse]
+            except OSError as e:
+                raise DatasetError(f"cannot read features from {self._path}: {e} (file truncated "
+                                   f"or corrupt?)") from e
+        out = out.reshape(len(idx), self.dataset.num_regions, self.dataset.feature_dim)
+        return torch.from_numpy(np.ascontiguousarray(out, dtype=np.float32))
+
+    def _batch(self, rows, device):
+        rows = torch.as_tensor(rows, dtype=torch.long)
+        caps, img = self.captions[rows], self.image_idxs[rows]
+        feats = self.features(img)
+        if device is not None:
+            caps, feats, img = caps.to(device), feats.to(device), img.to(device)
+        return caps, feats, img
+
+    # ---- minibatches
+    def sample_batch(self, batch_size: int, generator=None, device=None):
+        """A minibatch of `batch_size` distinct captions: (captions (B, T) int64, features
+        (B, R, D) float32, image_idxs (B,) int64).
+
+        Successive calls walk through a random permutation of all captions, so no caption repeats
+        within an epoch (unlike CS231n's sampling with replacement); a new permutation starts when
+        fewer than `batch_size` captions are left. `generator`: an int seed (the same seed gives the
+        same sequence of batches; a different seed restarts), a torch.Generator, or None (seed 0).
+        """
+        if not 0 < batch_size <= len(self):
+            raise ValueError(f"batch_size must be in 1..{len(self)} for split {self.name!r}")
+        if isinstance(generator, torch.Generator):
+            key, gen = id(generator), generator
+        else:
+            seed = 0 if generator is None else int(generator)
+            key, gen = ("seed", seed), None
+            if self._sampler is None or self._sampler[0] != key:
+                gen = torch.Generator().manual_seed(seed)
+        if self._sampler is None or self._sampler[0] != key:
+            self._sampler = [key, gen, torch.randperm(len(self), generator=gen), 0]
+        s = self._sampler
+        if s[3] + batch_size > len(s[2]):
+            s[2], s[3] = torch.randperm(len(self), generator=s[1]), 0
+        rows = s[2][s[3]: s[3] + batch_size]
+        s[3] += batch_size
+        return self._batch(rows, device)
+
+    def iter_batches(self, batch_size: int, shuffle: bool = True, seed: int = 0, device=None,
+                     drop_last: bool = False):
+        """Yield (captions (B, T), features (B, R, D), image_idxs (B,)) covering every caption
+        exactly once (the last batch may be smaller unless drop_last)."""
+        order = (torch.randperm(len(self), generator=torch.Generator().manual_seed(seed))
+                 if shuffle else torch.arange(len(self)))
+        for i in range(0, len(self), batch_size):
+            rows = order[i: i + batch_size]
+            if drop_last and len(rows) < batch_size:
+                break
+            yield self._batch(rows, device)
+
+    def num_batches(self, batch_size: int, drop_last: bool = False) -> int:
+        return len(self) // batch_size if drop_last else -(-len(self) // batch_size)
+
+    # ---- references and images
+    def caption_rows(self, image_idx: int) -> np.ndarray:
+        """Rows of `captions` that belong to image `image_idx`."""
+        if self._by_image is None:
+            order = np.argsort(self.image_idxs.numpy(), kind="stable")
+            starts = np.searchsorted(self.image_idxs.numpy()[order], np.arange(self.num_images + 1))
+            self._by_image = (order, starts)
+        order, starts = self._by_image
+        return order[starts[image_idx]: starts[image_idx + 1]]
+
+    def references(self, image_idx: int) -> list[str]:
+        """All ground-truth captions of image `image_idx` as strings (for BLEU / CIDEr)."""
+        return [self.dataset.vocab.decode(self.captions[r]) for r in self.caption_rows(int(image_idx))]
+
+    def image_url(self, image_idx: int) -> str | None:
+        """URL of the image: images.cocodataset.org when the COCO id is known, else the URL listed
+        with the dataset (Flickr for CS231n, often dead), else None."""
+        i = int(image_idx)
+        if self._coco_folder and self.image_ids is not None:
+            return COCO_URL.format(folder=self._coco_folder, id=int(self.image_ids[i]))
+        if self._urls is not None and i < len(self._urls):
+            return self._urls[i]
+        return None
+
+    def image(self, image_idx: int) -> np.ndarray:
+        """The image as an (H, W, 3) uint8 array for display.
+
+        Stored thumbnail (shapes); else the local COCO file the grid builder read; else a download
+        from images.cocodataset.org. Raises DatasetError with the reason when no image is available
+        (CS231n fc7 files only list Flickr URLs and no COCO ids).
+        """
+        i = int(image_idx)
+        if not 0 <= i < self.num_images:
+            raise IndexError(f"image index {i} out of range [0, {self.num_images})")
+        if self._images is not None:
+            return np.asarray(self._images[i])
+        from PIL import Image
+
+        if self._file_names is not None and self._image_root:
+            local = Path(self._image_root) / self._file_names[i]
+            if local.is_file():
+                return np.asarray(Image.open(local).convert("RGB"))
+        if self._coco_folder and self.image_ids is not None:
+            url = self.image_url(i)
+            try:
+                with urllib.request.urlopen(url, timeout=20) as r:
+                    return np.asarray(Image.open(io.BytesIO(r.read())).convert("RGB"))
+            except Exception as e:  # network errors of many kinds
+                raise DatasetError(f"could not fetch image {i} from {url}: {e}") from e
+        url = self.image_url(i)
+        raise DatasetError(
+            f"no image available for {self.dataset.name} {self.name} image {i}: the CS231n files hold "
+            f"no COCO image ids, only a Flickr URL ({url or 'none listed'}), many of which are dead. "
+            f"Use load_dataset('coco-grid') or 'shapes' to see images.")
+
+    def objects(self, image_idx: int) -> list[dict]:
+        """Objects of a generated (shapes) image: dicts with "colour", "shape", "size" (words),
+        "cell" (index row*W+col of the feature-grid cell holding the object's centre) and "bbox"
+        (x0, y0, x1, y1) in pixels of `image(image_idx)`."""
+        if self._objects is None:
+            raise DatasetError(f"{self.dataset.name} has no object annotations (only 'shapes' has)")
+        o = self._objects
+        sel = np.nonzero(o["image_idx"] == int(image_idx))[0]
+        return [{"colour": o["colour"][k], "shape": o["shape"][k], "size": o["size"][k],
+                 "cell": int(o["cell"][k]), "bbox": tuple(float(v) for v in o["bbox"][k])} for k in sel]
+
+
+# --------------------------------------------------------------------------------------- dataset
+class CaptionDataset:
+    """A captioning dataset: `vocab`, `split(name)`, `grid_shape` (H, W), `feature_dim` D,
+    `num_regions` R = H*W, `name`, `path`."""
+
+    def __init__(self, name, path, vocab, grid_shape, feature_dim, files=()):
+        self.name, self.path, self.vocab = name, Path(path), vocab
+        self.grid_shape = (int(grid_shape[0]), int(grid_shape[1]))
+        self.feature_dim = int(feature_dim)
+        self.num_regions = self.grid_shape[0] * self.grid_shape[1]
+        self.splits: dict[str, Split] = {}
+        self._files = list(files)
+
+    def split(self, name: str) -> Split:
+        if name not in self.splits:
+            raise KeyError(f"{self.name} has splits {sorted(self.splits)}, not {name!r}")
+        return self.splits[name]
+
+    @property
+    def max_length(self) -> int:
+        """T, the caption length including <START>/<END> and padding."""
+        return next(iter(self.splits.values())).captions.shape[1]
+
+    def close(self):
+        for f in self._files:
+            try:
+                f.close()
+            except Exception:
+                pass
+
+    def __repr__(self):
+        lines = [f"CaptionDataset {self.name!r} ({self.path}): vocab {len(self.vocab)}, grid "
+                 f"{self.grid_shape[0]}x{self.grid_shape[1]}, feature_dim {self.feature_dim}, "
+                 f"captions of length {self.max_length}"]
+        lines += [f"  {s!r}" for s in self.splits.values()]
+        return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------------- validation
+def _check(cond, path, problem):
+    if not cond:
+        raise DatasetError(f"{path}: {problem}")
+
+
+def _check_captions(path, split, caps, idxs, num_images, vocab_size):
+    _check(caps.ndim == 2 and caps.shape[1] >= 2, path, f"{split} captions must be (M, T), got {caps.shape}")
+    _check(np.issubdtype(caps.dtype, np.integer), path, f"{split} captions must be integers, got {caps.dtype}")
+    _check(idxs.shape == (caps.shape[0],), path,
+           f"{split} image_idxs shape {idxs.shape} does not match captions {caps.shape}")
+    _check(np.issubdtype(idxs.dtype, np.integer), path, f"{split} image_idxs must be integers")
+    if caps.size:
+        _check(caps.min() >= 0 and caps.max() < vocab_size, path,
+               f"{split} captions use word ids up to {caps.max()} but the vocabulary has {vocab_size} "
+               f"words (vocabulary does not match the captions)")
+        _check((caps[:, 0] == Vocab.start_idx).all(), path, f"{split} captions do not all start with <START>")
+        _check(idxs.min() >= 0 and idxs.max() < num_images, path,
+               f"{split} image_idxs reach {idxs.max()} but there are {num_images} images")
+
+
+def _open_h5(path) -> h5py.File:
+    try:
+        return h5py.File(path, "r")
+    except (OSError, ValueError) as e:
+        raise DatasetError(f"{path}: cannot open as HDF5 ({e}); the file is truncated or corrupt. "
+                           f"Delete it and build or download it again.") from e
+
+
+def _read(f, key, path):
+    if key not in f:
+        raise DatasetError(f"{path}: missing key {key!r} (has {sorted(f.keys())})")
+    try:
+        return f[key][()]
+    except OSError as e:
+        raise DatasetError(f"{path}: cannot read {key!r} ({e}); truncated or corrupt file") from e
+
+
+def _features_source(f, key, path, preload):
+    d = f[key]
+    try:
+        d[-1:] if d.shape[0] else None  # the last row reads only if the file is not truncated
+    except OSError as e:
+        raise DatasetError(f"{path}: cannot read {key!r} ({e}); truncated or corrupt file") from e
+    if preload is None:
+        preload = d.size * d.dtype.itemsize <= PRELOAD_BYTES
+    return _read(f, key, path) if preload else d
+
+
+def _strings(arr):
+    return [x.decode() if isinstance(x, bytes) else str(x) for x in arr]
+
+
+# ---------------------------------------------------------------------------------------- loaders
+def _load_course_h5(path: Path, name=None, preload=None) -> CaptionDataset:
+    f = _open_h5(path)
+    try:
+        _check(f.attrs.get("format") == FORMAT_NAME, path,
+               f"not a course-format dataset (attribute format={f.attrs.get('format')!r})")
+        vocab = Vocab(_strings(_read(f, "vocab", path)))
+        gh, gw, dim = (int(f.attrs[k]) for k in ("grid_h", "grid_w", "feature_dim"))
+        ds = CaptionDataset(name or str(f.attrs.get("name", path.stem)), path, vocab, (gh, gw), dim, [f])
+        coco_folder = f.attrs.get("coco_folders", None)
+        for split in ("train", "val"):
+            _check(split in f, path, f"missing group {split!r}")
+            g = f[split]
+            feats_key = f"{split}/features"
+            _check("features" in g, path, f"missing key {feats_key!r}")
+            fd = g["features"]
+            _check(fd.ndim == 3 and fd.shape[1:] == (gh * gw, dim), path,
+                   f"{feats_key} has shape {fd.shape}, expected (N, {gh * gw}, {dim})")
+            _check(fd.dtype in (np.float16, np.float32), path, f"{feats_key} has dtype {fd.dtype}, expected float16/32")
+            caps, idxs = _read(f, f"{split}/captions", path), _read(f, f"{split}/image_idxs", path)
+            n = fd.shape[0]
+            _check_captions(path, split, caps, idxs, n, len(vocab))
+            extra = {}
+            if "image_ids" in g:
+                extra["image_ids"] = _read(f, f"{split}/image_ids", path)
+                _check(len(extra["image_ids"]) == n, path, f"{split}/image_ids length != {n}")
+            if "images" in g:
+                im = g["images"]
+                _check(im.ndim == 4 and im.shape[0] == n and im.shape[3] == 3 and im.dtype == np.uint8,
+                       path, f"{split}/images has shape {im.shape} {im.dtype}, expected ({n}, H, W, 3) uint8")
+                extra["images"] = _read(f, f"{split}/images", path)
+            if "objects" in g:
+                extra["objects"] = {k: _read(f, f"{split}/objects/{k}", path)
+                                    for k in ("image_idx", "cell", "bbox", "colour", "shape", "size")}
+                for k in ("colour", "shape", "size"):
+                    extra["objects"][k] = _strings(extra["objects"][k])
+            if "file_names" in g:
+                extra["file_names"] = _strings(_read(f, f"{split}/file_names", path))
+                extra["image_root"] = g.attrs.get("image_root", None)
+            if coco_folder is not None and "image_ids" in extra:
+                extra["coco_folder"] = dict(zip(("train", "val"), _strings(coco_folder)))[split]
+            ds.splits[split] = Split(ds, split, caps, idxs, _features_source(f, feats_key, path, preload),
+                                     n, path, **extra)
+        return ds
+    except BaseException:
+        f.close()
+        raise
+
+
+def _load_cs231n(folder: Path, preload=None) -> CaptionDataset:
+    cmd = coco_cs231n.command(folder.parent)
+    for fname in (coco_cs231n.CAPTIONS_FILE, coco_cs231n.VOCAB_FILE, *coco_cs231n.FEATURE_FILES.values()):
+        if not (folder / fname).is_file():
+            raise DatasetError(f"missing file {folder / fname}. Get the CS231n COCO captioning files with:\n"
+                               f"    {cmd}")
+    vpath = folder / coco_cs231n.VOCAB_FILE
+    try:
+        vj = json.loads(vpath.read_text())
+        itw, wti = vj["idx_to_word"], vj["word_to_idx"]
+        vocab = Vocab(itw)
+    except (ValueError, KeyError, TypeError) as e:
+        raise DatasetError(f"{vpath}: not a valid vocabulary ({type(e).__name__}: {e}); expected JSON with "
+                           f"'idx_to_word' (list starting with {SPECIAL_TOKENS}) and 'word_to_idx'") from e
+    _check(isinstance(wti, dict) and all(wti.get(w) == i for i, w in enumerate(itw)) and len(wti) == len(itw),
+           vpath, "word_to_idx does not match idx_to_word")
+    cpath = folder / coco_cs231n.CAPTIONS_FILE
+    files = []
+    cf = _open_h5(cpath)
+    files.append(cf)
+    try:
+        feats, dims = {}, set()
+        for split, fname in coco_cs231n.FEATURE_FILES.items():
+            fpath = folder / fname
+            ff = _open_h5(fpath)
+            files.append(ff)
+            _check("features" in ff, fpath, f"missing key 'features' (has {sorted(ff.keys())})")
+            d = ff["features"]
+            _check(d.ndim == 2, fpath, f"features must be (N, D), got shape {d.shape}")
+            _check(d.dtype in (np.float32, np.float16), fpath, f"features dtype {d.dtype}, expected float32")
+            feats[split] = (fpath, _features_source(ff, "features", fpath, preload), d.shape[0])
+            dims.add(d.shape[1])
+        _check(len(dims) == 1, folder, f"train and val feature dimensions differ: {sorted(dims)}")
+        ds = CaptionDataset("coco-fc7", folder, vocab, (1, 1), dims.pop(), files)
+        for split in ("train", "val"):
+            caps = _read(cf, f"{split}_captions", cpath)
+            idxs = _read(cf, f"{split}_image_idxs", cpath)
+            fpath, fsrc, n = feats[split]
+            _check_captions(cpath, split, caps, idxs, n, len(vocab))
+            urls, folder_name, ids = None, None, None
+            upath = folder / coco_cs231n.URL_FILES[split]
+            if upath.is_file():
+                urls = upath.read_text().split()
+                m = [re.search(r"COCO_(train|val)2014_(\d+)", u) for u in urls]
+                if urls and all(m):  # COCO's own file names: the image id is known
+                    ids = [int(x.group(2)) for x in m]
+                    folder_name = f"{split}2014"
+            ds.splits[split] = Split(ds, split, caps, idxs, fsrc, n, fpath, image_ids=ids, urls=urls,
+                                     coco_folder=folder_name)
+        return ds
+    except BaseException:
+        for f in files:
+            f.close()
+        raise
+
+
+def load_dataset(name_or_path="shapes", data_dir=None, build: bool = True, preload=None) -> CaptionDataset:
+    """Open a captioning dataset by name ("shapes", "coco-fc7", "coco-grid") or path.
+
+    A path may be a course-format .h5 file (shapes, coco-grid) or a CS231n `coco_captioning` folder.
+    `data_dir` overrides the data folder (default `default_data_dir()`). "shapes" is built there on
+    first use (progress bar) unless build=False. `preload`: read features into memory (default: when
+    they take <= 2 GB). Raises DatasetError naming the missing file and the command that gets it.
+    """
+    root = Path(data_dir) if data_dir else default_data_dir()
+    key = str(name_or_path)
+    if key == "shapes":
+        path = root / shapes.FILE_NAME
+        if not path.exists():
+            if not build:
+                raise DatasetError(f"missing file {path}. Build it with:\n    {shapes.command(path)}")
+            shapes.build(path)
+        return _load_course_h5(path, "shapes", preload)
+    if key == "coco-fc7":
+        return _load_cs231n(root / coco_cs231n.FOLDER, preload)
+    if key == "coco-grid":
+        path = root / coco_grid.FILE_NAME
+        if not path.exists():
+            raise DatasetError(f"missing file {path}. Build COCO grid features (on Colab or a machine with "
+                               f"internet) with:\n    {coco_grid.command(root)}")
+        return _load_course_h5(path, "coco-grid", preload)
+    path = Path(name_or_path).expanduser()
+    if path.is_dir():
+        return _load_cs231n(path, preload)
+    if path.is_file():
+        return _load_course_h5(path, None, preload)
+    if path.suffix in (".h5", ".hdf5") or path.name == coco_cs231n.FOLDER:
+        raise DatasetError(f"missing file {path}")
+    raise DatasetError(f"unknown dataset {key!r}: use 'shapes', 'coco-fc7', 'coco-grid' or an existing path")
