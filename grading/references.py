@@ -46,6 +46,9 @@ class CaseSpec:
     hint: str = ""
     public: bool = False
     seed: int = 0
+    # dotted names of library functions the student's code must not call here (e.g. torch's own
+    # attention when the task is to write it); the check replaces them with a tripwire while it runs
+    forbid: list[str] = field(default_factory=list)
 
 
 def _run(spec: CaseSpec, obj, params: dict[str, torch.Tensor] | None, dtype64: bool, with_grad: bool):
@@ -158,7 +161,7 @@ def write_cases(path: Path, records: list[dict]) -> None:
                     "const_args": json.dumps(s.const_args),
                     "const_kwargs": json.dumps(s.const_kwargs), "init": json.dumps(s.init),
                     "outputs": json.dumps(s.outputs), "grad_wrt": json.dumps(s.grad_wrt),
-                    "properties": json.dumps(s.properties), "rtol": s.rtol, "atol": s.atol, "hint": s.hint,
+                    "properties": json.dumps(s.properties), "forbid": json.dumps(s.forbid), "rtol": s.rtol, "atol": s.atol, "hint": s.hint,
                 }
                 g.attrs.update(attrs)
                 for key in ("inputs", "params", "expected", "grad_weights", "grads"):

@@ -58,6 +58,7 @@ class Case:
     properties: list[list[str]]
     rtol: float
     atol: float
+    forbid: list[str] = field(default_factory=list)
     hint: str = ""
     extra: dict = field(default_factory=dict)
 
@@ -126,6 +127,7 @@ def load_case(name: str) -> Case:
                 grads=_read_group(g.get("grads")),
                 variants=variants,
                 properties=json.loads(a["properties"]),
+                forbid=json.loads(a.get("forbid", "[]")),
                 rtol=float(a["rtol"]),
                 atol=float(a["atol"]),
                 hint=str(a.get("hint", "")),
@@ -137,6 +139,37 @@ def load_case(name: str) -> Case:
 
 # --------------------------------------------------------------------------------------------------
 # Running the student's code
+
+class _Forbidden(Exception):
+    pass
+
+
+@contextlib.contextmanager
+def _tripwires(names: list[str]):
+    """Temporarily replace library functions (dotted names) with ones that raise _Forbidden."""
+    import importlib
+
+    saved = []
+    try:
+        for dotted in names:
+            owner_name, attr = dotted.rsplit(".", 1)
+            try:
+                owner = importlib.import_module(owner_name)
+            except ImportError:
+                mod_name, cls_name = owner_name.rsplit(".", 1)
+                owner = getattr(importlib.import_module(mod_name), cls_name)
+            original = getattr(owner, attr)
+
+            def tripwire(*args, _name=dotted, **kwargs):
+                raise _Forbidden(_name)
+
+            saved.append((owner, attr, original))
+            setattr(owner, attr, tripwire)
+        yield
+    finally:
+        for owner, attr, original in reversed(saved):
+            setattr(owner, attr, original)
+
 
 @contextlib.contextmanager
 def _quiet():
@@ -198,10 +231,12 @@ def _call(case: Case, fn: Callable, requires_grad: bool):
     kwargs = {k: inputs[v] for k, v in case.kwargs.items()}
     kwargs.update(case.const_kwargs)
     try:
-        with _quiet():
+        with _quiet(), _tripwires(case.forbid):
             out = call(*args, **kwargs)
     except CheckFailed:
         raise
+    except _Forbidden as exc:
+        raise CheckFailed(f"{what} calls `{exc}`: this task is to implement it yourself with basic tensor ops.") from None
     except Exception as exc:  # noqa: BLE001 - reported to the student
         raise CheckFailed(_describe_exception(what, exc)) from None
     return _split_outputs(case, out), inputs, module

@@ -212,6 +212,8 @@ class Split:
         """URL of the image: images.cocodataset.org when the COCO id is known, else the URL listed
         with the dataset (Flickr for CS231n, often dead), else None."""
         i = int(image_idx)
+        if self._coco_folder and self._file_names is not None:
+            return f"http://images.cocodataset.org/{self._coco_folder}/{self._file_names[i]}"
         if self._coco_folder and self.image_ids is not None:
             return COCO_URL.format(folder=self._coco_folder, id=int(self.image_ids[i]))
         if self._urls is not None and i < len(self._urls):
@@ -236,7 +238,7 @@ class Split:
             local = Path(self._image_root) / self._file_names[i]
             if local.is_file():
                 return np.asarray(Image.open(local).convert("RGB"))
-        if self._coco_folder and self.image_ids is not None:
+        if self._coco_folder:
             url = self.image_url(i)
             try:
                 with urllib.request.urlopen(url, timeout=20) as r:

@@ -12,6 +12,8 @@ import torch
 
 from grading.references import CaseSpec
 
+FORBID = ["torch.nn.functional.scaled_dot_product_attention"]  # the task is to write it
+
 # ---- known bugs, written independently of the solution -------------------------------------------
 
 def _attend(q, k, v, mask=None, scale=None, softmax_dim=-1, mask_after=False, fill=float("-inf"),
@@ -113,7 +115,7 @@ def cases(ns) -> list[CaseSpec]:
             name=name, target="attention_loop", args=["query", "keys", "values"], outputs=["output", "weights"],
             inputs={"query": _randn(m, d, g=g, dtype=dtype), "keys": _randn(n, d, g=g, dtype=dtype),
                     "values": _randn(n, dv, g=g, dtype=dtype)},
-            variants=_loop_variants(), properties=attn_props, public=public))
+            variants=_loop_variants(), properties=attn_props, public=public, forbid=FORBID))
 
     # scaled_dot_product_attention, unmasked
     for name, (qs, ks, vs, dtype, grad, public) in {
@@ -128,7 +130,7 @@ def cases(ns) -> list[CaseSpec]:
             inputs={"q": _randn(*qs, g=g, dtype=dtype), "k": _randn(*ks, g=g, dtype=dtype),
                     "v": _randn(*vs, g=g, dtype=dtype)},
             grad_wrt=["q", "k", "v"] if grad else [], variants=_sdpa_variants(False), properties=attn_props,
-            public=public))
+            public=public, forbid=FORBID))
 
     # scaled_dot_product_attention with masks (True = may attend); every query keeps >= 1 key
     def causal(t):
@@ -151,7 +153,7 @@ def cases(ns) -> list[CaseSpec]:
             outputs=["output", "weights"],
             inputs={"q": _randn(*qs, g=g), "k": _randn(*ks, g=g), "v": _randn(*vs, g=g), "mask": mask},
             grad_wrt=["q", "k", "v"] if grad else [], variants=_sdpa_variants(True),
-            properties=attn_props + [["zero_where_masked", "weights", "mask"]], public=public))
+            properties=attn_props + [["zero_where_masked", "weights", "mask"]], public=public, forbid=FORBID))
 
     # causal_mask(T)
     for name, (t, public) in {"causal/5": (5, True), "causal/1": (1, False), "causal/17": (17, False)}.items():
@@ -178,5 +180,5 @@ def cases(ns) -> list[CaseSpec]:
         out.append(CaseSpec(
             name=name, target="SelfAttention", kind="module", init={"embed_dim": e, "head_dim": h},
             args=["x"], kwargs=kwargs, outputs=["output", "weights"], inputs=inputs, grad_wrt=grad_wrt,
-            variants=_self_attention_variants(), properties=props, public=public))
+            variants=_self_attention_variants(), properties=props, public=public, forbid=FORBID))
     return out
