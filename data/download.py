@@ -8,6 +8,7 @@ complete, with a `.complete` marker inside: a half-extracted folder never has th
 """
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import re
@@ -84,7 +85,13 @@ def download(url: str, dest, expected_size: int | None = None, timeout: float = 
                                            unit_divisor=1024, desc=dest.name,
                                            disable=not progress) as bar:
             while True:
-                block = resp.read(chunk_size)
+                try:
+                    block = resp.read(chunk_size)
+                except (http.client.HTTPException, OSError) as e:  # connection dropped mid-way
+                    out.flush()
+                    raise DownloadError(f"download of {url} interrupted ({type(e).__name__}) after "
+                                        f"{out.tell()} bytes, kept in {part}; run the same command "
+                                        f"again to resume") from e
                 if not block:
                     break
                 out.write(block)

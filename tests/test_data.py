@@ -1,0 +1,510 @@
+"""Tests of the datasets (data/) and the dataset API (starter/data.py), on tiny generated files."""
+from __future__ import annotations
+
+import io
+import json
+import re
+import shutil
+import threading
+import zipfile
+from collections import Counter
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from data import coco_cs231n, coco_grid, shapes
+from data.common import SPECIAL_TOKENS
+from data.download import DownloadError, download, extract_zip_atomic, is_complete
+from starter.data import DatasetError, Vocab, load_dataset
+
+WORDS = ["a", "man", "dog", "riding", "on", "the", "beach", "with", "cat", "red"]
+
+
+# ---------------------------------------------------------------------- CS231n-schema tiny files
+def write_cs231n(folder: Path, n_train=6, n_val=4, per_image=3, T=17, urls="flickr"):
+    """Tiny copies of the CS231n coco_captioning files: same keys, dtypes and special tokens."""
+    folder.mkdir(parents=True, exist_ok=True)
+    itw = list(SPECIAL_TOKENS) + WORDS
+    (folder / "coco2014_vocab.json").write_text(json.dumps(
+        {"idx_to_word": itw, "word_to_idx": {w: i for i, w in enumerate(itw)}}))
+    rng = np.random.default_rng(0)
+    with h5py.File(folder / "coco2014_captions.h5", "w") as f:
+        for split, n in (("train", n_train), ("val", n_val)):
+            m = n * per_image
+            caps = np.zeros((m, T), np.int32)
+            for r in range(m):
+                k = rng.integers(3, 8)
+                caps[r, :k + 2] = [1, *rng.integers(4, len(itw), size=k), 2]
+            f.create_dataset(f"{split}_captions", data=caps)
+            f.create_dataset(f"{split}_image_idxs", data=np.repeat(np.arange(n, dtype=np.int32), per_image))
+    for split, n in (("train", n_train), ("val", n_val)):
+        with h5py.File(folder / f"{split}2014_vgg16_fc7_pca.h5", "w") as f:
+            f.create_dataset("features", data=rng.standard_normal((n, 512)).astype(np.float32))
+        if urls == "flickr":
+            lines = [f"http://farm{i % 9}.staticflickr.com/1/{1000 + i}_abc_z.jpg" for i in range(n)]
+        else:
+            lines = [f"http://images.cocodataset.org/{split}2014/COCO_{split}2014_{100 + i:012d}.jpg"
+                     for i in range(n)]
+        (folder / f"{split}2014_urls.txt").write_text("\n".join(lines) + "\n")
+    return folder
+
+
+@pytest.fixture
+def cs231n(tmp_path):
+    return write_cs231n(tmp_path / "coco_captioning")
+
+
+def test_cs231n_loader(cs231n):
+    ds = load_dataset(cs231n)
+    assert ds.name == "coco-fc7" and ds.grid_shape == (1, 1) and ds.feature_dim == 512
+    assert len(ds.vocab) == 4 + len(WORDS) and ds.vocab.end_idx == 2
+    tr = ds.split("train")
+    assert tr.captions.shape == (18, 17) and tr.captions.dtype == torch.int64
+    assert tr.num_images == 6 and len(tr.references(2)) == 3
+    with h5py.File(cs231n / "train2014_vgg16_fc7_pca.h5") as f:
+        raw = f["features"][[1, 4]]
+    feats = tr.features([1, 4])
+    assert feats.shape == (2, 1, 512) and feats.dtype == torch.float32
+    assert torch.allclose(feats[:, 0], torch.from_numpy(raw))
+    caps, feats, idx = tr.sample_batch(5, generator=0)
+    assert caps.shape == (5, 17) and feats.shape == (5, 1, 512) and idx.shape == (5,)
+    assert "staticflickr" in tr.image_url(0)
+    with pytest.raises(DatasetError, match="no image available"):
+        tr.image(0)
+    # the same through the name, in a data folder
+    assert load_dataset("coco-fc7", data_dir=cs231n.parent).split("val").num_images == 4
+    lazy = load_dataset(cs231n, preload=False).split("train")
+    assert torch.equal(lazy.features([4, 1, 4]), load_dataset(cs231n).split("train").features([4, 1, 4]))
+
+
+def test_cs231n_coco_urls_give_coco_ids(tmp_path):
+    ds = load_dataset(write_cs231n(tmp_path / "coco_captioning", urls="coco"))
+    assert ds.split("val").image_url(3) == \
+        "http://images.cocodataset.org/val2014/COCO_val2014_000000000103.jpg"
+
+
+# ---------------------------------------------------------------------------------- bad input
+def test_missing_dataset_names_file_and_command(tmp_path, cs231n):
+    with pytest.raises(DatasetError, match=r"coco2014_captions\.h5[\s\S]*python -m data\.coco_cs231n --dest"):
+        load_dataset("coco-fc7", data_dir=tmp_path / "empty")
+    (cs231n / "coco2014_vocab.json").unlink()
+    with pytest.raises(DatasetError, match=r"coco2014_vocab\.json[\s\S]*python -m data\.coco_cs231n"):
+        load_dataset(cs231n)
+    with pytest.raises(DatasetError, match=r"coco_grid\.h5[\s\S]*python -m data\.coco_grid"):
+        load_dataset("coco-grid", data_dir=tmp_path)
+    with pytest.raises(DatasetError, match=r"shapes_v1\.h5[\s\S]*python -m data\.shapes --out"):
+        load_dataset("shapes", data_dir=tmp_path, build=False)
+    with pytest.raises(DatasetError, match="unknown dataset"):
+        load_dataset("cifar")
+
+
+def test_truncated_hdf5(cs231n):
+    p = cs231n / "val2014_vgg16_fc7_pca.h5"
+    data = p.read_bytes()
+    p.write_bytes(data[: len(data) // 2])
+    with pytest.raises(DatasetError, match="val2014_vgg16_fc7_pca.h5"):
+        load_dataset(cs231n)
+
+
+def _rewrite(path, key, value):
+    with h5py.File(path, "a") as f:
+        del f[key]
+        if value is not None:
+            f.create_dataset(key, data=value)
+
+
+@pytest.mark.parametrize("case, pattern", [
+    ("wrong_key", "missing key 'features'"),
+    ("wrong_dtype", "dtype"),
+    ("wrong_shape", r"\(M, T\)"),
+    ("vocab_mismatch", "vocabulary does not match"),
+    ("bad_image_idx", "image_idxs reach"),
+    ("vocab_json", "word_to_idx does not match"),
+])
+def test_bad_cs231n_files(cs231n, case, pattern):
+    caps = cs231n / "coco2014_captions.h5"
+    feats = cs231n / "train2014_vgg16_fc7_pca.h5"
+    if case == "wrong_key":
+        with h5py.File(feats, "a") as f:
+            f.move("features", "feats")
+    elif case == "wrong_dtype":
+        _rewrite(feats, "features", np.zeros((6, 512), np.int64))
+    elif case == "wrong_shape":
+        _rewrite(caps, "train_captions", np.ones(18, np.int32))
+    elif case == "vocab_mismatch":
+        with h5py.File(caps, "a") as f:
+            f["train_captions"][0, 3] = 99
+    elif case == "bad_image_idx":
+        with h5py.File(caps, "a") as f:
+            f["train_image_idxs"][0] = 6
+    elif case == "vocab_json":
+        v = json.loads((cs231n / "coco2014_vocab.json").read_text())
+        v["word_to_idx"]["man"] = 7
+        (cs231n / "coco2014_vocab.json").write_text(json.dumps(v))
+    with pytest.raises(DatasetError, match=pattern):
+        load_dataset(cs231n)
+
+
+# ------------------------------------------------------------------------------ download logic
+class _Handler(BaseHTTPRequestHandler):
+    def do_GET(self):
+        srv = self.server
+        srv.ranges.append(self.headers.get("Range"))
+        data, start = srv.payload, 0
+        rng = self.headers.get("Range")
+        if rng and srv.support_range:
+            start = int(re.match(r"bytes=(\d+)-", rng).group(1))
+            if start >= len(data):
+                self.send_response(416)
+                self.send_header("Content-Range", f"bytes */{len(data)}")
+                self.end_headers()
+                return
+            self.send_response(206)
+            self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
+        else:
+            self.send_response(200)
+        body = data[start:]
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if srv.cut is not None:  # drop the connection after `cut` bytes, once
+            self.wfile.write(body[: srv.cut])
+            srv.cut = None
+            self.close_connection = True
+            return
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def server():
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    srv.payload, srv.cut, srv.support_range, srv.ranges = b"", None, True, []
+    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t.start()
+    srv.url = f"http://127.0.0.1:{srv.server_address[1]}/coco_captioning.zip"
+    yield srv
+    srv.shutdown()
+    srv.server_close()
+
+
+def test_download_resumes_after_truncation(server, tmp_path):
+    server.payload = bytes(np.random.default_rng(0).integers(0, 256, 300_000, dtype=np.uint8))
+    server.cut = 100_000
+    dest = tmp_path / "f.zip"
+    with pytest.raises(DownloadError, match="resume"):
+        download(server.url, dest, chunk_size=8192, progress=False)
+    assert not dest.exists()  # a partial download never gets the final name
+    part = tmp_path / "f.zip.part"
+    have = part.stat().st_size
+    assert 0 < have < len(server.payload)
+    download(server.url, dest, chunk_size=8192, progress=False)
+    assert dest.read_bytes() == server.payload and not part.exists()
+    assert server.ranges[-1] == f"bytes={have}-"  # resumed, not restarted
+    # a finished file is reused without asking the server again
+    n = len(server.ranges)
+    download(server.url, dest, progress=False)
+    assert len(server.ranges) == n
+
+
+def test_download_without_range_support_and_size_check(server, tmp_path):
+    server.payload = b"x" * 50_000
+    server.support_range = False
+    (tmp_path / "g.zip.part").write_bytes(b"garbage")
+    download(server.url, tmp_path / "g.zip", progress=False)
+    assert (tmp_path / "g.zip").read_bytes() == server.payload
+    with pytest.raises(DownloadError, match="expected 123"):
+        download(server.url, tmp_path / "h.zip", expected_size=123, progress=False)
+    assert not (tmp_path / "h.zip").exists()
+
+
+def test_download_file_url(tmp_path):
+    src = tmp_path / "src.bin"
+    src.write_bytes(b"abc" * 1000)
+    out = download(src.as_uri(), tmp_path / "out" / "dst.bin", progress=False)
+    assert out.read_bytes() == src.read_bytes()
+
+
+def _zip_folder(folder: Path) -> bytes:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        for p in sorted(folder.rglob("*")):
+            z.write(p, Path(folder.name) / p.relative_to(folder))
+    return buf.getvalue()
+
+
+def test_extract_is_atomic_and_rejects_bad_zip(tmp_path, cs231n):
+    payload = _zip_folder(cs231n)
+    bad = tmp_path / "bad.zip"
+    bad.write_bytes(payload[: len(payload) // 2])
+    dest = tmp_path / "out" / "coco_captioning"
+    with pytest.raises(DownloadError, match="bad.zip"):
+        extract_zip_atomic(bad, dest, progress=False)
+    assert not dest.exists() and not any((tmp_path / "out").glob(".*tmp*"))
+    # a partial folder left by someone else is not trusted
+    dest.mkdir(parents=True)
+    (dest / "coco2014_vocab.json").write_text("{}")
+    good = tmp_path / "good.zip"
+    good.write_bytes(payload)
+    extract_zip_atomic(good, dest, progress=False)
+    assert is_complete(dest) and (dest / "coco2014_captions.h5").is_file()
+    assert list((tmp_path / "out").glob("coco_captioning.incomplete-*"))
+
+
+def test_fetch_cs231n_end_to_end(server, tmp_path, cs231n):
+    server.payload = _zip_folder(cs231n)
+    server.cut = len(server.payload) // 3
+    dest = tmp_path / "dl"
+    with pytest.raises(DownloadError):
+        coco_cs231n.fetch(dest, url=server.url, progress=False)
+    assert not (dest / "coco_captioning").exists()
+    with pytest.raises(DatasetError, match="python -m data.coco_cs231n"):
+        load_dataset("coco-fc7", data_dir=dest)
+    folder = coco_cs231n.fetch(dest, url=server.url, progress=False)
+    assert not (dest / "coco_captioning.zip").exists()
+    assert load_dataset("coco-fc7", data_dir=dest).split("train").num_images == 6
+    assert coco_cs231n.main(["--dest", str(dest), "--url", server.url]) == 0
+    assert folder == dest / "coco_captioning"
+
+
+# ---------------------------------------------------------------------------- COCO grid builder
+def _coco_split(root: Path, split: str, ids, rng):
+    img_dir = root / f"{split}2014"
+    img_dir.mkdir(parents=True)
+    images, anns = [], []
+    for k, i in enumerate(ids):
+        name = f"COCO_{split}2014_{i:012d}.jpg"
+        arr = rng.integers(0, 256, (48 + 8 * k, 64, 3), dtype=np.uint8)
+        Image.fromarray(arr).save(img_dir / name, quality=90)
+        images.append({"id": i, "file_name": name, "height": arr.shape[0], "width": arr.shape[1]})
+        for j, cap in enumerate(["A dog on the beach.", "A red dog riding a cat", f"the MAN with a zebra{i}"]):
+            anns.append({"id": 10 * i + j, "image_id": i, "caption": cap})
+    images.append({"id": 999, "file_name": "no_captions.jpg"})  # skipped: no captions
+    ann = root / f"captions_{split}2014.json"
+    ann.write_text(json.dumps({"images": images, "annotations": anns}))
+    return ann, img_dir
+
+
+@pytest.fixture
+def coco_raw(tmp_path):
+    rng = np.random.default_rng(0)
+    tr = _coco_split(tmp_path / "coco", "train", [42, 7, 300, 5, 77], rng)
+    va = _coco_split(tmp_path / "coco", "val", [9, 8], rng)
+    return tr, va
+
+
+def _grid_build(out, coco_raw, **kw):
+    (ta, ti), (va, vi) = coco_raw
+    torch.manual_seed(0)  # weights=None: random init, seeded for comparable runs
+    return coco_grid.build(out, ta, ti, va, vi, arch="resnet18", weights=None, image_size=64,
+                           min_count=2, batch_size=2, num_workers=0, progress=False, **kw)
+
+
+def test_grid_builder(tmp_path, coco_raw):
+    out = _grid_build(tmp_path / "grid.h5", coco_raw)
+    ds = load_dataset(out)
+    assert ds.name == "coco-grid" and ds.grid_shape == (2, 2) and ds.feature_dim == 512
+    tr = ds.split("train")
+    assert tr.num_images == 5 and len(tr) == 15 and list(tr.image_ids) == [5, 7, 42, 77, 300]
+    with h5py.File(out) as f:
+        assert f["train/features"].dtype == np.float16 and f["train/features"].chunks == (1, 4, 512)
+    # words seen at least min_count=2 times in training captions; "zebra<id>" occur once
+    assert set(ds.vocab.idx_to_word[4:]) == set("a dog on the beach red riding cat man with".split())
+    assert tr.references(0)[0] == "a dog on the beach"
+    assert tr.references(0)[2] == "the man with a <UNK>"
+    assert tr.image_url(2) == "http://images.cocodataset.org/train2014/COCO_train2014_000000000042.jpg"
+    assert tr.image(2).shape == (48, 64, 3)  # the original file, read locally
+    assert ds.split("val").features([0, 1]).shape == (2, 4, 512)
+    assert not list(tmp_path.glob(".*partial*"))
+
+
+def test_grid_builder_resumes_and_rejects_bad_input(tmp_path, coco_raw):
+    (ta, ti), (va, vi) = coco_raw
+    victim = ti / "COCO_train2014_000000000300.jpg"  # 5th by id: fails in the 3rd batch of 2
+    good = victim.read_bytes()
+    victim.write_bytes(b"not a jpeg")
+    out = tmp_path / "grid.h5"
+    with pytest.raises(coco_grid.BuildError, match="COCO_train2014_000000000300"):
+        _grid_build(out, coco_raw)
+    assert not out.exists()
+    partial = tmp_path / ".grid.h5.partial"
+    with h5py.File(partial) as f:
+        assert list(f["train/done"][()]) == [1, 1, 1, 1, 0]
+    victim.write_bytes(good)
+    _grid_build(out, coco_raw)
+    assert not partial.exists()
+    fresh = _grid_build(tmp_path / "fresh.h5", coco_raw)
+    a, b = load_dataset(out).split("train"), load_dataset(fresh).split("train")
+    assert torch.equal(a.features(range(5)), b.features(range(5)))
+    # bad input fails before anything is written
+    victim.unlink()
+    with pytest.raises(coco_grid.BuildError, match="missing"):
+        _grid_build(tmp_path / "x.h5", coco_raw)
+    ta.write_text("{not json")
+    with pytest.raises(coco_grid.BuildError, match="not a COCO caption annotation"):
+        _grid_build(tmp_path / "y.h5", coco_raw)
+    assert not list(tmp_path.glob("*x.h5*")) and not list(tmp_path.glob("*y.h5*"))
+
+
+# --------------------------------------------------------------------------- shapes dataset
+TINY = dict(num_train=24, num_val=8, seed=3)
+
+
+@pytest.fixture(scope="module")
+def tiny_shapes(tmp_path_factory):
+    return shapes.build(tmp_path_factory.mktemp("shapes") / "shapes_v1.h5", progress=False, **TINY)
+
+
+def _all_arrays(path):
+    out = {}
+    with h5py.File(path) as f:
+        f.visititems(lambda k, v: out.__setitem__(k, v[()]) if isinstance(v, h5py.Dataset) else None)
+        out["attrs"] = dict(f.attrs)
+    return out
+
+
+def test_shapes_deterministic(tiny_shapes, tmp_path):
+    again = shapes.build(tmp_path / "again.h5", progress=False, **TINY)
+    a, b = _all_arrays(tiny_shapes), _all_arrays(again)
+    assert a.keys() == b.keys()
+    for k in a:
+        if k == "attrs":
+            assert {x: str(y) for x, y in a[k].items()} == {x: str(y) for x, y in b[k].items()}
+        else:
+            assert np.array_equal(a[k], b[k]), k
+    other = shapes.generate_scenes(TINY["num_train"], TINY["num_val"], seed=4)
+    assert other != shapes.generate_scenes(TINY["num_train"], TINY["num_val"], seed=3)
+
+
+def test_shapes_content(tiny_shapes):
+    ds = load_dataset(tiny_shapes)
+    assert ds.name == "shapes" and ds.grid_shape == (7, 7) and ds.feature_dim == 64
+    assert len(ds.vocab) < 40 and ds.max_length <= 16
+    tr, va = ds.split("train"), ds.split("val")
+    assert tr.num_images == 24 and len(tr) == 72 and va.num_images == 8
+    assert tr.features([0]).shape == (1, 49, 64)
+    with h5py.File(tiny_shapes) as f:
+        sig_tr = set(f["train/signatures"].asstr()[()])
+        sig_va = set(f["val/signatures"].asstr()[()])
+    assert not sig_tr & sig_va  # val scenes are combinations never seen in training
+    for split in (tr, va):
+        for i in range(split.num_images):
+            img = split.image(i)
+            assert img.shape == (112, 112, 3) and img.dtype == np.uint8
+            objs = split.objects(i)
+            refs = split.references(i)
+            assert len(refs) == 3 and 1 <= len(objs) <= 2
+            for o in objs:
+                x0, y0, x1, y1 = o["bbox"]
+                k = 224 / 112 / 32  # thumbnail px -> grid cells
+                assert o["cell"] == int((y0 + y1) / 2 * k) * 7 + int((x0 + x1) / 2 * k)
+                assert o["cell"] // 7 in (1, 3, 5) and o["cell"] % 7 in (1, 3, 5)
+                # the object is drawn: the thumbnail at its centre has the object's colour
+                cy, cx = int((y0 + y1) / 2), int((x0 + x1) / 2)
+                assert np.abs(img[cy, cx].astype(int) - shapes.COLOURS[o["colour"]]).max() < 40
+                words = f"{o['size']} {o['colour']} {o['shape']}"
+                assert all(words in r for r in refs)
+            if len(objs) == 2:
+                a, b = objs
+                rel = "to the left of" if a["cell"] // 7 == b["cell"] // 7 else "above"
+                assert refs[0] == f"a {a['size']} {a['colour']} {a['shape']} {rel} a {b['size']} {b['colour']} {b['shape']}"
+
+
+def test_shapes_build_failure_leaves_nothing(tmp_path, monkeypatch):
+    def broken():
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(shapes, "_backbone", broken)
+    with pytest.raises(RuntimeError):
+        shapes.build(tmp_path / "s.h5", progress=False, **TINY)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_load_shapes_builds_on_first_use(tmp_path, monkeypatch, tiny_shapes):
+    calls = []
+
+    def fake_build(path):
+        calls.append(path)
+        shutil.copy(tiny_shapes, path)
+
+    monkeypatch.setattr(shapes, "build", fake_build)
+    monkeypatch.setenv("COURSE_DATA_DIR", str(tmp_path))
+    assert load_dataset("shapes").split("train").num_images == 24
+    assert load_dataset("shapes").name == "shapes" and calls == [tmp_path / "shapes_v1.h5"]
+
+
+def test_corrupt_shapes_file_is_an_error(tmp_path, tiny_shapes):
+    p = tmp_path / "shapes_v1.h5"
+    p.write_bytes(tiny_shapes.read_bytes()[:5000])
+    with pytest.raises(DatasetError, match="shapes_v1.h5"):
+        load_dataset("shapes", data_dir=tmp_path)
+    shutil.copy(tiny_shapes, p)
+    with h5py.File(p, "a") as f:
+        del f["vocab"]
+        f.create_dataset("vocab", data=np.array(list(SPECIAL_TOKENS) + ["a"], dtype=object),
+                         dtype=h5py.string_dtype())
+    with pytest.raises(DatasetError, match="vocabulary does not match"):
+        load_dataset(p)
+    shutil.copy(tiny_shapes, p)
+    with h5py.File(p, "a") as f:
+        del f["val/features"]
+        f.create_dataset("val/features", data=np.zeros((8, 49, 32), np.float16))
+    with pytest.raises(DatasetError, match=r"val/features has shape \(8, 49, 32\)"):
+        load_dataset(p)
+
+
+# --------------------------------------------------------------------------------------- API
+def test_vocab_encode_decode():
+    v = Vocab(list(SPECIAL_TOKENS) + ["a", "red", "circle"])
+    assert (v.null_idx, v.start_idx, v.end_idx, v.unk_idx) == (0, 1, 2, 3) and len(v) == 7
+    assert v.encode("A red, circle!") == [1, 4, 5, 6, 2]
+    assert v.encode("a blue circle", max_len=7) == [1, 4, 3, 6, 2, 0, 0]
+    assert v.decode([1, 4, 5, 6, 2, 5, 0]) == "a red circle"
+    assert v.decode(torch.tensor([1, 0, 4, 2])) == "a"
+    assert v.decode(np.array([[1, 4, 2, 0], [1, 5, 6, 2]])) == ["a", "red circle"]
+    assert v.decode(torch.tensor([[4, 5, 6]])) == ["a red circle"]
+    with pytest.raises(ValueError):
+        Vocab(["a", "b", "c", "d"])
+
+
+def test_sampling_without_replacement_and_epochs(tiny_shapes):
+    tr = load_dataset(tiny_shapes).split("train")
+    key = lambda caps, idx: [(int(i), tuple(c.tolist())) for c, i in zip(caps, idx)]
+    everything = Counter(key(tr.captions, tr.image_idxs))
+    assert max(everything.values()) == 1
+    seen = []
+    for _ in range(len(tr) // 8):  # one epoch of 72 captions in batches of 8
+        caps, feats, idx = tr.sample_batch(8, generator=5)
+        assert caps.dtype == torch.int64 and feats.shape == (8, 49, 64) and feats.dtype == torch.float32
+        assert torch.equal(feats, tr.features(idx))
+        seen += key(caps, idx)
+    assert Counter(seen) == everything
+    # the same seed gives the same stream; a torch.Generator works too
+    a = load_dataset(tiny_shapes).split("train").sample_batch(16, generator=1)
+    b = load_dataset(tiny_shapes).split("train").sample_batch(16, generator=1)
+    assert torch.equal(a[0], b[0]) and torch.equal(a[2], b[2])
+    g = torch.Generator().manual_seed(0)
+    rows = [key(*tr.sample_batch(10, generator=g)[::2]) for _ in range(7)]
+    assert len(set(sum(rows, []))) == 70
+    with pytest.raises(ValueError):
+        tr.sample_batch(1000)
+
+
+def test_iter_batches_covers_each_caption_once(tiny_shapes):
+    ds = load_dataset(tiny_shapes, preload=False)
+    va = ds.split("val")
+    got = []
+    for caps, feats, idx in va.iter_batches(5, shuffle=True, seed=1, device="cpu"):
+        assert feats.shape[1:] == (49, 64) and caps.shape[1] == ds.max_length
+        got += [(int(i), tuple(c.tolist())) for c, i in zip(caps, idx)]
+    assert len(got) == len(va) == 24
+    assert Counter(got) == Counter((int(i), tuple(c.tolist())) for c, i in zip(va.captions, va.image_idxs))
+    assert sum(1 for _ in va.iter_batches(5, drop_last=True)) == va.num_batches(5, drop_last=True) == 4
+    first = next(va.iter_batches(6, shuffle=False))[0]
+    assert torch.equal(first, va.captions[:6])
