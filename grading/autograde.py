@@ -211,7 +211,7 @@ def copy_feedback(root: Path, out: Path, student: str) -> None:
         shutil.copyfile(page, dst / page.name)
 
 
-def test_columns() -> list[tuple[str, str, float]]:
+def graded_columns() -> list[tuple[str, str, float]]:
     """(notebook stem, grade_id, points) of every test cell, in notebook order."""
     cols = []
     for path in notebooks.solution_notebooks():
@@ -237,7 +237,7 @@ def scores_from_gradebook(db_url: str, student: str) -> dict[tuple[str, str], fl
 
 
 def write_grades(out: Path, results: list[StudentResult], db_url: str) -> Path:
-    cols = test_columns()
+    cols = graded_columns()
     stems = list(dict.fromkeys(c[0] for c in cols))
     header = ["student", "status"] + [f"{s}:{g}" for s, g, _ in cols] + [f"{s}:total" for s in stems]
     header += ["total", "max_total", "notes"]

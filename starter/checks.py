@@ -219,7 +219,7 @@ def _call(case: Case, fn: Callable, requires_grad: bool):
                 torch.manual_seed(0)
                 module = fn(**case.init)
         except Exception as exc:  # noqa: BLE001 - reported to the student
-            raise CheckFailed(_describe_exception(f"{what}(**{case.init})", exc)) from None
+            raise _failed(_describe_exception(f"{what}(**{case.init})", exc), exc) from None
         _load_params(case, module)
         module.eval()  # dropout off
         call = module
@@ -238,8 +238,31 @@ def _call(case: Case, fn: Callable, requires_grad: bool):
     except _Forbidden as exc:
         raise CheckFailed(f"{what} calls `{exc}`: this task is to implement it yourself with basic tensor ops.") from None
     except Exception as exc:  # noqa: BLE001 - reported to the student
-        raise CheckFailed(_describe_exception(what, exc)) from None
+        raise _failed(_describe_exception(what, exc), exc) from None
     return _split_outputs(case, out), inputs, module
+
+
+def _failed(message: str, error: BaseException) -> CheckFailed:
+    """A CheckFailed that remembers the student's exception (for cases that expect one)."""
+    failed = CheckFailed(message)
+    failed.error = error
+    return failed
+
+
+def _check_raises(case: Case, what: str, fn: Callable, prop: list) -> None:
+    """Property ["raises", "ValueError", "when ..."]: the call must fail with that exception."""
+    expected = prop[1]
+    when = f" {prop[2]}" if len(prop) > 2 and prop[2] else ""
+    try:
+        _call(case, fn, False)
+    except CheckFailed as failed:
+        error = getattr(failed, "error", None)
+        if error is None or isinstance(error, NotImplementedError):
+            raise
+        if any(c.__name__ == expected for c in type(error).__mro__):
+            return
+        raise CheckFailed(f"{what} raised {type(error).__name__} ({error}); expected a clear {expected}{when}.") from None
+    raise CheckFailed(f"{what} returned normally; it should raise a {expected}{when}.")
 
 
 def _load_params(case: Case, module) -> None:
@@ -312,7 +335,7 @@ def _shape_message(what: str, name: str, got: tuple, want: tuple) -> str:
         msg += f" (axes {axes} are swapped: check your transposes)"
     else:
         axes = [i - len(got) for i, (g, w) in enumerate(zip(got, want)) if g != w]
-        msg += f" (axis {axes} differs)"
+        msg += f" (axis {', '.join(map(str, axes))} differs)"
     return msg + "."
 
 
@@ -340,6 +363,13 @@ def _property_message(case: Case, got: dict[str, np.ndarray]) -> str | None:
             if blocked.any() and np.abs(w[blocked]).max() > 1e-6:
                 return (f"`{out}` is non-zero at masked positions: fill the scores with -inf where mask is False "
                         "*before* the softmax (not after, and not with 0).")
+        elif kind == "zero_where_padded":  # key padding mask (B, T_k), True = padding; weights (B, ..., T_k)
+            pad = case.inputs[prop[2]].astype(bool)
+            pad = pad.reshape(pad.shape[:1] + (1,) * (w.ndim - 2) + pad.shape[1:])
+            blocked = np.broadcast_to(pad, w.shape)
+            if blocked.any() and np.abs(np.nan_to_num(w[blocked], nan=1.0)).max() > 1e-6:
+                return (f"`{out}` is non-zero for padded keys: key_padding_mask is True at padding (the opposite of "
+                        "attn_mask); block those keys (scores to -inf) before the softmax.")
     return None
 
 
@@ -352,6 +382,11 @@ def check(name: str, fn: Callable) -> None:
 
     case = load_case(name)
     what = f"{name}: `{case.target}`"
+    raises = next((p for p in case.properties if p[0] == "raises"), None)
+    if raises is not None:
+        _check_raises(case, what, fn, raises)
+        print(f"\u2713 {name} passed")
+        return
     need_grad = bool(case.grad_wrt)
     outs, inputs, module = _call(case, fn, need_grad)
 
@@ -422,9 +457,9 @@ def _check_grads(case: Case, what: str, outs: dict, inputs: dict, module) -> Non
         if grad is None:
             raise CheckFailed(f"{what}: no gradient reaches `{key}`: it must be used through differentiable torch ops.")
         if not _close(_numpy(grad), case.grads[key], case.rtol * 10, case.atol * 10):
-            raise CheckFailed(f"{what}: outputs are right but the gradient w.r.t. `{key}` is wrong: avoid in-place "
-                              "edits of tensors that autograd needs (e.g. `scores[mask] = ...` on a leaf); use "
-                              "out-of-place ops such as `masked_fill`.")
+            raise CheckFailed(f"{what}: outputs are right but the gradient w.r.t. `{key}` is wrong: part of the "
+                              "computation is hidden from autograd (.detach(), .data, torch.no_grad, NumPy) or "
+                              "edited in place; use out-of-place ops such as `masked_fill`.")
 
 
 def summary(fn_cases: dict[str, Callable]) -> None:

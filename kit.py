@@ -1,0 +1,78 @@
+#!/usr/bin/env python3
+"""Set up and run the course kit with one command each. Needs only Python 3.10+.
+
+    python3 kit.py run     set up (first time), then execute every solution notebook end to end
+    python3 kit.py test    set up (first time), then run the test suite
+    python3 kit.py setup   only set up: a virtual environment in .venv with everything pinned
+
+Extra arguments after `run` or `test` go to the notebook runner or to pytest. Set KIT_VENV to use
+another virtual-environment folder.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+VENV = Path(os.environ.get("KIT_VENV", ROOT / ".venv"))
+BIN = VENV / ("Scripts" if os.name == "nt" else "bin")
+PYTHON = BIN / ("python.exe" if os.name == "nt" else "python")
+STAMP = VENV / ".kit-installed"
+
+
+def _fingerprint() -> str:
+    h = hashlib.sha256()
+    for name in ("requirements.txt", "pyproject.toml"):
+        h.update((ROOT / name).read_bytes())
+    return h.hexdigest()
+
+
+def _run(*cmd: str | Path, **kw) -> None:
+    print("+", " ".join(str(c) for c in cmd), flush=True)
+    subprocess.run([str(c) for c in cmd], check=True, cwd=ROOT, **kw)
+
+
+def setup() -> None:
+    """Create .venv and install the pinned requirements and the kit itself (skipped when up to date)."""
+    if STAMP.exists() and STAMP.read_text() == _fingerprint() and PYTHON.exists():
+        return
+    if sys.version_info < (3, 10):
+        sys.exit(f"Python 3.10 or newer is needed, this is {sys.version.split()[0]}")
+    if not PYTHON.exists():
+        print(f"creating a virtual environment in {VENV}", flush=True)
+        venv.EnvBuilder(with_pip=True).create(VENV)
+    _run(PYTHON, "-m", "pip", "install", "--quiet", "--upgrade", "pip")
+    _run(PYTHON, "-m", "pip", "install", "--quiet", "-r", "requirements.txt")
+    _run(PYTHON, "-m", "pip", "install", "--quiet", "--no-deps", "-e", ".")
+    # a `python3` kernel inside the venv, so notebooks and nbgrader run with these packages
+    _run(PYTHON, "-m", "ipykernel", "install", "--sys-prefix", "--name", "python3", "--display-name", "Python 3")
+    STAMP.write_text(_fingerprint())
+
+
+def _env() -> dict:
+    env = dict(os.environ)
+    env["PATH"] = os.pathsep.join([str(BIN), env.get("PATH", "")])  # nbgrader calls `alembic`, kernels
+    env["VIRTUAL_ENV"] = str(VENV)
+    env.setdefault("MPLBACKEND", "Agg")
+    return env
+
+
+def main(argv: list[str]) -> int:
+    if not argv or argv[0] not in {"run", "test", "setup"}:
+        print(__doc__)
+        return 2
+    command, rest = argv[0], argv[1:]
+    setup()
+    if command == "run":
+        return subprocess.call([str(PYTHON), "-m", "grading", "execute", *rest], cwd=ROOT, env=_env())
+    if command == "test":
+        return subprocess.call([str(PYTHON), "-m", "pytest", *rest], cwd=ROOT, env=_env())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

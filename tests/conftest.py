@@ -1,0 +1,49 @@
+"""Shared fixtures: paths, and canned student submissions built from the release and the solutions."""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from grading import notebooks as nbs  # noqa: E402
+
+os.environ.setdefault("MPLBACKEND", "Agg")
+
+
+def solution_sources(stem: str) -> dict[str, str]:
+    """grade_id -> solution code as a student would type it (markers removed)."""
+    sol = nbs.read(nbs.SOLUTIONS / f"{stem}.ipynb")
+    return {nbs.nbgrader_meta(c)["grade_id"]: nbs.strip_solution_markers(c.source)
+            for c in sol.cells if nbs.is_solution(c)}
+
+
+def filled_submission(stem: str, overrides: dict[str, str] | None = None):
+    """The release notebook with every solution cell filled in, except those replaced by `overrides`."""
+    nb = nbs.read(nbs.RELEASE / f"{stem}.ipynb")
+    sources = solution_sources(stem)
+    sources.update(overrides or {})
+    for cell in nb.cells:
+        if nbs.is_solution(cell):
+            cell.source = sources[nbs.nbgrader_meta(cell)["grade_id"]]
+    return nb
+
+
+def write_nb(nb, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, str(path))
+    return path
+
+
+@pytest.fixture
+def hidden_references(monkeypatch):
+    monkeypatch.setenv("COURSE_HIDDEN_REFERENCES", str(nbs.HIDDEN_REFERENCES))
+    return nbs.HIDDEN_REFERENCES
+
+
+SOLUTION_STEMS = [p.stem for p in nbs.solution_notebooks()]

@@ -1,0 +1,118 @@
+"""Autograde round trip with real nbgrader over canned submissions.
+
+One run grades a class of canned students: the solution (full marks), the untouched release (0),
+a known bug in one function (exactly the points of the tests that don't depend on it), and broken
+inputs (corrupt notebook, non-notebook file, stripped nbgrader metadata) that are reported with a
+reason while everyone else is graded. Nothing in the submissions folder is changed.
+"""
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import shutil
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from conftest import filled_submission, write_nb
+from grading import notebooks as nbs
+from grading.autograde import autograde, graded_columns
+
+NB01 = "01_scaled_dot_product_attention"
+# the known bug: causal_mask excludes the diagonal. Only test_causal_mask uses causal_mask.
+CAUSAL_BUG = '''
+def causal_mask(T, device=None):
+    """Buggy on purpose: excludes the diagonal."""
+    return torch.ones(T, T, dtype=torch.bool, device=device).tril(-1)
+'''
+
+
+def _digest(folder: Path) -> dict[str, str]:
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    subs = tmp_path_factory.mktemp("submissions")
+    stems = [p.stem for p in nbs.solution_notebooks()]
+    for stem in stems:
+        write_nb(filled_submission(stem), subs / "alice" / f"{stem}.ipynb")
+        (subs / "bob").mkdir(exist_ok=True)
+        shutil.copy(nbs.RELEASE / f"{stem}.ipynb", subs / "bob" / f"{stem}.ipynb")
+    write_nb(filled_submission(NB01, {"causal_mask": CAUSAL_BUG}), subs / "carol" / f"{NB01} (1).ipynb")
+    (subs / "dave").mkdir()
+    (subs / "dave" / f"{NB01}.ipynb").write_text('{"cells": [ this is not json')
+    (subs / "dave" / "notes.txt").write_text("I did my best")
+    stripped = filled_submission(NB01)
+    for cell in stripped.cells:
+        cell.metadata.pop("nbgrader", None)
+    write_nb(stripped, subs / "erin" / f"{NB01}.ipynb")
+    before = _digest(subs)
+    out = tmp_path_factory.mktemp("results")
+    results = autograde(subs, out, course_dir=tmp_path_factory.mktemp("course"))
+    with open(out / "grades.csv") as f:
+        rows = {r["student"]: r for r in csv.DictReader(f)}
+    return {"results": {r.student: r for r in results}, "rows": rows, "out": out, "subs": subs, "before": before}
+
+
+def _points():
+    return {f"{s}:{g}": p for s, g, p in graded_columns()}
+
+
+def test_solution_gets_full_marks(graded):
+    row = graded["rows"]["alice"]
+    assert row["status"] == "graded"
+    assert float(row["total"]) == float(row["max_total"]) > 0
+
+
+def test_untouched_release_gets_zero(graded):
+    row = graded["rows"]["bob"]
+    assert row["status"] == "graded" and float(row["total"]) == 0.0
+
+
+def test_known_bug_loses_exactly_the_dependent_tests(graded):
+    row = graded["rows"]["carol"]
+    points = _points()
+    nb01 = {k: v for k, v in points.items() if k.startswith(NB01)}
+    for column, max_points in nb01.items():
+        expected = 0.0 if column.endswith(":test_causal_mask") else max_points
+        assert float(row[column]) == expected, column
+    assert float(row[f"{NB01}:total"]) == sum(nb01.values()) - nb01[f"{NB01}:test_causal_mask"]
+
+
+def test_broken_inputs_are_reported_and_the_rest_graded(graded):
+    dave = graded["results"]["dave"]
+    assert any("corrupt notebook" in n for n in dave.notes), dave.notes
+    assert any("notes.txt" in n and "not a notebook" in n for n in dave.notes), dave.notes
+    erin = graded["results"]["erin"]
+    assert any("nbgrader metadata missing" in n for n in erin.notes), erin.notes
+    assert float(graded["rows"]["dave"]["total"]) == 0.0 and float(graded["rows"]["erin"]["total"]) == 0.0
+    assert graded["rows"]["dave"]["notes"] and graded["rows"]["erin"]["notes"]
+    assert len(graded["rows"]) == 1 + 5  # the max-points row and every student
+
+
+def test_submissions_are_left_untouched(graded):
+    assert _digest(graded["subs"]) == graded["before"]
+
+
+def test_feedback_hides_hidden_tests(graded):
+    pages = list((graded["out"] / "feedback").rglob("*"))
+    assert {p.suffix for p in pages if p.is_file()} == {".html"}, "only HTML pages in the feedback"
+    html = (graded["out"] / "feedback" / "bob" / f"{NB01}.html").read_text()
+    assert "BEGIN HIDDEN TESTS" not in html and "hidden tests ran here" in html
+    assert "most recent call last" not in html and "Input In" not in html
+    report = json.loads((graded["out"] / "report.json").read_text())
+    assert {s["student"] for s in report["students"]} == {"alice", "bob", "carol", "dave", "erin"}
+
+
+def test_zip_of_submissions(tmp_path, graded):
+    archive = tmp_path / "subs.zip"
+    with zipfile.ZipFile(archive, "w") as zf:
+        for p in (graded["subs"] / "carol").rglob("*"):
+            zf.write(p, Path("class") / "carol" / p.relative_to(graded["subs"] / "carol"))
+    out = tmp_path / "out"
+    results = autograde(archive, out, course_dir=tmp_path / "course")
+    assert [r.student for r in results] == ["carol"] and results[0].status == "graded"

@@ -1,0 +1,153 @@
+"""The checks that test cells call: one-line diagnoses of typical student bugs, and quiet."""
+from __future__ import annotations
+
+import math
+import warnings
+
+import pytest
+import torch
+
+from grading.notebooks import SOLUTIONS, execute_definitions
+from starter.checks import CheckFailed, check, load_case
+
+
+@pytest.fixture(scope="module")
+def ns():
+    return execute_definitions(SOLUTIONS / "01_scaled_dot_product_attention.ipynb")
+
+
+def _message(case, fn):
+    with pytest.raises(CheckFailed) as info:
+        check(case, fn)
+    message = str(info.value)
+    assert "\n" not in message, "messages are one line"
+    return message
+
+
+def _scores(q, k, scale=True):
+    s = q @ k.transpose(-2, -1)
+    return s / math.sqrt(q.shape[-1]) if scale else s
+
+
+def test_solution_passes_and_prints_one_line(ns, capsys, hidden_references):
+    check("sdpa/masked", ns["scaled_dot_product_attention"])
+    check("sdpa/grad", ns["scaled_dot_product_attention"])
+    out = capsys.readouterr()
+    assert out.out.splitlines() == ["\u2713 sdpa/masked passed", "\u2713 sdpa/grad passed"]
+    assert out.err == ""
+
+
+@pytest.mark.parametrize("bug, expected", [
+    (lambda q, k, v, mask=None: None, "returned None"),
+    (lambda q, k, v, mask=None: (_ for _ in ()).throw(NotImplementedError()), "not implemented yet"),
+    (lambda q, k, v, mask=None: 1 / 0, "raised ZeroDivisionError"),
+    (lambda q, k, v, mask=None: torch.zeros(2), "returned one Tensor; expected a tuple (output, weights)"),
+    (lambda q, k, v, mask=None: ([1.0], [2.0]), "returned list for `output`; expected a torch.Tensor"),
+    (lambda q, k, v, mask=None: ((torch.softmax(_scores(q, k), -1) @ v).transpose(-2, -1),
+                                 torch.softmax(_scores(q, k), -1)), "axes [-2, -1] are swapped"),
+    (lambda q, k, v, mask=None: (torch.softmax(_scores(q, k, False), -1) @ v, torch.softmax(_scores(q, k, False), -1)),
+     "looks unscaled"),
+    (lambda q, k, v, mask=None: (torch.softmax(_scores(q, k), -2) @ v, torch.softmax(_scores(q, k), -2)),
+     "softmax taken over the queries"),
+])
+def test_named_bugs_unmasked(bug, expected):
+    assert expected in _message("sdpa/basic", bug)
+
+
+def _masked(after=False, fill=float("-inf"), invert=False):
+    def fn(q, k, v, mask=None):
+        s = _scores(q, k)
+        m = ~mask if invert else mask
+        if not after:
+            s = s.masked_fill(~m, fill)
+        w = torch.softmax(s, -1)
+        if after:
+            w = w * m
+        return w @ v, w
+    return fn
+
+
+@pytest.mark.parametrize("bug, expected", [
+    (_masked(after=True), "mask applied after the softmax"),
+    (_masked(fill=0.0), "instead of -inf"),
+    (_masked(invert=True), "mask convention inverted"),
+    (lambda q, k, v, mask=None: (torch.softmax(_scores(q, k), -1) @ v, torch.softmax(_scores(q, k), -1)),
+     "non-zero at masked positions"),
+])
+def test_named_bugs_masked(bug, expected):
+    assert expected in _message("sdpa/masked", bug)
+
+
+def test_dtype_and_gradient_bugs(ns, hidden_references):
+    sdpa = ns["scaled_dot_product_attention"]
+
+    def float32_only(q, k, v, mask=None):
+        out, w = sdpa(q.float(), k.float(), v.float(), mask)
+        return out, w
+
+    assert "dtype torch.float32, expected torch.float64" in _message("sdpa/float64", float32_only)
+
+    def detached(q, k, v, mask=None):
+        out, w = sdpa(q, k, v, mask)
+        return out.detach(), w.detach()
+
+    assert "not connected" in _message("sdpa/grad", detached)
+
+
+def test_causal_mask_bugs():
+    assert "off by one" in _message("causal/5", lambda T: torch.ones(T, T, dtype=torch.bool).tril(-1))
+    assert "expected torch.bool" in _message("causal/5", lambda T: torch.ones(T, T).tril())
+    assert "inverted" in _message("causal/5", lambda T: torch.ones(T, T, dtype=torch.bool).triu(1))
+
+
+def test_module_bugs(ns):
+    class WrongLayers(torch.nn.Module):
+        def __init__(self, embed_dim, head_dim=None):
+            super().__init__()
+            self.qkv = torch.nn.Linear(embed_dim, 3 * head_dim)
+
+    assert "parameters don't match" in _message("selfattn/basic", WrongLayers)
+    assert "should be an nn.Module class" in _message("selfattn/basic", lambda x: x)
+
+    class Swapped(ns["SelfAttention"]):
+        def forward(self, x, mask=None):
+            return ns["scaled_dot_product_attention"](self.key(x), self.query(x), self.value(x), mask)
+
+    assert "swapped" in _message("selfattn/basic", Swapped)
+
+
+def test_builtin_attention_is_refused():
+    def uses_torch(q, k, v, mask=None):
+        out = torch.nn.functional.scaled_dot_product_attention(q, k, v)
+        return out, torch.softmax(_scores(q, k), -1)
+
+    assert "implement it yourself" in _message("sdpa/basic", uses_torch)
+    # and the tripwire is removed afterwards
+    q = torch.randn(2, 3, 4)
+    assert torch.nn.functional.scaled_dot_product_attention(q, q, q).shape == q.shape
+
+
+def test_checks_are_quiet(ns, capsys):
+    def noisy(q, k, v, mask=None):
+        warnings.warn("student warning")
+        import sys
+        print("to stderr", file=sys.stderr)
+        return ns["scaled_dot_product_attention"](q, k, v, mask)
+
+    check("sdpa/basic", noisy)
+    assert capsys.readouterr().err == ""
+
+
+def test_failure_renders_as_one_line_in_ipython():
+    try:
+        check("causal/5", lambda T: None)
+    except CheckFailed as exc:
+        rendered = exc._render_traceback_()
+    assert len(rendered) == 1 and "returned None" in rendered[0]
+
+
+def test_missing_hidden_case_says_so(monkeypatch, tmp_path):
+    monkeypatch.delenv("COURSE_HIDDEN_REFERENCES", raising=False)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(CheckFailed, match="only while grading"):
+        load_case("sdpa/grad")

@@ -1,0 +1,132 @@
+"""The authored notebooks, their student release and the stored references stay consistent."""
+from __future__ import annotations
+
+import json
+import re
+
+import h5py
+import nbformat
+import numpy as np
+import pytest
+from nbclient import NotebookClient
+from nbgrader.validator import Validator
+
+from conftest import SOLUTION_STEMS
+from grading import course, notebooks as nbs, references
+
+
+@pytest.mark.parametrize("stem", SOLUTION_STEMS)
+def test_solution_passes_nbgrader_validation(stem, hidden_references, tmp_path, monkeypatch):
+    """Every test cell of the solution passes, hidden tests included (read the Validator's result)."""
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+    path = tmp_path / f"{stem}.ipynb"
+    path.write_bytes((nbs.SOLUTIONS / f"{stem}.ipynb").read_bytes())
+    result = Validator().validate(str(path))
+    failed = [f"{c['source'][:60]!r}: {c.get('raw_error', '')[-200:]}" for c in result.get("failed", [])]
+    assert not failed, f"{stem}: solution fails its own tests: {failed}"
+    assert not result.get("type_changed") and not result.get("changed"), result
+
+
+@pytest.mark.parametrize("stem", SOLUTION_STEMS)
+def test_every_test_cell_fails_on_the_untouched_release(stem, tmp_path):
+    nb = nbs.read(nbs.RELEASE / f"{stem}.ipynb")
+    NotebookClient(nb, timeout=120, kernel_name="python3", allow_errors=True,
+                   resources={"metadata": {"path": str(tmp_path)}}).execute()
+    tests = list(nbs.test_cells(nb))
+    assert tests, f"{stem} has no test cells"
+    for cell in tests:
+        errors = [o for o in cell.outputs if o.output_type == "error"]
+        assert errors, f"{stem}: test cell {nbs.nbgrader_meta(cell)['grade_id']} passes without any student code"
+        assert "not implemented yet" in errors[0].evalue, errors[0].evalue
+        assert not [o for o in cell.outputs if o.output_type == "stream" and o.name == "stderr"]
+
+
+def test_release_is_up_to_date(tmp_path):
+    written = course.release(tmp_path)
+    assert {p.name for p in written} == {p.name for p in nbs.RELEASE.glob("*.ipynb")}, \
+        "notebooks/ does not match solutions/: run `python -m grading release`"
+    for fresh in written:
+        assert fresh.read_bytes() == (nbs.RELEASE / fresh.name).read_bytes(), \
+            f"notebooks/{fresh.name} is stale: run `python -m grading release`"
+
+
+def _case_names(path):
+    names = []
+    with h5py.File(path, "r") as f:
+        f.visititems(lambda n, o: names.append(n) if isinstance(o, h5py.Group) and "target" in o.attrs else None)
+    return names
+
+
+def _compare_h5(a, b, where=""):
+    for key in a:
+        assert key in b, f"{where}/{key} missing"
+        if isinstance(a[key], h5py.Group):
+            assert dict(a[key].attrs) == dict(b[key].attrs) or all(
+                str(a[key].attrs[k]) == str(b[key].attrs[k]) for k in a[key].attrs), f"{where}/{key} attrs differ"
+            _compare_h5(a[key], b[key], f"{where}/{key}")
+        else:
+            x, y = a[key][()], b[key][()]
+            assert x.shape == y.shape and x.dtype == y.dtype, f"{where}/{key}"
+            np.testing.assert_allclose(x.astype(np.float64), y.astype(np.float64), rtol=1e-5, atol=1e-6,
+                                       err_msg=f"{where}/{key} is stale: run `python -m grading references`")
+    assert set(a) == set(b), f"{where}: keys differ"
+
+
+def test_references_are_up_to_date(tmp_path):
+    built = references.build_all(tmp_path / "public", tmp_path / "hidden")
+    assert built, "no notebook has reference cases"
+    for public, hidden in built:
+        for fresh, stored in ((public, nbs.PUBLIC_REFERENCES / public.name), (hidden, nbs.HIDDEN_REFERENCES / hidden.name)):
+            assert stored.exists(), f"{stored} missing: run `python -m grading references`"
+            with h5py.File(fresh, "r") as a, h5py.File(stored, "r") as b:
+                _compare_h5(a, b, stored.name)
+
+
+def test_nothing_hidden_ships_to_students():
+    hidden_names = set()
+    for path in nbs.HIDDEN_REFERENCES.glob("*.h5"):
+        hidden_names |= set(_case_names(path))
+    public_names = set()
+    for path in nbs.PUBLIC_REFERENCES.glob("*.h5"):
+        public_names |= set(_case_names(path))
+    assert hidden_names and public_names
+    assert not hidden_names & public_names, f"hidden cases in the public files: {hidden_names & public_names}"
+    for path in nbs.RELEASE.glob("*.ipynb"):
+        text = path.read_text()
+        assert "BEGIN HIDDEN TESTS" not in text and "BEGIN SOLUTION" not in text, path
+        leaked = [n for n in hidden_names if f'"{n}"' in text or f"\\\"{n}\\\"" in text]
+        assert not leaked, f"{path.name} mentions hidden cases {leaked}"
+    # the student package holds only public data
+    assert not list((nbs.ROOT / "starter").rglob("hidden*")), "hidden files inside starter/"
+    # every case a hidden test uses exists, and every public test's case ships
+    for sol in nbs.solution_notebooks():
+        used = set(re.findall(r'check\("([^"]+)"', sol.read_text().replace('\\"', '"')))
+        assert used <= hidden_names | public_names, f"{sol.name}: checks of unknown cases {used - hidden_names - public_names}"
+
+
+@pytest.mark.parametrize("stem", SOLUTION_STEMS)
+def test_notebook_structure(stem):
+    nb = nbs.read(nbs.SOLUTIONS / f"{stem}.ipynb")
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert "google.colab" in code[0].source, "the first code cell must be the Colab set-up cell"
+    ids = [nbs.nbgrader_meta(c).get("grade_id") for c in nb.cells if nbs.nbgrader_meta(c)]
+    assert len(ids) == len(set(ids)), "duplicate grade_id"
+    text = json.dumps(nbformat.v4.new_notebook(cells=nb.cells))
+    assert "autoreload" not in text and "/content/drive" not in text
+    for cell in nbs.test_cells(nb):
+        meta = nbs.nbgrader_meta(cell)
+        assert meta.get("points", 0) > 0 and meta.get("locked"), meta
+        assert "check(" in cell.source, "test cells call starter.checks.check"
+    solutions = [c for c in nb.cells if nbs.is_solution(c)]
+    assert solutions and all("### BEGIN SOLUTION" in c.source for c in solutions)
+
+
+def test_starter_contains_no_graded_code():
+    graded = set()
+    for sol in nbs.solution_notebooks():
+        for cell in nbs.read(sol).cells:
+            if nbs.is_solution(cell):
+                graded |= set(re.findall(r"^(?:def|class) (\w+)", cell.source, re.M))
+    for py in (nbs.ROOT / "starter").rglob("*.py"):
+        defined = set(re.findall(r"^(?:def|class) (\w+)", py.read_text(), re.M))
+        assert not defined & graded, f"{py.name} defines graded names {defined & graded}"

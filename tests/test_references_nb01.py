@@ -1,0 +1,105 @@
+"""Notebook 01's stored references agree with independent implementations.
+
+Outputs against `torch.nn.functional.scaled_dot_product_attention`, weights against the NumPy
+formula, causal masks against `numpy.tril`, gradients against autograd through PyTorch's attention.
+"""
+from __future__ import annotations
+
+import h5py
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from grading import notebooks as nbs
+from starter.checks import load_case
+
+STEM = "01_scaled_dot_product_attention"
+
+
+def _names():
+    names = []
+    for path in (nbs.PUBLIC_REFERENCES / f"{STEM}.h5", nbs.HIDDEN_REFERENCES / f"{STEM}.h5"):
+        with h5py.File(path, "r") as f:
+            f.visititems(lambda n, o: names.append(n) if isinstance(o, h5py.Group) and "target" in o.attrs else None)
+    return names
+
+
+def _softmax_np(x):
+    x = x - np.max(np.where(np.isfinite(x), x, -np.inf), axis=-1, keepdims=True)
+    e = np.exp(x)
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def _attention(q, k, v, mask):
+    """PyTorch's attention for the output; the NumPy formula for the weights."""
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    scores = q.detach().numpy() @ np.swapaxes(k.detach().numpy(), -1, -2) / np.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = np.where(mask.numpy(), scores, -np.inf)
+    return out, _softmax_np(scores)
+
+
+def _independent(case, inputs, params):
+    t = case.target
+    if t in ("attention_loop", "scaled_dot_product_attention"):
+        a = [inputs[n] for n in case.args]
+        return _attention(*a, inputs.get("mask"))
+    if t == "causal_mask":
+        (n,) = case.const_args
+        return (torch.from_numpy(np.tril(np.ones((n, n), dtype=bool))),)
+    if t == "SelfAttention":
+        x = inputs["x"]
+        q, k, v = x @ params["query.weight"].T, x @ params["key.weight"].T, x @ params["value.weight"].T
+        return _attention(q, k, v, inputs.get("mask"))
+    raise AssertionError(f"no independent implementation for {t}")
+
+
+@pytest.mark.parametrize("name", _names())
+def test_reference_matches_independent_implementation(name):
+    case = _load(name)
+    inputs = {k: torch.from_numpy(v.copy()).double() if v.dtype.kind == "f" else torch.from_numpy(v.copy())
+              for k, v in case.inputs.items()}
+    params = {k: torch.from_numpy(v.copy()).double() for k, v in case.params.items()}
+    for key in case.grad_wrt:
+        (inputs if key in inputs else params)[key].requires_grad_(True)
+    outs = _independent(case, inputs, params)
+    for out_name, value in zip(case.outputs, outs):
+        value = value.detach().numpy() if isinstance(value, torch.Tensor) else value
+        assert value.shape == case.expected[out_name].shape
+        np.testing.assert_allclose(value.astype(np.float64), case.expected[out_name].astype(np.float64),
+                                   rtol=1e-5, atol=1e-6, err_msg=f"{name}: {out_name}")
+    floats = [v.dtype for v in case.inputs.values() if v.dtype.kind == "f"]
+    if floats:  # the stored dtype follows the inputs' dtype
+        assert case.expected["output"].dtype == floats[0]
+    if case.grad_wrt:
+        loss = (outs[0] * torch.from_numpy(case.grad_weights["output"]).double()).sum()
+        # the NumPy weights carry no graph: the weights' gradient term goes through torch's softmax
+        if case.target == "SelfAttention":
+            x = inputs["x"]
+            q, k = x @ params["query.weight"].T, x @ params["key.weight"].T
+        else:
+            q, k = inputs[case.args[0]], inputs[case.args[1]]
+        s = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5
+        if "mask" in inputs:
+            s = s.masked_fill(~inputs["mask"], float("-inf"))
+        loss = loss + (s.softmax(-1) * torch.from_numpy(case.grad_weights["weights"]).double()).sum()
+        loss.backward()
+        for key in case.grad_wrt:
+            grad = (inputs if key in inputs else params)[key].grad
+            np.testing.assert_allclose(grad.numpy(), case.grads[key], rtol=1e-4, atol=1e-5,
+                                       err_msg=f"{name}: grad {key}")
+
+
+def _load(name):
+    import os
+
+    os.environ["COURSE_HIDDEN_REFERENCES"] = str(nbs.HIDDEN_REFERENCES)
+    return load_case(name)
+
+
+def test_cases_cover_the_curriculum():
+    targets = {_load(n).target for n in _names()}
+    assert targets == {"attention_loop", "scaled_dot_product_attention", "causal_mask", "SelfAttention"}
+    graded = [n for n in _names() if _load(n).grad_wrt]
+    assert graded, "at least one gradient check"
