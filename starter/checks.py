@@ -221,6 +221,11 @@ def _call(case: Case, fn: Callable, requires_grad: bool):
         except Exception as exc:  # noqa: BLE001 - reported to the student
             raise _failed(_describe_exception(f"{what}(**{case.init})", exc), exc) from None
         _load_params(case, module)
+        if any(v.dtype == np.float64 for v in case.inputs.values()):
+            # float64 cases run the module's parameters (stored as float32) in float64 too; buffers keep
+            # their dtype, so a forward that mixes a float32 buffer into float64 inputs is still caught
+            for p in module.parameters():
+                p.data = p.data.double()
         module.eval()  # dropout off
         call = module
     else:
