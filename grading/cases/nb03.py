@@ -47,7 +47,7 @@ def _merge_variants() -> dict:
 
 def _mha(self, query, key, value, attn_mask=None, key_padding_mask=None, *, split="ok", merge="ok",
          softmax_dim=-1, mask_after=False, out_proj=True, scale="d_k", invert_padding=False,
-         invert_attn=False, drop_padding=False):
+         invert_attn=False, drop_padding=False, padding_on_queries=False):
     """Multi-head attention with one deliberate bug (uses only the module's given layers)."""
     B, Tq, E = query.shape
     Tk = key.shape[1]
@@ -65,7 +65,7 @@ def _mha(self, query, key, value, attn_mask=None, key_padding_mask=None, *, spli
     if attn_mask is not None:
         allowed = allowed & (~attn_mask if invert_attn else attn_mask)
     if key_padding_mask is not None and not drop_padding:
-        pad = key_padding_mask[:, None, None, :]
+        pad = key_padding_mask[:, None, :, None] if padding_on_queries else key_padding_mask[:, None, None, :]
         allowed = allowed & (pad if invert_padding else ~pad)
     if not mask_after:
         scores = scores.masked_fill(~allowed, float("-inf"))
@@ -80,7 +80,7 @@ def _mha(self, query, key, value, attn_mask=None, key_padding_mask=None, *, spli
     return (self.out_proj(o) if out_proj else o), w
 
 
-def _mha_variants(attn_mask: bool = False, padding: bool = False, heads: int = 2) -> dict:
+def _mha_variants(attn_mask: bool = False, padding: bool = False, heads: int = 2, square: bool = True) -> dict:
     def v(message, **kw):
         def make(ns):
             def forward(self, query, key, value, attn_mask=None, key_padding_mask=None):
@@ -114,6 +114,9 @@ def _mha_variants(attn_mask: bool = False, padding: bool = False, heads: int = 2
                                     "(the opposite of attn_mask).", invert_padding=True)
         out["padding_ignored"] = v("key_padding_mask ignored: block the padded keys (True entries) too, combined "
                                    "with attn_mask.", drop_padding=True)
+        if square:
+            out["padding_on_queries"] = v("key_padding_mask applied to the queries (rows): reshape it to "
+                                          "(B, 1, 1, T_k) so that it blocks keys (columns).", padding_on_queries=True)
     return out
 
 
@@ -250,7 +253,7 @@ def cases(ns) -> list[CaseSpec]:
             name=name, target="MultiHeadAttention", kind="module",
             init={"embed_dim": e, "num_heads": h, "dropout": 0.1}, args=["query", "key", "value"], kwargs=kwargs,
             outputs=["output", "weights"], inputs=inputs, grad_wrt=grad_wrt,
-            variants=_mha_variants(amask is not None, kpm is not None, h), properties=props, public=public,
+            variants=_mha_variants(amask is not None, kpm is not None, h, tq == tk), properties=props, public=public,
             forbid=FORBID,
             hint="per head: softmax(q k^T / sqrt(d_k)) with blocked scores at -inf, times v; merge, then out_proj."))
 
