@@ -33,6 +33,11 @@ MEAN = (0.485, 0.456, 0.406)
 STD = (0.229, 0.224, 0.225)
 
 
+def _relu6(x):
+    """ReLU6, in place when autograd does not need the input."""
+    return x.clamp_(0, 6) if not torch.is_grad_enabled() or not x.requires_grad else F.relu6(x)
+
+
 class SameConv2d(nn.Conv2d):
     """nn.Conv2d with TensorFlow "SAME" padding (asymmetric when the total padding is odd)."""
 
@@ -42,8 +47,10 @@ class SameConv2d(nn.Conv2d):
         sh, sw = self.stride
         ph = max((math.ceil(ih / sh) - 1) * sh + kh - ih, 0)
         pw = max((math.ceil(iw / sw) - 1) * sw + kw - iw, 0)
-        if ph or pw:
-            x = F.pad(x, [pw // 2, pw - pw // 2, ph // 2, ph - ph // 2])
+        if ph % 2 == 0 and pw % 2 == 0:  # symmetric: let the convolution pad (much faster)
+            return F.conv2d(x, self.weight, self.bias, self.stride, (ph // 2, pw // 2),
+                            self.dilation, self.groups)
+        x = F.pad(x, [pw // 2, pw - pw // 2, ph // 2, ph - ph // 2])
         return F.conv2d(x, self.weight, self.bias, self.stride, 0, self.dilation, self.groups)
 
 
@@ -66,8 +73,8 @@ class MBConv(nn.Module):
     def forward(self, x):
         h = x
         if self.expand:
-            h = F.relu6(self._bn0(self._expand_conv(h)))
-        h = F.relu6(self._bn1(self._depthwise_conv(h)))
+            h = _relu6(self._bn0(self._expand_conv(h)))
+        h = _relu6(self._bn1(self._depthwise_conv(h)))
         h = self._bn2(self._project_conv(h))
         return h + x if self.skip else h
 
@@ -93,12 +100,12 @@ class EfficientNetLite0(nn.Module):
 
         x: (B, 3, H, W) normalised. At H=W=224, upto=14 gives (B, 192, 7, 7).
         """
-        x = F.relu6(self._bn0(self._conv_stem(x)))
+        x = _relu6(self._bn0(self._conv_stem(x)))
         for i, block in enumerate(self._blocks):
             x = block(x)
             if i == upto:
                 return x
-        return F.relu6(self._bn1(self._conv_head(x)))
+        return _relu6(self._bn1(self._conv_head(x)))
 
     def forward(self, x):
         x = self.features(x, upto=16)
