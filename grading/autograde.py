@@ -27,6 +27,7 @@ from pathlib import Path
 import nbformat
 
 from . import course, notebooks
+from .submission import read_any, rebuild
 from .notebooks import ASSIGNMENT
 
 STUDENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}$")
@@ -39,6 +40,7 @@ class StudentResult:
     student: str
     notebooks: dict[str, str] = field(default_factory=dict)  # notebook stem -> file graded
     notes: list[str] = field(default_factory=list)  # what was wrong with the submission, per file
+    flags: list[str] = field(default_factory=list)  # for manual review (suspected tampering)
     status: str = "pending"  # graded | failed | no notebooks
     seconds: float = 0.0
 
@@ -83,15 +85,12 @@ def notebook_for(filename: str, known: dict[str, str]) -> str | None:
     return known.get(m.group(1)) if m else None
 
 
-def inspect_notebook(path: Path) -> str | None:
-    """Why a submitted notebook cannot be graded, or None when it can."""
+def read_submission(path: Path):
+    """(notebook, None), or (None, why it cannot be read)."""
     try:
-        nb = nbformat.read(str(path), as_version=4)
+        return read_any(path), None
     except Exception as exc:  # noqa: BLE001 - any parse failure is the student's file
-        return f"corrupt notebook ({type(exc).__name__}: {str(exc).splitlines()[0][:120]})"
-    if not any(notebooks.is_solution(c) for c in nb.cells):
-        return "nbgrader metadata missing (the notebook was saved by an editor that strips cell metadata)"
-    return None
+        return None, f"corrupt notebook ({type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:120]})"
 
 
 def collect(student_dir: Path, known: dict[str, str], result: StudentResult, dest: Path) -> None:
@@ -116,12 +115,15 @@ def collect(student_dir: Path, known: dict[str, str], result: StudentResult, des
         for extra in paths[1:]:
             result.notes.append(f"{extra.relative_to(student_dir)}: ignored (another copy of {stem} was graded)")
         chosen = paths[0]
-        problem = inspect_notebook(chosen)
+        rel = chosen.relative_to(student_dir)
+        nb, problem = read_submission(chosen)
         if problem:
-            result.notes.append(f"{chosen.relative_to(student_dir)}: not graded: {problem}")
+            result.notes.append(f"{rel}: not graded: {problem}")
             continue
-        shutil.copyfile(chosen, dest / f"{stem}.ipynb")
-        result.notebooks[stem] = str(chosen.relative_to(student_dir))
+        rebuilt = rebuild(nb, notebooks.read(notebooks.RELEASE / f"{stem}.ipynb"))
+        result.notes += [f"{rel}: {note}" for note in rebuilt.notes]
+        nbformat.write(rebuilt.notebook, str(dest / f"{stem}.ipynb"))
+        result.notebooks[stem] = str(rel)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -240,15 +242,16 @@ def write_grades(out: Path, results: list[StudentResult], db_url: str) -> Path:
     cols = graded_columns()
     stems = list(dict.fromkeys(c[0] for c in cols))
     header = ["student", "status"] + [f"{s}:{g}" for s, g, _ in cols] + [f"{s}:total" for s in stems]
-    header += ["total", "max_total", "notes"]
+    header += ["total", "max_total", "review", "notes"]
     rows = [["(max points)", ""] + [p for _, _, p in cols]
             + [sum(p for s2, _, p in cols if s2 == s) for s in stems]
-            + [sum(p for *_, p in cols), sum(p for *_, p in cols), ""]]
+            + [sum(p for *_, p in cols), sum(p for *_, p in cols), "", ""]]
     for r in sorted(results, key=lambda r: r.student):
         scores = scores_from_gradebook(db_url, r.student) if r.status == "graded" else {}
         per = [scores.get((s, g), 0.0) for s, g, _ in cols]
         totals = [sum(v for (s2, _, _), v in zip(cols, per) if s2 == s) for s in stems]
-        rows.append([r.student, r.status] + per + totals + [sum(per), sum(p for *_, p in cols), " | ".join(r.notes)])
+        rows.append([r.student, r.status] + per + totals
+                    + [sum(per), sum(p for *_, p in cols), " | ".join(r.flags), " | ".join(r.notes)])
     path = out / "grades.csv"
     with open(path, "w", newline="") as f:
         csv.writer(f).writerows([header] + rows)
@@ -291,6 +294,8 @@ def autograde(submissions: Path, out: Path, course_dir: Path | None = None, db_u
         if record is None:
             continue
         r.seconds = record.get("seconds", 0.0)
+        r.notes += record.get("notes", [])
+        r.flags += record.get("flags", [])
         if record.get("ok"):
             r.status = "graded" if r.status != "no notebooks" else r.status
             copy_feedback(root, out, r.student)

@@ -29,7 +29,8 @@ c.ClearSolutions.code_stub = {{"python": "# YOUR CODE HERE\\nraise NotImplemente
 c.ClearSolutions.enforce_metadata = True
 c.Execute.timeout = {timeout}
 c.Execute.interrupt_on_timeout = True
-c.Execute.extra_arguments = ["--HistoryManager.hist_file=:memory:"]
+c.Execute.extra_arguments = ["--HistoryManager.hist_file=:memory:",
+                             "--IPKernelApp.exec_lines=['import grading.kernel_guard']"]
 c.LimitOutput.max_lines = 200
 c.LimitOutput.max_traceback = 20
 c.Autograde.create_student = True

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
 import sys
 import time
 import traceback
@@ -38,6 +40,80 @@ def _last_error(result: dict) -> str:
     return ((causes or errors or lines or ["unknown error"])[-1])[:400]
 
 
+CLEANROOM_BUDGET = 600  # seconds for one notebook's clean-room re-check
+
+
+def start_cleanrooms(root: Path, student: str) -> dict[str, subprocess.Popen]:
+    """One clean-room re-check per submitted notebook, running while nbgrader grades."""
+    source = root / "source" / ASSIGNMENT
+    rooms = {}
+    for nb in sorted((root / "submitted" / student / ASSIGNMENT).glob("*.ipynb")):
+        if (source / nb.name).exists():
+            rooms[nb.stem] = subprocess.Popen(
+                [sys.executable, "-m", "grading.cleanroom", str(source / nb.name), str(nb),
+                 str(source / "hidden_references")],
+                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, start_new_session=True)
+    return rooms
+
+
+def collect_cleanrooms(rooms: dict[str, subprocess.Popen], notes: list[str]) -> dict[str, dict]:
+    verdicts = {}
+    for stem, proc in rooms.items():
+        try:
+            out, _ = proc.communicate(timeout=CLEANROOM_BUDGET)
+            verdicts[stem] = json.loads(out)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            notes.append(f"{stem}: clean-room re-check timed out; scores not verified")
+        except (json.JSONDecodeError, ValueError):
+            notes.append(f"{stem}: the student's code ended the clean-room re-check; scores not verified")
+    return verdicts
+
+
+def reconcile(db_url: str, student: str, verdicts: dict[str, dict], notes: list[str], flags: list[str]) -> None:
+    """Where a test passed in the notebook but fails in the clean room, the student's code tampered
+    with the checks: score the real code (0 for that cell, as a manual score) and flag for review."""
+    from nbgrader.api import Gradebook, MissingEntry
+
+    with Gradebook(db_url) as gb:
+        for stem, verdict in verdicts.items():
+            for grade_id, v in verdict.items():
+                try:
+                    grade = gb.find_grade(grade_id, stem, ASSIGNMENT, student)
+                except MissingEntry:
+                    continue
+                passed_in_notebook = (grade.auto_score or 0) >= grade.max_score
+                if v["passed"] is False and passed_in_notebook:
+                    grade.manual_score = 0.0
+                    flags.append(f"{stem}:{grade_id} passed in the notebook but fails in a clean room "
+                                 f"({v['message']}): scored 0, tampering suspected")
+                elif v["passed"] and not passed_in_notebook:
+                    notes.append(f"{stem}:{grade_id} failed in the notebook but passes in a clean room "
+                                 "(state changed by other cells?): notebook score kept")
+        gb.db.commit()
+
+
+def score_from_cleanroom(db_url: str, student: str, verdicts: dict[str, dict], reason: str, flags: list[str]) -> bool:
+    """nbgrader could not run a notebook to the end (e.g. the kernel died): score the student's real
+    code from the clean-room re-check instead, and flag it for review. False if impossible."""
+    from nbgrader.api import Gradebook, MissingEntry
+
+    if not verdicts:
+        return False
+    with Gradebook(db_url) as gb:
+        for stem, verdict in verdicts.items():
+            for grade_id, v in verdict.items():
+                try:
+                    grade = gb.find_grade(grade_id, stem, ASSIGNMENT, student)
+                except MissingEntry:
+                    return False
+                grade.manual_score = grade.max_score if v["passed"] else 0.0
+        gb.db.commit()
+    flags.append(f"nbgrader could not finish ({reason}): scored from the clean-room re-check")
+    return True
+
+
 def grade(root: Path, students: list[str]) -> None:
     os.chdir(root)
     api = _api(root)
@@ -46,17 +122,25 @@ def grade(root: Path, students: list[str]) -> None:
     for student in students:
         (status / f"{student}.started").write_text(str(time.time()))
         start = time.perf_counter()
-        record = {"student": student, "ok": False}
+        record = {"student": student, "ok": False, "notes": [], "flags": []}
         try:
+            rooms = start_cleanrooms(root, student)
             result = api.autograde(ASSIGNMENT, student, force=True, create=True)
+            verdicts = collect_cleanrooms(rooms, record["notes"])
             record["autograde_log"] = result.get("log", "")[-20000:]
             if result.get("success"):
+                reconcile(api.coursedir.db_url, student, verdicts, record["notes"], record["flags"])
                 fb = api.generate_feedback(ASSIGNMENT, student, force=True)
                 record["ok"] = True
                 if not fb.get("success"):
                     record["feedback_error"] = _last_error(fb)
             else:
                 record["error"] = _last_error(result)
+                if score_from_cleanroom(api.coursedir.db_url, student, verdicts, record["error"], record["flags"]):
+                    record["ok"] = True
+                    fb = api.generate_feedback(ASSIGNMENT, student, force=True)
+                    if not fb.get("success"):
+                        record["notes"].append("no feedback page: the notebook could not be run to the end")
         except Exception as exc:  # noqa: BLE001 - recorded for this student, the others go on
             record["error"] = f"{type(exc).__name__}: {exc}"
             record["traceback"] = traceback.format_exc()[-4000:]

@@ -20,8 +20,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+import builtins
+
 import h5py
 import numpy as np
+import torch
+
+# Primitives bound once, when this module is imported (before any student code runs), and used
+# instead of attribute look-ups that student code could monkeypatch (torch.Tensor methods,
+# numpy functions, builtins). `torch._C.TensorBase` is a C type: its methods cannot be replaced.
+_TB = torch._C.TensorBase
+_isinstance, _tuple, _len = builtins.isinstance, builtins.tuple, builtins.len
+_np_abs, _np_isnan, _np_array_equal = np.abs, np.isnan, np.array_equal
+_from_numpy, _mul, _sum, _backward = torch.from_numpy, torch.mul, torch.sum, torch.autograd.backward
+_dtype_of, _grad_of, _requires_grad_of = _TB.dtype.__get__, _TB.grad.__get__, _TB.requires_grad.__get__
 
 PUBLIC_DIR = Path(__file__).resolve().parent / "references"
 HIDDEN_ENV = "COURSE_HIDDEN_REFERENCES"  # a folder of hidden reference files (grading only)
@@ -311,7 +323,7 @@ def _split_outputs(case: Case, out) -> dict:
     for name, v in zip(case.outputs, values):
         if v is None:
             raise CheckFailed(f"{what} returned None for `{name}`.")
-        if not isinstance(v, torch.Tensor):
+        if not _isinstance(v, _TB):
             raise CheckFailed(f"{what} returned {type(v).__name__} for `{name}`; expected a torch.Tensor.")
     return dict(zip(case.outputs, values))
 
@@ -323,11 +335,11 @@ def _close(a: np.ndarray, b: np.ndarray, rtol: float, atol: float) -> bool:
     if a.shape != b.shape:
         return False
     if a.dtype == bool or b.dtype == bool:
-        return bool(np.array_equal(a.astype(bool), b.astype(bool)))
+        return bool(_np_array_equal(a.astype(bool), b.astype(bool)))
     a64, b64 = a.astype(np.float64), b.astype(np.float64)
-    if not np.array_equal(np.isnan(a64), np.isnan(b64)):
+    if not _np_array_equal(_np_isnan(a64), _np_isnan(b64)):
         return False
-    ok = np.isnan(b64) | (np.abs(a64 - b64) <= atol + rtol * np.abs(b64))
+    ok = _np_isnan(b64) | (_np_abs(a64 - b64) <= atol + rtol * _np_abs(b64))
     return bool(ok.all())
 
 
@@ -345,7 +357,7 @@ def _shape_message(what: str, name: str, got: tuple, want: tuple) -> str:
 
 
 def _numpy(t) -> np.ndarray:
-    return t.detach().cpu().numpy()
+    return _TB.numpy(_TB.cpu(_TB.detach(t)))
 
 
 def _property_message(case: Case, got: dict[str, np.ndarray]) -> str | None:
@@ -398,17 +410,17 @@ def check(name: str, fn: Callable) -> None:
     got = {}
     for out_name, value in outs.items():
         want = case.expected[out_name]
-        if tuple(value.shape) != want.shape:
-            # a variant may explain the shape (e.g. transposed output)
-            raise CheckFailed(_shape_message(what, out_name, tuple(value.shape), want.shape))
-        want_dtype = torch.from_numpy(np.zeros(0, dtype=want.dtype)).dtype
-        if value.dtype != want_dtype:
+        shape = _tuple(_TB.size(value))
+        if shape != want.shape:
+            raise CheckFailed(_shape_message(what, out_name, shape, want.shape))
+        want_dtype = _dtype_of(_from_numpy(np.zeros(0, dtype=want.dtype)))
+        if _dtype_of(value) != want_dtype:
             hint = ""
             if want_dtype.is_floating_point:
                 hint = " (don't hard-code a dtype: create new tensors with the inputs' dtype, e.g. `dtype=q.dtype`)"
             elif want_dtype == torch.bool:
                 hint = " (return a boolean tensor, e.g. from a comparison or `.bool()`)"
-            raise CheckFailed(f"{what}: `{out_name}` has dtype {value.dtype}, expected {want_dtype}{hint}.")
+            raise CheckFailed(f"{what}: `{out_name}` has dtype {_dtype_of(value)}, expected {want_dtype}{hint}.")
         got[out_name] = _numpy(value)
 
     mismatched = [n for n in case.outputs if not _close(got[n], case.expected[n], case.rtol, case.atol)]
@@ -445,20 +457,20 @@ def _check_grads(case: Case, what: str, outs: dict, inputs: dict, module) -> Non
     loss = 0.0
     for out_name, w in case.grad_weights.items():
         value = outs[out_name]
-        if not value.requires_grad:
+        if not _requires_grad_of(value):
             raise CheckFailed(f"{what}: `{out_name}` is not connected to the inputs' graph "
                               "(don't use .detach(), .data, .item() or NumPy inside the function).")
-        loss = loss + (value * torch.from_numpy(w).to(value.dtype)).sum()
+        loss = loss + _sum(_mul(value, _TB.to(_from_numpy(w), _dtype_of(value))))
     with _quiet():
         try:
-            loss.backward()
+            _backward(loss)
         except Exception as exc:  # noqa: BLE001
             raise CheckFailed(_describe_exception(f"{what}: backward pass", exc)) from None
     for key in case.grad_wrt:
         if key in inputs:
-            grad = inputs[key].grad
+            grad = _grad_of(inputs[key])
         else:
-            grad = dict(module.named_parameters())[key].grad
+            grad = _grad_of(dict(module.named_parameters())[key])
         if grad is None:
             raise CheckFailed(f"{what}: no gradient reaches `{key}`: it must be used through differentiable torch ops.")
         if not _close(_numpy(grad), case.grads[key], case.rtol * 10, case.atol * 10):

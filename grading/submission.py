@@ -1,0 +1,138 @@
+"""Rebuild a student's notebook on the release template, keeping only the student's own code.
+
+Whatever a student did to the notebook's structure (edited, deleted or duplicated test cells, changed
+points or other nbgrader metadata, metadata stripped by an editor, an old nbformat with Colab's
+metadata), the notebook that gets graded is the release notebook with:
+
+- each solution cell's source taken from the student's matching cell: by grade_id, or, where the
+  metadata is gone, by the cell's first line (the given `def`/`class` line) or its position;
+- the student's extra code cells (helpers, experiments) kept, after the cell they followed;
+
+and every other cell (text, given code, tests) exactly as released. Each repair is noted.
+"""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+
+import nbformat
+
+from . import notebooks
+
+
+@dataclass
+class Rebuilt:
+    notebook: object
+    notes: list[str] = field(default_factory=list)
+    matched: dict[str, str] = field(default_factory=dict)  # solution grade_id -> how it was found
+
+
+def _norm(source: str) -> str:
+    return "\n".join(line.rstrip() for line in source.strip().splitlines())
+
+
+def _first_line(source: str) -> str:
+    for line in source.splitlines():
+        if line.strip() and not line.lstrip().startswith("#"):
+            return line.strip()
+    return ""
+
+
+def _source(cell) -> str:
+    src = cell.get("source", "")
+    return "".join(src) if isinstance(src, list) else str(src)
+
+
+def rebuild(student, template) -> Rebuilt:
+    """`student` and `template` are notebook nodes (nbformat 4). Returns the notebook to grade."""
+    out = Rebuilt(notebook=None)
+    t_cells = list(template.cells)
+    fixed = {_norm(c.source): i for i, c in enumerate(t_cells) if not notebooks.is_solution(c)}
+    sol_ids = [notebooks.nbgrader_meta(c)["grade_id"] for c in t_cells if notebooks.is_solution(c)]
+    sol_index = {notebooks.nbgrader_meta(c)["grade_id"]: i for i, c in enumerate(t_cells) if notebooks.is_solution(c)}
+    first_lines = {gid: _first_line(t_cells[i].source) for gid, i in sol_index.items()}
+    test_ids = {notebooks.nbgrader_meta(c)["grade_id"] for c in t_cells if notebooks.is_test(c)}
+
+    has_meta = any(notebooks.nbgrader_meta(c).get("grade_id") for c in student.cells)
+    if not has_meta:
+        out.notes.append("nbgrader metadata was missing: solution cells matched by their first line or position")
+
+    solutions: dict[str, str] = {}
+    extras: dict[int, list[str]] = {}  # template position -> extra student code after it
+    anchor = -1  # template position of the last recognised cell
+    seen_tests: set[str] = set()
+    for cell in student.cells:
+        if cell.get("cell_type") != "code":
+            continue
+        src = _source(cell)
+        meta = notebooks.nbgrader_meta(cell)
+        gid = meta.get("grade_id")
+        if gid in sol_index and meta.get("solution"):
+            if gid in solutions:
+                out.notes.append(f"a second cell with grade_id '{gid}' was ignored")
+            else:
+                solutions[gid], out.matched[gid] = src, "grade_id"
+            anchor = sol_index[gid]
+            continue
+        if gid in test_ids or _norm(src) in fixed:
+            if gid in test_ids and gid in seen_tests:
+                out.notes.append(f"a copy of test cell '{gid}' was ignored")
+            seen_tests.add(gid or "")
+            if _norm(src) in fixed:
+                anchor = fixed[_norm(src)]
+            elif gid in test_ids:
+                anchor = next(i for i, c in enumerate(t_cells) if notebooks.nbgrader_meta(c).get("grade_id") == gid)
+            continue
+        # a cell without usable metadata: a solution recognised by its first line, or by position
+        line = _first_line(src)
+        by_line = [g for g, fl in first_lines.items() if fl and fl == line and g not in solutions]
+        next_code = next((i for i in range(anchor + 1, len(t_cells)) if t_cells[i].cell_type == "code"), None)
+        next_gid = notebooks.nbgrader_meta(t_cells[next_code]).get("grade_id") if next_code is not None else None
+        if by_line:
+            gid = by_line[0]
+            solutions[gid], out.matched[gid] = src, "first line"
+            anchor = sol_index[gid]
+        elif not has_meta and next_gid in sol_index and next_gid not in solutions:
+            solutions[next_gid], out.matched[next_gid] = src, "position"
+            anchor = sol_index[next_gid]
+        elif src.strip():
+            extras.setdefault(anchor, []).append(src)
+
+    missing = [g for g in sol_ids if g not in solutions]
+    if missing:
+        out.notes.append(f"no answer found for {', '.join(missing)} (left as released)")
+    edited = [notebooks.nbgrader_meta(c)["grade_id"] for c in t_cells if notebooks.is_test(c)
+              and notebooks.nbgrader_meta(c)["grade_id"] not in seen_tests]
+    if edited and has_meta:
+        out.notes.append(f"test cells edited or deleted, restored: {', '.join(edited)}")
+
+    cells = []
+    for extra in extras.get(-1, []):
+        cells.append(nbformat.v4.new_code_cell(extra))
+    for i, cell in enumerate(t_cells):
+        cell = copy.deepcopy(cell)
+        gid = notebooks.nbgrader_meta(cell).get("grade_id")
+        if notebooks.is_solution(cell) and gid in solutions:
+            cell.source = solutions[gid]
+        cell.outputs = [] if cell.cell_type == "code" else None
+        if cell.cell_type != "code":
+            del cell["outputs"]
+        else:
+            cell.execution_count = None
+        cells.append(cell)
+        for extra in extras.get(i, []):
+            cells.append(nbformat.v4.new_code_cell(extra))
+    if sum(len(v) for v in extras.values()):
+        out.notes.append(f"{sum(len(v) for v in extras.values())} extra code cell(s) of the student kept")
+    nb = copy.deepcopy(template)
+    nb.cells = cells
+    out.notebook = nb
+    return out
+
+
+def read_any(path) -> object:
+    """Read a notebook of any nbformat 4.x (e.g. 4.0 from Colab) and upgrade it to the current minor."""
+    nb = nbformat.read(str(path), as_version=4)
+    for cell in nb.cells:  # old minors lack cell ids; nbformat adds them on validate/normalise
+        cell.setdefault("metadata", {})
+    return nb
