@@ -260,7 +260,7 @@ def write_grades(out: Path, results: list[StudentResult], db_url: str) -> Path:
 
 def autograde(submissions: Path, out: Path, course_dir: Path | None = None, db_url: str | None = None,
               students: list[str] | None = None, workers: int = 1, resume: bool = False,
-              student_timeout: float = 900) -> list[StudentResult]:
+              student_timeout: float = 900, cell_timeout: int = course.CELL_TIMEOUT) -> list[StudentResult]:
     """Grade every student in `submissions` (folder or zip). Returns one result per student folder.
 
     resume=True keeps the results of students graded by an earlier, interrupted run.
@@ -272,7 +272,7 @@ def autograde(submissions: Path, out: Path, course_dir: Path | None = None, db_u
     status = root / "status"
     if not resume and status.exists():
         shutil.rmtree(status)
-    course.prepare_grading_course(root, db_url)
+    course.prepare_grading_course(root, db_url, cell_timeout)
     db_url = db_url or f"sqlite:///{root / 'gradebook.db'}"
     known = {p.name[:2]: p.stem for p in notebooks.solution_notebooks()}
     results: list[StudentResult] = []
