@@ -508,3 +508,16 @@ def test_iter_batches_covers_each_caption_once(tiny_shapes):
     assert sum(1 for _ in va.iter_batches(5, drop_last=True)) == va.num_batches(5, drop_last=True) == 4
     first = next(va.iter_batches(6, shuffle=False))[0]
     assert torch.equal(first, va.captions[:6])
+
+
+def test_grid_builder_command_line(tmp_path, coco_raw, capsys):
+    (ta, ti), (va, vi) = coco_raw
+    out = tmp_path / "cli.h5"
+    args = ["--train-annotations", str(ta), "--train-images", str(ti), "--val-annotations", str(va),
+            "--val-images", str(vi), "--out", str(out), "--max-images", "3", "--arch", "resnet18",
+            "--weights", "none", "--image-size", "32", "--min-count", "1", "--num-workers", "0"]
+    assert coco_grid.main(args) == 0
+    ds = load_dataset(out)
+    assert ds.split("train").num_images == 3 and ds.split("val").num_images == 1  # max-images / 4
+    assert ds.grid_shape == (1, 1) and "zebra5" in ds.vocab.word_to_idx
+    assert "wrote" in capsys.readouterr().out
