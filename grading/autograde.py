@@ -129,10 +129,22 @@ def collect(student_dir: Path, known: dict[str, str], result: StudentResult, des
 # --------------------------------------------------------------------------------------------------
 # Grading
 
+def _die_with_parent() -> None:
+    """In the worker (Linux): be killed when the grading run that started it dies."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 def _spawn(root: Path, students: list[str]) -> subprocess.Popen:
+    # its own process group, so a stuck worker is killed together with its kernels
     return subprocess.Popen([sys.executable, "-m", "grading.worker", str(root), *students], cwd=root,
                             env=course.nbgrader_env(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+                            stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None)
 
 
 def _kill(proc: subprocess.Popen) -> None:
@@ -146,9 +158,11 @@ def _kill(proc: subprocess.Popen) -> None:
 def run_workers(root: Path, students: list[str], workers: int = 1, student_timeout: float = 900) -> dict[str, dict]:
     """Grade `students` with up to `workers` worker processes; return each student's status record.
 
-    A worker that crashes or makes no progress for `student_timeout` seconds is killed; the student
-    it was on is recorded as failed and a new worker takes the rest. Students that already have a
-    status record (from an interrupted earlier run) are not graded again.
+    A worker that makes no progress for `student_timeout` seconds is killed and the student it was on
+    is recorded as failed. A worker that dies otherwise (killed from outside, out of memory) gets
+    its student retried once by a new worker; a second death records the student as failed. A new
+    worker takes the remaining students either way. Students that already have a status record
+    (from an interrupted earlier run) are not graded again.
     """
     status = root / "status"
     status.mkdir(exist_ok=True)
@@ -158,6 +172,7 @@ def run_workers(root: Path, students: list[str], workers: int = 1, student_timeo
 
     queue = [s for s in students if not done(s)]
     chunks = [queue[i::workers] for i in range(workers)] if queue else []
+    retried: set[str] = set()
     running: list[tuple[subprocess.Popen, list[str], float, int]] = []
     for chunk in filter(None, chunks):
         running.append((_spawn(root, chunk), chunk, time.monotonic(), 0))
@@ -179,11 +194,17 @@ def run_workers(root: Path, students: list[str], workers: int = 1, student_timeo
             remaining = [s for s in chunk if not done(s)]
             if remaining:
                 current = next((s for s in remaining if (status / f"{s}.started").exists()), remaining[0])
-                reason = (f"grading took longer than {student_timeout:.0f} s (infinite loop?)" if stuck else
-                          "the grader process died: " + (stderr.strip().splitlines() or ["no message"])[-1][:300])
-                (status / f"{current}.json").write_text(json.dumps({"student": current, "ok": False, "error": reason}))
                 (status / f"{current}.started").unlink(missing_ok=True)
                 rest = [s for s in remaining if s != current]
+                if not stuck and current not in retried:
+                    retried.add(current)
+                    rest.insert(0, current)
+                else:
+                    reason = (f"grading took longer than {student_timeout:.0f} s (infinite loop?)" if stuck else
+                              "the grader process died twice: "
+                              + (stderr.strip().splitlines() or ["no message"])[-1][:300])
+                    (status / f"{current}.json").write_text(
+                        json.dumps({"student": current, "ok": False, "error": reason}))
                 if rest:
                     still.append((_spawn(root, rest), rest, time.monotonic(), 0))
         running = still
@@ -258,6 +279,50 @@ def write_grades(out: Path, results: list[StudentResult], db_url: str) -> Path:
     return path
 
 
+def write_failure_summary(out: Path, grades_csv: Path) -> tuple[Path, Path]:
+    """Which tests failed most often across the class: a table and a bar chart, most failed first.
+
+    Only students whose notebook was graded count for that notebook's tests (a missing notebook is
+    not evidence about a concept).
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    with open(grades_csv, newline="") as f:
+        rows = list(csv.DictReader(f))
+    maxima, students = rows[0], rows[1:]
+    columns = [c for c in maxima if ":" in c and not c.endswith(":total")]
+    report = json.loads((out / "report.json").read_text()) if (out / "report.json").exists() else {"students": []}
+    submitted = {s["student"]: set(s["notebooks"]) for s in report["students"]}
+    table = []
+    for col in columns:
+        stem = col.split(":")[0]
+        took = [r for r in students if r["status"] == "graded" and stem in submitted.get(r["student"], {stem})]
+        failed = [r for r in took if float(r[col] or 0) < float(maxima[col])]
+        table.append((col, float(maxima[col]), len(took), len(failed), len(failed) / len(took) if took else 0.0))
+    table.sort(key=lambda t: (-t[4], t[0]))
+    csv_path = out / "failures.csv"
+    with open(csv_path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["test", "points", "students_graded", "students_failed", "fail_rate"])
+        w.writerows([(c, p, n, k, f"{r:.3f}") for c, p, n, k, r in table])
+    fig, ax = plt.subplots(figsize=(9, 0.35 * max(4, len(table)) + 1.2))
+    labels = [c.replace("_", " ", 0) for c, *_ in table][::-1]
+    ax.barh(labels, [100 * r for *_, r in table][::-1], color="tab:red")
+    ax.set_xlabel("students who lost points on this test (%)")
+    ax.set_xlim(0, 100)
+    ax.set_title(f"Most-failed tests across the class ({len(students)} students)")
+    for i, (_, _, n, k, r) in enumerate(table[::-1]):
+        ax.text(min(100 * r + 1, 92), i, f"{k}/{n}", va="center", fontsize=8)
+    fig.tight_layout()
+    png_path = out / "failures.png"
+    fig.savefig(png_path, dpi=110)
+    plt.close(fig)
+    return csv_path, png_path
+
+
 def autograde(submissions: Path, out: Path, course_dir: Path | None = None, db_url: str | None = None,
               students: list[str] | None = None, workers: int = 1, resume: bool = False,
               student_timeout: float = 900, cell_timeout: int = course.CELL_TIMEOUT) -> list[StudentResult]:
@@ -305,7 +370,7 @@ def autograde(submissions: Path, out: Path, course_dir: Path | None = None, db_u
         print(f"{r.student}: {r.status} ({r.seconds:.1f} s)", flush=True)
     if loose:
         print(f"ignored files outside student folders: {', '.join(loose)}")
-    write_grades(out, results, db_url)
     (out / "report.json").write_text(json.dumps(
         {"students": [asdict(r) for r in results], "ignored_loose_files": loose}, indent=2))
+    write_failure_summary(out, write_grades(out, results, db_url))
     return results
