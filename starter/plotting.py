@@ -121,3 +121,138 @@ def show_similarity_vs_distance(pe, anchors: Sequence[int] = (0, 20, 40), ax=Non
     ax.set_title(title)
     ax.legend(title="anchor")
     return ax
+
+
+# --------------------------------------------------------------------------------------------------
+# Notebook 05: attention over image regions and over the words of a caption
+
+def _image_extent(image) -> tuple[int, int]:
+    img = _as_numpy(image)
+    return img.shape[0], img.shape[1]
+
+
+def overlay_attention(image, heat, ax=None, title: str = "attention over the image", alpha: float = 0.55,
+                      cmap: str = "jet", grid_shape: tuple[int, int] | None = None, colorbar: bool = True,
+                      boxes: Sequence[tuple[float, float, float, float]] = ()):
+    """The image with an attention map laid over it (the "Show, Attend and Tell" picture).
+
+    Args:
+        image: (H_img, W_img, 3) uint8 (or float in [0, 1]) array.
+        heat: (H_img, W_img) map already upsampled to the image size, values in [0, 1] (peak = 1).
+        grid_shape: optional (H, W) feature grid; draws its cell borders as thin lines.
+        boxes: optional (x0, y0, x1, y1) pixel boxes drawn in white (e.g. the object a word names).
+    Returns the matplotlib Axes (the colour bar is labelled "attention (peak = 1)").
+    """
+    img = _as_numpy(image)
+    h = _as_numpy(heat).astype(np.float64)
+    if h.shape != img.shape[:2]:
+        raise ValueError(f"heat map has shape {h.shape} but the image is {img.shape[:2]}: upsample it first")
+    if ax is None:
+        _, ax = plt.subplots(figsize=(4, 4))
+    ax.imshow(img)
+    im = ax.imshow(h, cmap=cmap, alpha=alpha, vmin=0.0, vmax=1.0)
+    if grid_shape is not None:
+        gh, gw = grid_shape
+        for r in range(1, gh):
+            ax.axhline(r * img.shape[0] / gh - 0.5, color="white", lw=0.3, alpha=0.5)
+        for c in range(1, gw):
+            ax.axvline(c * img.shape[1] / gw - 0.5, color="white", lw=0.3, alpha=0.5)
+    for x0, y0, x1, y1 in boxes:
+        ax.add_patch(plt.Rectangle((x0, y0), x1 - x0, y1 - y0, fill=False, ec="white", lw=1.2, ls="--"))
+    ax.set_xlim(-0.5, img.shape[1] - 0.5)
+    ax.set_ylim(img.shape[0] - 0.5, -0.5)
+    ax.set_title(title)
+    ax.set_xlabel("x (pixels)")
+    ax.set_ylabel("y (pixels)")
+    if colorbar:
+        ax.figure.colorbar(im, ax=ax, fraction=0.046, pad=0.04, label="attention (peak = 1)")
+    return ax
+
+
+def show_word_overlays(image, heats, words: Sequence[str], title: str = "attention while generating each word",
+                       ncols: int = 5, grid_shape: tuple[int, int] | None = None, cmap: str = "jet",
+                       boxes: dict[int, Sequence[tuple]] | None = None, alpha: float = 0.55):
+    """One panel per generated word: the image with the cross-attention of the step that produced it.
+
+    Args:
+        image: (H_img, W_img, 3) array.
+        heats: (N, H_img, W_img) maps already upsampled to the image size, values in [0, 1].
+        words: the N words (panel titles).
+        boxes: optional {panel index: [(x0, y0, x1, y1), ...]} boxes to outline on that panel.
+    The first panel is the plain image. Returns the matplotlib Figure (one shared colour bar).
+    """
+    img = _as_numpy(image)
+    h = _as_numpy(heats)
+    if h.ndim != 3 or len(h) != len(words):
+        raise ValueError(f"expected (N, H_img, W_img) maps for {len(words)} words, got shape {h.shape}")
+    panels = len(words) + 1
+    ncols = min(ncols, panels)
+    nrows = -(-panels // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(2.3 * ncols + 1.0, 2.5 * nrows + 0.6), squeeze=False,
+                             layout="constrained")
+    im = None
+    for k, ax in enumerate(axes.flat):
+        ax.set_xticks([])
+        ax.set_yticks([])
+        if k >= panels:
+            ax.axis("off")
+            continue
+        ax.imshow(img)
+        if k == 0:
+            ax.set_title("image", fontsize=10)
+        else:
+            im = ax.imshow(h[k - 1], cmap=cmap, alpha=alpha, vmin=0.0, vmax=1.0)
+            ax.set_title(f"{k}: \u201c{words[k - 1]}\u201d", fontsize=10)
+            for x0, y0, x1, y1 in (boxes or {}).get(k - 1, ()):
+                ax.add_patch(plt.Rectangle((x0, y0), x1 - x0, y1 - y0, fill=False, ec="white", lw=1.2, ls="--"))
+            if grid_shape is not None:
+                gh, gw = grid_shape
+                for r in range(1, gh):
+                    ax.axhline(r * img.shape[0] / gh - 0.5, color="white", lw=0.3, alpha=0.4)
+                for c in range(1, gw):
+                    ax.axvline(c * img.shape[1] / gw - 0.5, color="white", lw=0.3, alpha=0.4)
+        if k % ncols == 0:
+            ax.set_ylabel("y (pixels)")
+        if k // ncols == nrows - 1 or k + ncols >= panels:
+            ax.set_xlabel("x (pixels)")
+    if im is not None:
+        fig.colorbar(im, ax=axes.ravel().tolist(), fraction=0.025, pad=0.02, label="attention (peak = 1)")
+    fig.suptitle(title)
+    return fig
+
+
+def show_attention_layers(weights, queries: Sequence[str] | None = None, keys: Sequence[str] | None = None,
+                          title: str = "self-attention per layer and head", cmap: str = "viridis"):
+    """A grid of heat maps: one row per layer, one column per head, one shared colour scale.
+
+    Args:
+        weights: (L, H, T_q, T_k) tensor or array (one caption).
+        queries, keys: token labels of the rows and columns (drawn on the outer panels only).
+    Returns the matplotlib Figure.
+    """
+    w = _as_numpy(weights)
+    if w.ndim != 4:
+        raise ValueError(f"show_attention_layers expects (layers, heads, T_q, T_k), got shape {w.shape}")
+    layers, heads, tq, tk = w.shape
+    cell = 0.28 * max(tq, tk) + 0.9
+    fig, axes = plt.subplots(layers, heads, figsize=(cell * heads + 2.2, cell * layers + 1.2), squeeze=False,
+                             sharex=True, sharey=True, layout="constrained")
+    vmax = max(1e-9, float(w.max()))
+    for l in range(layers):
+        for h in range(heads):
+            ax = axes[l, h]
+            im = ax.imshow(w[l, h], cmap=cmap, vmin=0.0, vmax=vmax, aspect="equal")
+            ax.set_xticks(range(tk))
+            ax.set_yticks(range(tq))
+            ax.set_xticklabels(list(keys) if keys is not None else range(tk), rotation=90, fontsize=7)
+            ax.set_yticklabels(list(queries) if queries is not None else range(tq), fontsize=7)
+            ax.tick_params(labelbottom=l == layers - 1, labelleft=h == 0, length=2)
+            if l == 0:
+                ax.set_title(f"head {h}", fontsize=10)
+            if h == 0:
+                ax.set_ylabel(f"layer {l}\nquery (input token)", fontsize=9)
+            if l == layers - 1:
+                ax.set_xlabel("key (input token)", fontsize=9)
+    fig.colorbar(im, ax=axes.ravel().tolist(), fraction=0.03, pad=0.02, label="weight")
+    fig.suptitle(title)
+    return fig

@@ -1,0 +1,236 @@
+"""Notebook 05's stored references agree with independent implementations, and typical bugs are named.
+
+The grid against explicit (i, j) indexing; the upsampling against a NumPy bilinear interpolation with
+pixel centres written out by hand (and against torch's interpolate for the convention); head/layer
+selection against loops; the localisation accuracy against NumPy argmax and divmod; the chance level
+against counting cells one by one. Gradients against autograd through the independent versions.
+"""
+from __future__ import annotations
+
+import os
+
+import h5py
+import numpy as np
+import pytest
+import torch
+
+from grading import notebooks as nbs
+from starter.checks import CheckFailed, check, load_case
+
+STEM = "05_visualizing_attention"
+
+
+def _names():
+    names = []
+    for path in (nbs.PUBLIC_REFERENCES / f"{STEM}.h5", nbs.HIDDEN_REFERENCES / f"{STEM}.h5"):
+        with h5py.File(path, "r") as f:
+            f.visititems(lambda n, o: names.append(n) if isinstance(o, h5py.Group) and "target" in o.attrs else None)
+    return names
+
+
+def _load(name):
+    os.environ["COURSE_HIDDEN_REFERENCES"] = str(nbs.HIDDEN_REFERENCES)
+    return load_case(name)
+
+
+def _raises(case) -> bool:
+    return any(p[0] == "raises" for p in case.properties)
+
+
+# ---- independent implementations ------------------------------------------------------------------
+
+def grid_loops(w: torch.Tensor, gs) -> torch.Tensor:
+    """grid[..., i, j] = w[..., i * W + j], cell by cell."""
+    H, W = gs
+    rows = [torch.stack([w[..., i * W + j] for j in range(W)], -1) for i in range(H)]
+    return torch.stack(rows, -2)
+
+
+def bilinear_matrix(n_in: int, n_out: int) -> np.ndarray:
+    """(n_out, n_in) weights of 1-D linear interpolation, pixel-centre convention, edges clamped."""
+    m = np.zeros((n_out, n_in))
+    for o in range(n_out):
+        x = (o + 0.5) * n_in / n_out - 0.5          # position of output pixel centre in input coordinates
+        x = min(max(x, 0.0), n_in - 1.0)
+        lo = int(np.floor(x))
+        hi = min(lo + 1, n_in - 1)
+        f = x - lo
+        m[o, lo] += 1 - f
+        m[o, hi] += f
+    return m
+
+
+def upsample_numpy_weights(h, w, size):
+    return torch.from_numpy(bilinear_matrix(h, size[0])), torch.from_numpy(bilinear_matrix(w, size[1]))
+
+
+def upsample_independent(grid: torch.Tensor, size) -> torch.Tensor:
+    """Separable bilinear interpolation as two matrix products, then each map / its maximum."""
+    mh, mw = upsample_numpy_weights(grid.shape[-2], grid.shape[-1], size)
+    up = mh.to(grid.dtype) @ grid @ mw.to(grid.dtype).T
+    peak = up.flatten(-2).max(-1).values[..., None, None]
+    return up / torch.clamp(peak, min=1e-12)
+
+
+def locacc_numpy(cross: np.ndarray, target: np.ndarray, gs, radius: int) -> float:
+    H, W = gs
+    c = cross.reshape(-1, cross.shape[-1])
+    t = target.reshape(-1)
+    hits = 0
+    for row, tgt in zip(c, t):
+        pr, pc = divmod(int(np.argmax(row)), W)
+        tr, tc = divmod(int(tgt), W)
+        hits += abs(pr - tr) <= radius and abs(pc - tc) <= radius
+    return hits / len(t)
+
+
+def chance_counting(target: np.ndarray, gs, radius: int) -> float:
+    H, W = gs
+    probs = []
+    for tgt in target.reshape(-1):
+        tr, tc = divmod(int(tgt), W)
+        near = sum(1 for r in range(H) for c in range(W) if abs(r - tr) <= radius and abs(c - tc) <= radius)
+        probs.append(near / (H * W))
+    return float(np.mean(probs))
+
+
+def _independent(case, inputs):
+    t = case.target
+    if t == "attention_to_grid":
+        return [grid_loops(inputs["weights"], case.const_args[0])]
+    if t == "upsample_attention":
+        return [upsample_independent(inputs["grid"], case.const_args[0])]
+    if t == "collect_attention":
+        layers, layer, head = inputs["layers"], case.const_kwargs["layer"], case.const_kwargs["head"]
+        chosen = layers[layer % layers.shape[0]]
+        if head is None:
+            acc = torch.zeros_like(chosen[:, 0])
+            for h in range(chosen.shape[1]):
+                acc = acc + chosen[:, h]
+            return [acc / chosen.shape[1]]
+        return [torch.stack([chosen[b, head] for b in range(chosen.shape[0])])]
+    if t == "localisation_accuracy":
+        acc = locacc_numpy(inputs["cross"].numpy(), inputs["target_cells"].numpy(), case.const_args[0],
+                           case.const_kwargs["radius"])
+        return [torch.tensor(acc, dtype=torch.float64)]
+    if t == "chance_accuracy":
+        return [torch.tensor(chance_counting(inputs["target_cells"].numpy(), case.const_args[0],
+                                             case.const_kwargs["radius"]), dtype=torch.float64)]
+    raise AssertionError(f"no independent implementation for {t}")
+
+
+NAMES = _names()
+
+
+def test_bilinear_matrix_is_the_pixel_centre_convention():
+    g = torch.rand(2, 5, 3, dtype=torch.float64)
+    ref = torch.nn.functional.interpolate(g[:, None], size=(11, 8), mode="bilinear", align_corners=False)[:, 0]
+    mh, mw = upsample_numpy_weights(5, 3, (11, 8))
+    np.testing.assert_allclose((mh @ g @ mw.T).numpy(), ref.numpy(), atol=1e-12)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_reference_matches_independent_implementation(name):
+    case = _load(name)
+    if _raises(case):
+        assert case.expected["grid"].size == 0  # placeholder: the check only expects the ValueError
+        h, w = case.const_args[0]
+        assert case.inputs["weights"].shape[-1] != h * w
+        return
+    inputs = {k: torch.from_numpy(np.array(v)) for k, v in case.inputs.items()}
+    inputs = {k: v.double() if v.is_floating_point() else v for k, v in inputs.items()}
+    for key in case.grad_wrt:
+        inputs[key].requires_grad_(True)
+    outs = _independent(case, inputs)
+    for out_name, value in zip(case.outputs, outs):
+        want = case.expected[out_name]
+        assert tuple(value.shape) == want.shape, name
+        np.testing.assert_allclose(value.detach().numpy(), want.astype(np.float64), rtol=1e-5, atol=1e-6,
+                                   err_msg=f"{name}: {out_name}")
+        floats = [v.dtype for v in case.inputs.values() if v.dtype.kind == "f"]
+        assert want.dtype == (floats[0] if floats else np.float32), f"{name}: stored dtype"
+    if case.grad_wrt:
+        loss = sum((o * torch.from_numpy(case.grad_weights[n]).double()).sum() for n, o in zip(case.outputs, outs))
+        loss.backward()
+        for key in case.grad_wrt:
+            np.testing.assert_allclose(inputs[key].grad.numpy(), case.grads[key], rtol=1e-4, atol=1e-5,
+                                       err_msg=f"{name}: grad {key}")
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_variants_differ_from_reference(name):
+    case = _load(name)
+    for vname, (message, vouts) in case.variants.items():
+        assert message and len(message.splitlines()) == 1
+        differs = any(vouts[n].shape != case.expected[n].shape
+                      or not np.allclose(vouts[n], case.expected[n], rtol=case.rtol, atol=case.atol, equal_nan=True)
+                      for n in case.outputs)
+        assert differs, f"{name}: variant {vname} equals the reference"
+
+
+def test_cases_cover_the_notebook():
+    cases = [_load(n) for n in NAMES]
+    targets = {c.target for c in cases}
+    assert targets == {"attention_to_grid", "upsample_attention", "collect_attention", "localisation_accuracy",
+                       "chance_accuracy"}
+    for target in ("attention_to_grid", "upsample_attention", "collect_attention"):
+        assert any(c.grad_wrt for c in cases if c.target == target), f"{target}: no gradient check"
+    assert any(c.inputs[k].dtype == np.float64 for c in cases for k in c.inputs), "float64"
+    assert sum(_raises(c) for c in cases) >= 2
+    assert any(c.target == "upsample_attention" and c.inputs["grid"].shape[-2:] == (1, 1) for c in cases), "fc7"
+    # the localisation cases are neither all hits nor all misses (except the deliberately huge radius)
+    for c in cases:
+        if c.target == "localisation_accuracy" and c.const_kwargs["radius"] < 3:
+            assert 0.1 < float(c.expected["accuracy"]) < 0.9, c.name
+
+
+# ---- typical bugs get a one-line message naming them ----------------------------------------------
+
+F = torch.nn.functional
+
+
+def _up(grid, size, **kw):
+    lead = grid.shape[:-2]
+    up = F.interpolate(grid.reshape(-1, 1, *grid.shape[-2:]), size=tuple(size), **kw)
+    return up.reshape(*lead, *up.shape[-2:])
+
+
+BUGS = [
+    ("grid/basic", lambda w, gs: w.reshape(*w.shape[:-1], gs[1], gs[0]).transpose(-1, -2), "column by column"),
+    ("grid/mismatch", lambda w, gs: w[..., : gs[0] * gs[1]].reshape(*w.shape[:-1], *gs), "ValueError"),
+    ("upsample/basic", lambda g, s: (lambda u: u / u.amax((-2, -1), keepdim=True))(_up(g, s, mode="bilinear",
+                                                                                      align_corners=True)),
+     "align_corners=True"),
+    ("upsample/basic", lambda g, s: _up(g, s, mode="bilinear", align_corners=False), "not normalised"),
+    ("upsample/basic", lambda g, s: (lambda u: u / u.amax((-2, -1), keepdim=True))(_up(g, s, mode="nearest")),
+     "nearest"),
+    ("collect/mean_heads", lambda layers, layer=-1, head=None: layers[layer].mean(0), "batch axis"),
+    ("collect/mean_heads", lambda layers, layer=-1, head=None: layers[layer].sum(1), "summed"),
+    ("collect/one_head", lambda layers, layer=-1, head=None: layers[layer][head], "batch axis"),
+    ("locacc/radius1", lambda c, t, gs, radius=0: ((c.argmax(-1) - t).abs() <= radius).to(c.dtype).mean(),
+     "flat indices"),
+    ("chance/radius1", lambda t, gs, radius=0: torch.tensor((2 * radius + 1) ** 2 / (gs[0] * gs[1])), "border"),
+]
+
+
+@pytest.mark.parametrize("name,bug,words", BUGS, ids=[f"{b[0]}-{b[2]}" for b in BUGS])
+def test_typical_bugs_are_named(name, bug, words):
+    _load(name)  # sets the hidden folder
+    with pytest.raises(CheckFailed) as info:
+        check(name, bug)
+    message = str(info.value)
+    assert words in message and "\n" not in message, message
+
+
+def test_solution_passes_every_case_and_unfinished_code_is_reported():
+    ns = nbs.execute_definitions(nbs.SOLUTIONS / f"{STEM}.ipynb")
+    for name in NAMES:
+        target = _load(name).target
+        check(name, ns[target])
+
+    def unfinished(*args, **kwargs):
+        raise NotImplementedError()
+
+    for name in NAMES:
+        with pytest.raises(CheckFailed, match="not implemented yet"):
+            check(name, unfinished)
