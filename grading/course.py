@@ -73,6 +73,7 @@ def nbgrader_env() -> dict:
     env.pop(  # hidden references come from the copied folder, not from a maintainer's env
         "COURSE_HIDDEN_REFERENCES", None)
     env.setdefault("MPLBACKEND", "Agg")
+    env.setdefault("OMP_NUM_THREADS", "1")  # tiny tensors: threads only fight the other grading processes
     env["PYTHONWARNINGS"] = "ignore"
     # nbgrader runs `alembic` (and kernels) from PATH: put this interpreter's scripts first
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])

@@ -19,6 +19,7 @@ import traceback
 from pathlib import Path
 
 from .notebooks import ASSIGNMENT
+from .scan import suspicious
 
 
 def _api(root: Path):
@@ -41,14 +42,29 @@ def _last_error(result: dict) -> str:
 
 
 CLEANROOM_BUDGET = 600  # seconds for one notebook's clean-room re-check
+# "auto": re-check notebooks whose code could tamper (grading.scan); "always"; "never"
+CLEANROOM = os.environ.get("GRADING_CLEANROOM", "auto")
 
 
-def start_cleanrooms(root: Path, student: str) -> dict[str, subprocess.Popen]:
-    """One clean-room re-check per submitted notebook, running while nbgrader grades."""
+def student_code(path: Path) -> str:
+    """The student's own code in a submitted (rebuilt) notebook: answer cells and extra cells."""
+    cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+    parts = []
+    for cell in cells:
+        meta = cell.get("metadata", {}).get("nbgrader") or {}
+        if cell.get("cell_type") == "code" and (meta.get("solution") or not meta):
+            src = cell["source"] if isinstance(cell["source"], str) else "".join(cell["source"])
+            parts.append("\n".join(ln for ln in src.splitlines() if not ln.lstrip().startswith(("%", "!"))))
+    return "\n\n".join(parts)
+
+
+def start_cleanrooms(root: Path, student: str, only: set[str] | None = None,
+                     skip: set[str] = frozenset()) -> dict[str, subprocess.Popen]:
+    """Clean-room re-checks of the student's notebooks (those in `only`, default all), in the background."""
     source = root / "source" / ASSIGNMENT
     rooms = {}
     for nb in sorted((root / "submitted" / student / ASSIGNMENT).glob("*.ipynb")):
-        if (source / nb.name).exists():
+        if (only is None or nb.stem in only) and nb.stem not in skip and (source / nb.name).exists():
             rooms[nb.stem] = subprocess.Popen(
                 [sys.executable, "-m", "grading.cleanroom", str(source / nb.name), str(nb),
                  str(source / "hidden_references")],
@@ -124,9 +140,18 @@ def grade(root: Path, students: list[str]) -> None:
         start = time.perf_counter()
         record = {"student": student, "ok": False, "notes": [], "flags": []}
         try:
-            rooms = start_cleanrooms(root, student)
+            suspects = {}
+            for nb in sorted((root / "submitted" / student / ASSIGNMENT).glob("*.ipynb")):
+                reasons = suspicious(student_code(nb)) if CLEANROOM == "auto" else ["always"]
+                if reasons and CLEANROOM != "never":
+                    suspects[nb.stem] = reasons
+            rooms = start_cleanrooms(root, student, set(suspects))  # in parallel with nbgrader
             result = api.autograde(ASSIGNMENT, student, force=True, create=True)
             verdicts = collect_cleanrooms(rooms, record["notes"])
+            if not result.get("success"):  # the fallback needs every notebook verified
+                verdicts.update(collect_cleanrooms(start_cleanrooms(root, student, skip=set(verdicts)),
+                                                   record["notes"]))
+            record["cleanroom"] = suspects
             record["autograde_log"] = result.get("log", "")[-20000:]
             if result.get("success"):
                 reconcile(api.coursedir.db_url, student, verdicts, record["notes"], record["flags"])

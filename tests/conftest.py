@@ -47,3 +47,18 @@ def hidden_references(monkeypatch):
 
 
 SOLUTION_STEMS = [p.stem for p in nbs.solution_notebooks()]
+
+
+@pytest.fixture(scope="session")
+def grading_db():
+    """(db_url, workers) for autograde runs: a PostgreSQL server with 2 workers when one can be
+    started (always in CI), else the default SQLite gradebook with 1 worker."""
+    import postgres
+
+    if not postgres.available():
+        if os.environ.get("CI"):
+            pytest.fail("PostgreSQL server binaries missing in CI (.ci/run installs them)")
+        yield None, 1
+        return
+    with postgres.server() as url:
+        yield url, 2

@@ -36,7 +36,7 @@ def _digest(folder: Path) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def graded(tmp_path_factory):
+def graded(tmp_path_factory, grading_db):
     subs = tmp_path_factory.mktemp("submissions")
     stems = [p.stem for p in nbs.solution_notebooks()]
     for stem in stems:
@@ -53,7 +53,8 @@ def graded(tmp_path_factory):
     write_nb(stripped, subs / "erin" / f"{NB01}.ipynb")
     before = _digest(subs)
     out = tmp_path_factory.mktemp("results")
-    results = autograde(subs, out, course_dir=tmp_path_factory.mktemp("course"))
+    db_url, workers = grading_db
+    results = autograde(subs, out, course_dir=tmp_path_factory.mktemp("course"), db_url=db_url, workers=workers)
     with open(out / "grades.csv") as f:
         rows = {r["student"]: r for r in csv.DictReader(f)}
     return {"results": {r.student: r for r in results}, "rows": rows, "out": out, "subs": subs, "before": before}

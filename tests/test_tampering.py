@@ -115,14 +115,16 @@ def _colab_40(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def graded(tmp_path_factory):
+def graded(tmp_path_factory, grading_db):
     subs = tmp_path_factory.mktemp("tampering")
     for name, (make, _, _) in STUDENTS.items():
         write_nb(make(), subs / name / f"{NB}.ipynb")
     (subs / "colab_40").mkdir()
     (subs / "colab_40" / f"{NB}.ipynb").write_text(_colab_40(subs))
     out = tmp_path_factory.mktemp("out")
-    results = autograde(subs, out, course_dir=tmp_path_factory.mktemp("course"), cell_timeout=10)
+    db_url, workers = grading_db
+    results = autograde(subs, out, course_dir=tmp_path_factory.mktemp("course"), cell_timeout=20,
+                        db_url=db_url, workers=workers)
     with open(out / "grades.csv") as f:
         rows = {r["student"]: r for r in csv.DictReader(f)}
     return {r.student: r for r in results}, rows
