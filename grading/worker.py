@@ -87,44 +87,51 @@ def collect_cleanrooms(rooms: dict[str, subprocess.Popen], notes: list[str]) -> 
     return verdicts
 
 
+def _graded_cells(gb, student: str, verdicts: dict[str, dict]):
+    """(stem, grade_id, clean-room verdict, gradebook Grade or None) for every verified test cell."""
+    from nbgrader.api import MissingEntry
+
+    for stem, verdict in verdicts.items():
+        for grade_id, v in verdict.items():
+            try:
+                yield stem, grade_id, v, gb.find_grade(grade_id, stem, ASSIGNMENT, student)
+            except MissingEntry:
+                yield stem, grade_id, v, None
+
+
 def reconcile(db_url: str, student: str, verdicts: dict[str, dict], notes: list[str], flags: list[str]) -> None:
     """Where a test passed in the notebook but fails in the clean room, the student's code tampered
     with the checks: score the real code (0 for that cell, as a manual score) and flag for review."""
-    from nbgrader.api import Gradebook, MissingEntry
+    from nbgrader.api import Gradebook
 
     with Gradebook(db_url) as gb:
-        for stem, verdict in verdicts.items():
-            for grade_id, v in verdict.items():
-                try:
-                    grade = gb.find_grade(grade_id, stem, ASSIGNMENT, student)
-                except MissingEntry:
-                    continue
-                passed_in_notebook = (grade.auto_score or 0) >= grade.max_score
-                if v["passed"] is False and passed_in_notebook:
-                    grade.manual_score = 0.0
-                    flags.append(f"{stem}:{grade_id} passed in the notebook but fails in a clean room "
-                                 f"({v['message']}): scored 0, tampering suspected")
-                elif v["passed"] and not passed_in_notebook:
-                    notes.append(f"{stem}:{grade_id} failed in the notebook but passes in a clean room "
-                                 "(state changed by other cells?): notebook score kept")
+        for stem, grade_id, v, grade in _graded_cells(gb, student, verdicts):
+            if grade is None:
+                continue
+            passed_in_notebook = (grade.auto_score or 0) >= grade.max_score
+            if v["passed"] is False and passed_in_notebook:
+                grade.manual_score = 0.0
+                flags.append(f"{stem}:{grade_id} passed in the notebook but fails in a clean room "
+                             f"({v['message']}): scored 0, tampering suspected")
+            elif v["passed"] and not passed_in_notebook:
+                notes.append(f"{stem}:{grade_id} failed in the notebook but passes in a clean room "
+                             "(state changed by other cells?): notebook score kept")
         gb.db.commit()
 
 
 def score_from_cleanroom(db_url: str, student: str, verdicts: dict[str, dict], reason: str, flags: list[str]) -> bool:
     """nbgrader could not run a notebook to the end (e.g. the kernel died): score the student's real
     code from the clean-room re-check instead, and flag it for review. False if impossible."""
-    from nbgrader.api import Gradebook, MissingEntry
+    from nbgrader.api import Gradebook
 
     if not verdicts:
         return False
     with Gradebook(db_url) as gb:
-        for stem, verdict in verdicts.items():
-            for grade_id, v in verdict.items():
-                try:
-                    grade = gb.find_grade(grade_id, stem, ASSIGNMENT, student)
-                except MissingEntry:
-                    return False
-                grade.manual_score = grade.max_score if v["passed"] else 0.0
+        cells = list(_graded_cells(gb, student, verdicts))
+        if any(grade is None for *_, grade in cells):
+            return False
+        for _, _, v, grade in cells:
+            grade.manual_score = grade.max_score if v["passed"] else 0.0
         gb.db.commit()
     flags.append(f"nbgrader could not finish ({reason}): scored from the clean-room re-check")
     return True

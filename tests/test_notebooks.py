@@ -11,7 +11,7 @@ import pytest
 from nbclient import NotebookClient
 from nbgrader.validator import Validator
 
-from conftest import SOLUTION_STEMS
+from conftest import SOLUTION_STEMS, case_names_in
 from grading import course, notebooks as nbs, references
 
 
@@ -50,13 +50,6 @@ def test_release_is_up_to_date(tmp_path):
             f"notebooks/{fresh.name} is stale: run `python -m grading release`"
 
 
-def _case_names(path):
-    names = []
-    with h5py.File(path, "r") as f:
-        f.visititems(lambda n, o: names.append(n) if isinstance(o, h5py.Group) and "target" in o.attrs else None)
-    return names
-
-
 def _compare_h5(a, b, where=""):
     for key in a:
         assert key in b, f"{where}/{key} missing"
@@ -85,10 +78,10 @@ def test_references_are_up_to_date(tmp_path):
 def test_nothing_hidden_ships_to_students():
     hidden_names = set()
     for path in nbs.HIDDEN_REFERENCES.glob("*.h5"):
-        hidden_names |= set(_case_names(path))
+        hidden_names |= set(case_names_in(path))
     public_names = set()
     for path in nbs.PUBLIC_REFERENCES.glob("*.h5"):
-        public_names |= set(_case_names(path))
+        public_names |= set(case_names_in(path))
     assert hidden_names and public_names
     assert not hidden_names & public_names, f"hidden cases in the public files: {hidden_names & public_names}"
     for path in nbs.RELEASE.glob("*.ipynb"):

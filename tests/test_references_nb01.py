@@ -5,24 +5,18 @@ formula, causal masks against `numpy.tril`, gradients against autograd through P
 """
 from __future__ import annotations
 
-import h5py
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 
-from grading import notebooks as nbs
-from starter.checks import load_case
+from conftest import case_names, load_any_case
 
 STEM = "01_scaled_dot_product_attention"
 
 
 def _names():
-    names = []
-    for path in (nbs.PUBLIC_REFERENCES / f"{STEM}.h5", nbs.HIDDEN_REFERENCES / f"{STEM}.h5"):
-        with h5py.File(path, "r") as f:
-            f.visititems(lambda n, o: names.append(n) if isinstance(o, h5py.Group) and "target" in o.attrs else None)
-    return names
+    return case_names(STEM)
 
 
 def _softmax_np(x):
@@ -92,10 +86,7 @@ def test_reference_matches_independent_implementation(name):
 
 
 def _load(name):
-    import os
-
-    os.environ["COURSE_HIDDEN_REFERENCES"] = str(nbs.HIDDEN_REFERENCES)
-    return load_case(name)
+    return load_any_case(name)
 
 
 def test_cases_cover_the_curriculum():

@@ -7,31 +7,23 @@ and the cases that expect a ValueError must really get one from the solution.
 """
 from __future__ import annotations
 
-import math
-import os
 
-import h5py
 import numpy as np
 import pytest
 import torch
 
 from grading import notebooks as nbs
-from starter.checks import load_case
+from conftest import case_names, load_any_case
 
 STEM = "02_positional_encoding"
 
 
 def _names():
-    names = []
-    for path in (nbs.PUBLIC_REFERENCES / f"{STEM}.h5", nbs.HIDDEN_REFERENCES / f"{STEM}.h5"):
-        with h5py.File(path, "r") as f:
-            f.visititems(lambda n, o: names.append(n) if isinstance(o, h5py.Group) and "target" in o.attrs else None)
-    return names
+    return case_names(STEM)
 
 
 def _load(name):
-    os.environ["COURSE_HIDDEN_REFERENCES"] = str(nbs.HIDDEN_REFERENCES)
-    return load_case(name)
+    return load_any_case(name)
 
 
 def _raises(case) -> bool:

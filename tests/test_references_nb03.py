@@ -10,31 +10,23 @@ differ from the reference.
 """
 from __future__ import annotations
 
-import os
 
-import h5py
 import numpy as np
 import pytest
 import torch
 from torch import nn
 
-from grading import notebooks as nbs
-from starter.checks import load_case
+from conftest import case_names, load_any_case
 
 STEM = "03_multi_head_attention"
 
 
 def _names():
-    names = []
-    for path in (nbs.PUBLIC_REFERENCES / f"{STEM}.h5", nbs.HIDDEN_REFERENCES / f"{STEM}.h5"):
-        with h5py.File(path, "r") as f:
-            f.visititems(lambda n, o: names.append(n) if isinstance(o, h5py.Group) and "target" in o.attrs else None)
-    return names
+    return case_names(STEM)
 
 
 def _load(name):
-    os.environ["COURSE_HIDDEN_REFERENCES"] = str(nbs.HIDDEN_REFERENCES)
-    return load_case(name)
+    return load_any_case(name)
 
 
 # ---- our parameter names -> PyTorch's (name, rows) ------------------------------------------------
