@@ -71,7 +71,7 @@ def main(source_path: str, submitted_path: str, hidden_dir: str) -> None:
     os.environ.update({"COURSE_HIDDEN_REFERENCES": hidden_dir, "NBGRADER_EXECUTION": "autograde",
                        "MPLBACKEND": "Agg"})
     root = Path(__file__).resolve().parent.parent
-    import grading.kernel_guard  # noqa: F401 - student code may not end this process
+    import grading.kernel_guard  # noqa: F401 - side effect: student code may not end this process
 
     spec = importlib.util.spec_from_file_location(
         "_cleanroom_checks", root / "starter" / "checks.py")

@@ -5,7 +5,6 @@ process) would otherwise kill the kernel and lose the grades of every later cell
 raise SystemExit instead, which IPython reports as an error in that cell and then carries on.
 """
 import os
-import sys
 
 
 def _refuse(*args, **kwargs):
