@@ -86,3 +86,29 @@ def load_any_case(name: str):
 
     os.environ["COURSE_HIDDEN_REFERENCES"] = str(nbs.HIDDEN_REFERENCES)
     return load_case(name)
+
+
+def assert_matches_reference(name: str, case, outs, inputs) -> None:
+    """Independent outputs `outs` (torch, float64, graph kept) agree with the stored case: values,
+    shapes, stored dtype, and the gradients of sum(output * stored weights) w.r.t. `inputs`."""
+    import numpy as np
+    import torch
+
+    for out_name, value in zip(case.outputs, outs):
+        want = case.expected[out_name]
+        assert tuple(value.shape) == want.shape, name
+        np.testing.assert_allclose(value.detach().numpy(), want.astype(np.float64), rtol=1e-5, atol=1e-6,
+                                   err_msg=f"{name}: {out_name}")
+        floats = [v.dtype for v in case.inputs.values() if v.dtype.kind == "f"]
+        assert want.dtype == (floats[0] if floats else np.float32), f"{name}: stored dtype"
+    if case.grad_wrt:
+        loss = sum((o * torch.from_numpy(case.grad_weights[n]).double()).sum() for n, o in zip(case.outputs, outs))
+        loss.backward()
+        for key in case.grad_wrt:
+            np.testing.assert_allclose(inputs[key].grad.numpy(), case.grads[key], rtol=1e-4, atol=1e-5,
+                                       err_msg=f"{name}: grad {key}")
+
+
+def expects_exception(case) -> bool:
+    """Cases whose correct outcome is an exception (property `raises`)."""
+    return any(p[0] == "raises" for p in case.properties)

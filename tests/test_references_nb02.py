@@ -13,21 +13,19 @@ import pytest
 import torch
 
 from grading import notebooks as nbs
-from conftest import case_names, load_any_case
+from conftest import assert_matches_reference, case_names, expects_exception, load_any_case
 
 STEM = "02_positional_encoding"
+
+
+_load = load_any_case
 
 
 def _names():
     return case_names(STEM)
 
 
-def _load(name):
-    return load_any_case(name)
-
-
-def _raises(case) -> bool:
-    return any(p[0] == "raises" for p in case.properties)
+_raises = expects_exception
 
 
 def pe_numpy(max_len: int, d: int) -> np.ndarray:
@@ -82,30 +80,7 @@ def test_reference_matches_independent_implementation(name):
     for key in case.grad_wrt:
         inputs[key].requires_grad_(True)
     outs = _independent(case, inputs)
-    for out_name, value in zip(case.outputs, outs):
-        want = case.expected[out_name]
-        assert value.shape == want.shape, name
-        np.testing.assert_allclose(value.detach().numpy(), want.astype(np.float64), rtol=1e-5, atol=1e-6,
-                                   err_msg=f"{name}: {out_name}")
-        floats = [v.dtype for v in case.inputs.values() if v.dtype.kind == "f"]
-        assert want.dtype == (floats[0] if floats else np.float32), f"{name}: stored dtype"
-    if case.grad_wrt:
-        loss = sum((o * torch.from_numpy(case.grad_weights[n]).double()).sum() for n, o in zip(case.outputs, outs))
-        loss.backward()
-        for key in case.grad_wrt:
-            np.testing.assert_allclose(inputs[key].grad.numpy(), case.grads[key], rtol=1e-4, atol=1e-5,
-                                       err_msg=f"{name}: grad {key}")
-
-
-@pytest.mark.parametrize("name", NAMES)
-def test_variants_differ_from_reference(name):
-    case = _load(name)
-    for vname, (message, vouts) in case.variants.items():
-        assert message
-        differs = any(vouts[n].shape != case.expected[n].shape
-                      or not np.allclose(vouts[n], case.expected[n], rtol=case.rtol, atol=case.atol, equal_nan=True)
-                      for n in case.outputs)
-        assert differs, f"{name}: variant {vname} equals the reference"
+    assert_matches_reference(name, case, outs, inputs)
 
 
 def test_solution_refuses_too_long_sequences():

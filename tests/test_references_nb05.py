@@ -7,34 +7,26 @@ against counting cells one by one. Gradients against autograd through the indepe
 """
 from __future__ import annotations
 
-import os
 
-import h5py
 import numpy as np
 import pytest
 import torch
 
 from grading import notebooks as nbs
-from starter.checks import CheckFailed, check, load_case
+from conftest import assert_matches_reference, case_names, expects_exception, load_any_case
+from starter.checks import CheckFailed, check
 
 STEM = "05_visualizing_attention"
 
 
+_load = load_any_case
+
+
 def _names():
-    names = []
-    for path in (nbs.PUBLIC_REFERENCES / f"{STEM}.h5", nbs.HIDDEN_REFERENCES / f"{STEM}.h5"):
-        with h5py.File(path, "r") as f:
-            f.visititems(lambda n, o: names.append(n) if isinstance(o, h5py.Group) and "target" in o.attrs else None)
-    return names
+    return case_names(STEM)
 
 
-def _load(name):
-    os.environ["COURSE_HIDDEN_REFERENCES"] = str(nbs.HIDDEN_REFERENCES)
-    return load_case(name)
-
-
-def _raises(case) -> bool:
-    return any(p[0] == "raises" for p in case.properties)
+_raises = expects_exception
 
 
 # ---- independent implementations ------------------------------------------------------------------
@@ -142,30 +134,7 @@ def test_reference_matches_independent_implementation(name):
     for key in case.grad_wrt:
         inputs[key].requires_grad_(True)
     outs = _independent(case, inputs)
-    for out_name, value in zip(case.outputs, outs):
-        want = case.expected[out_name]
-        assert tuple(value.shape) == want.shape, name
-        np.testing.assert_allclose(value.detach().numpy(), want.astype(np.float64), rtol=1e-5, atol=1e-6,
-                                   err_msg=f"{name}: {out_name}")
-        floats = [v.dtype for v in case.inputs.values() if v.dtype.kind == "f"]
-        assert want.dtype == (floats[0] if floats else np.float32), f"{name}: stored dtype"
-    if case.grad_wrt:
-        loss = sum((o * torch.from_numpy(case.grad_weights[n]).double()).sum() for n, o in zip(case.outputs, outs))
-        loss.backward()
-        for key in case.grad_wrt:
-            np.testing.assert_allclose(inputs[key].grad.numpy(), case.grads[key], rtol=1e-4, atol=1e-5,
-                                       err_msg=f"{name}: grad {key}")
-
-
-@pytest.mark.parametrize("name", NAMES)
-def test_variants_differ_from_reference(name):
-    case = _load(name)
-    for vname, (message, vouts) in case.variants.items():
-        assert message and len(message.splitlines()) == 1
-        differs = any(vouts[n].shape != case.expected[n].shape
-                      or not np.allclose(vouts[n], case.expected[n], rtol=case.rtol, atol=case.atol, equal_nan=True)
-                      for n in case.outputs)
-        assert differs, f"{name}: variant {vname} equals the reference"
+    assert_matches_reference(name, case, outs, inputs)
 
 
 def test_cases_cover_the_notebook():
