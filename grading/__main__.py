@@ -4,6 +4,7 @@
     python -m grading references              rebuild the stored reference cases from the solutions
     python -m grading autograde SUBMISSIONS   grade a folder or zip of student notebooks
     python -m grading execute [NOTEBOOK ...]  run solution notebooks end to end (the maintainers' main job)
+    python -m grading publish DEST            the student-facing files only, for a separate student repository
 """
 from __future__ import annotations
 
@@ -27,6 +28,8 @@ def main(argv: list[str] | None = None) -> int:
     ag.add_argument("--workers", type=int, default=1, help="parallel graders (more than 1 needs --db)")
     ag.add_argument("--resume", action="store_true", help="keep students finished by an interrupted run")
     ag.add_argument("--timeout", type=float, default=900, help="seconds one student may take")
+    pb = sub.add_parser("publish", help="copy the student-facing files into an empty folder")
+    pb.add_argument("dest", type=Path)
     ex = sub.add_parser("execute", help="execute solution notebooks end to end")
     ex.add_argument("names", nargs="*", help="notebook names or numbers (default: all)")
     ex.add_argument("--out", type=Path, default=None)
@@ -47,6 +50,9 @@ def main(argv: list[str] | None = None) -> int:
                             workers=args.workers, resume=args.resume, student_timeout=args.timeout)
         print(f"graded {sum(r.status == 'graded' for r in results)} of {len(results)} students; "
               f"grades in {args.out / 'grades.csv'}")
+    elif args.command == "publish":
+        from .publish import publish
+        print(f"student copy written to {publish(args.dest)} (checked: no solutions, no hidden tests)")
     elif args.command == "execute":
         from .execute import execute_all
         ok = execute_all(args.names, args.out)

@@ -1,0 +1,82 @@
+"""Copy what students need into a folder of its own, for a separate student repository.
+
+    python -m grading publish DEST
+
+This repository holds the solutions (`solutions/`) and the hidden references (`grading/`); a Colab
+link must point at a repository without them. DEST receives the release notebooks, the `starter`
+package with the public references, the dataset scripts, the packaging files and a short README,
+and nothing else; the copy is then checked for anything that must stay private.
+"""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import h5py
+
+from . import notebooks
+
+ROOT = notebooks.ROOT
+FILES = ["pyproject.toml", "requirements.txt", "environment.yml", ".gitignore"]
+TREES = {"notebooks": "*.ipynb", "starter": "*", "data": "*.py"}
+README = """# Attention and Transformers: student notebooks
+
+Open the notebooks in `notebooks/` in order, locally (`pip install -e .` then `jupyter lab notebooks/`)
+or on Google Colab (the first cell of each notebook installs this repository there). Fill in the
+cells marked `# YOUR CODE HERE`; the test cell under each prints a one-line hint when something is
+wrong. Submit the `.ipynb` files.
+"""
+
+
+class LeakError(RuntimeError):
+    pass
+
+
+def hidden_case_names() -> set[str]:
+    names: set[str] = set()
+    for path in notebooks.HIDDEN_REFERENCES.glob("*.h5"):
+        with h5py.File(path, "r") as f:
+            f.visititems(lambda n, o: names.add(n) if isinstance(o, h5py.Group) and "target" in o.attrs else None)
+    return names
+
+
+def check_no_leak(dest: Path) -> None:
+    """Raise LeakError if `dest` holds solution code or hidden tests/references."""
+    hidden = hidden_case_names()
+    for path in dest.rglob("*"):
+        if not path.is_file():
+            continue
+        rel = path.relative_to(dest)
+        if rel.parts[0] in {"solutions", "grading", "tests"}:
+            raise LeakError(f"{rel}: private folder")
+        if path.suffix in {".ipynb", ".py", ".md", ".toml", ".txt", ".yml"}:
+            text = path.read_text(encoding="utf-8", errors="replace")
+            for marker in ("### BEGIN SOLUTION", "### BEGIN HIDDEN TESTS"):
+                if marker in text:
+                    raise LeakError(f"{rel}: contains {marker!r}")
+        if path.suffix == ".h5":
+            with h5py.File(path, "r") as f:
+                names: list[str] = []
+                f.visititems(lambda n, o: names.append(n) if isinstance(o, h5py.Group) else None)
+            if hidden & set(names):
+                raise LeakError(f"{rel}: holds hidden reference cases {sorted(hidden & set(names))[:3]}")
+
+
+def publish(dest: Path) -> Path:
+    dest = Path(dest)
+    if dest.exists() and any(dest.iterdir()):
+        raise SystemExit(f"{dest} is not empty")
+    dest.mkdir(parents=True, exist_ok=True)
+    for name in FILES:
+        if (ROOT / name).exists():
+            shutil.copy2(ROOT / name, dest / name)
+    for folder, pattern in TREES.items():
+        for path in sorted((ROOT / folder).rglob(pattern)):
+            rel = path.relative_to(ROOT)
+            if path.is_dir() or "__pycache__" in rel.parts or "cache" in rel.parts[1:2]:
+                continue
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, dest / rel)
+    (dest / "README.md").write_text(README)
+    check_no_leak(dest)
+    return dest
