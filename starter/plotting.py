@@ -256,3 +256,60 @@ def show_attention_layers(weights, queries: Sequence[str] | None = None, keys: S
     fig.colorbar(im, ax=axes.ravel().tolist(), fraction=0.03, pad=0.02, label="weight")
     fig.suptitle(title)
     return fig
+
+
+def plot_losses(history, title: str = "training loss", ax=None):
+    """Training loss per step (light) and its moving average, plus validation loss if recorded.
+
+    history: dict with "step", "loss" and optionally "val_step", "val_loss" (from starter.training.train).
+    """
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6.5, 3.6))
+    steps, loss = np.asarray(history["step"]), np.asarray(history["loss"], dtype=float)
+    ax.plot(steps, loss, color="tab:blue", alpha=0.3, lw=1, label="train (per step)")
+    if len(loss) >= 10:
+        k = max(5, len(loss) // 30)
+        smooth = np.convolve(loss, np.ones(k) / k, mode="valid")
+        ax.plot(steps[k - 1:], smooth, color="tab:blue", lw=2, label=f"train (mean of {k} steps)")
+    if history.get("val_loss"):
+        ax.plot(history["val_step"], history["val_loss"], "o-", color="tab:orange", label="validation")
+    ax.set_xlabel("step")
+    ax.set_ylabel("cross-entropy per word (nats)")
+    ax.set_yscale("log")
+    ax.set_title(title)
+    ax.grid(alpha=0.3, which="both")
+    ax.legend()
+    return ax
+
+
+def show_captions(images, generated: Sequence[str], references: Sequence[Sequence[str] | str],
+                  ncols: int = 3, title: str = "generated (bold) vs ground truth", max_refs: int = 3):
+    """Images with their generated caption and ground-truth captions underneath.
+
+    images: list of (H, W, 3) arrays (None for an image that is not available);
+    generated: one string per image; references: list of strings (or one string) per image.
+    Returns the matplotlib Figure.
+    """
+    import textwrap
+
+    n = len(generated)
+    ncols = max(1, min(ncols, n))
+    nrows = -(-n // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(4.2 * ncols, 4.6 * nrows), squeeze=False)
+    for i, ax in enumerate(axes.flat):
+        ax.axis("off")
+        if i >= n:
+            continue
+        img = images[i] if images is not None else None
+        if img is not None:
+            ax.imshow(np.asarray(img))
+        else:
+            ax.text(0.5, 0.5, "(no image)", ha="center", va="center", transform=ax.transAxes)
+        refs = [references[i]] if isinstance(references[i], str) else list(references[i])
+        gen = "\n".join(textwrap.wrap(f"generated: {generated[i]}", 42))
+        truth = "\n".join("\n".join(textwrap.wrap(f"truth: {r}", 42)) for r in refs[:max_refs])
+        ax.set_title(gen, fontsize=9, fontweight="bold", loc="left")
+        ax.text(0.0, -0.03, truth, fontsize=8, va="top", ha="left", transform=ax.transAxes, color="0.25")
+    fig.suptitle(title)
+    fig.tight_layout()
+    return fig

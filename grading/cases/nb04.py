@@ -1,0 +1,471 @@
+"""Reference cases of notebook 04 (the captioning Transformer).
+
+The model cases always build the model with ``layers="torch"`` (PyTorch-backed layers from
+``starter.layers``), so they never depend on notebooks 02-03. The decoding and teacher-forcing cases
+run the student's function on ``starter.layers.ToyCaptioner`` (a small causal stand-in model) through
+``starter.layers.with_model``, so they don't depend on the student's model either. Variants are known
+bugs written here independently of the solution; variants that coincide with the correct output on a
+case are dropped for that case.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+import torch.nn.functional as F
+
+from grading.references import CaseSpec, _run, build_case
+from starter.layers import ToyCaptioner, with_attention, with_model
+
+# ---- CaptioningTransformer.forward ------------------------------------------------------------------
+
+def _forward(self, features, captions, *, mask="ok", project=True, region=True, pos=True, final_norm=True,
+             scale=False, softmax=False):
+    R, T = features.shape[1], captions.shape[1]
+    memory = self.feature_proj(features) if project else features
+    if region:
+        memory = memory + self.region_embed.weight[:R]
+    x = self.word_embed(captions)
+    if scale:
+        x = x * x.shape[-1] ** 0.5
+    if pos:
+        x = self.pos_encoding(x)
+    full = torch.ones(T, T, dtype=torch.bool, device=captions.device)
+    m = {"ok": full.tril(), "none": None, "plus_one": full.tril(1), "strict": full.tril(-1),
+         "inverted": ~full.tril()}[mask]
+    sw, cw = [], []
+    for layer in self.decoder_layers:
+        x, a, b = layer(x, memory, tgt_mask=m)
+        sw.append(a)
+        cw.append(b)
+    logits = self.vocab_head(self.final_norm(x) if final_norm else x)
+    if softmax:
+        logits = F.log_softmax(logits, dim=-1)
+    return logits, {"self": sw, "cross": cw}
+
+
+FORWARD_BUGS = {
+    "no_causal_mask": ("causal mask missing: pass tgt_mask=torch.ones(T, T, dtype=torch.bool).tril() to every layer, "
+                       "or each word sees the word it must predict.", dict(mask="none")),
+    "mask_plus_one": ("causal mask off by one: it lets position t see word t+1; position t may attend to 0..t "
+                      "(.tril(), diagonal 0).", dict(mask="plus_one")),
+    "mask_strict": ("causal mask off by one: position t must also attend to itself (.tril() keeps the diagonal; "
+                    ".tril(-1) leaves the first word nothing to attend to).", dict(mask="strict")),
+    "mask_inverted": ("causal mask inverted: our tgt_mask is True where attention is ALLOWED (the lower triangle).",
+                      dict(mask="inverted")),
+    "no_projection": ("features not projected: the memory is feature_proj(features) + region embeddings.",
+                      dict(project=False)),
+    "no_region_embedding": ("region position embedding missing: add self.region_embed.weight[:R] to the projected "
+                            "features, or the model can't tell where a region is.", dict(region=False)),
+    "no_positional_encoding": ("positional encoding missing: x = pos_encoding(word_embed(captions)).",
+                               dict(pos=False)),
+    "no_final_norm": ("final LayerNorm missing: logits = vocab_head(final_norm(x)) after the pre-norm stack.",
+                      dict(final_norm=False)),
+    "scaled_embedding": ("word embeddings multiplied by sqrt(d_model): this model uses them as they are.",
+                         dict(scale=True)),
+    "log_softmax": ("forward returns (log-)probabilities: return the raw logits of vocab_head, the loss applies "
+                    "the softmax.", dict(softmax=True)),
+}
+
+
+def _forward_variants(attention=False):
+    out = {}
+    for name, (message, kw) in FORWARD_BUGS.items():
+        def make(ns, kw=kw):
+            def forward(self, features, captions, return_attention=False):
+                logits, att = _forward(self, features, captions, **kw)
+                return (logits, att) if return_attention else logits
+            cls = type("Buggy", (ns["CaptioningTransformer"],), {"forward": forward})
+            return with_attention(cls) if attention else cls
+        out[name] = (message, make)
+    return out
+
+
+# ---- caption_loss -------------------------------------------------------------------------------------
+
+def _nll(logits, targets):
+    return -F.log_softmax(logits, -1).gather(-1, targets[..., None])[..., 0]
+
+
+def _loss_bug(kind):
+    def loss(logits, targets, null_idx=0):
+        real = (targets != (0 if kind == "hardcoded_null" else null_idx)).to(logits.dtype)
+        if kind == "probs_input":
+            return (_nll(torch.softmax(logits, -1), targets) * real).sum() / real.sum()
+        nll = _nll(logits, targets)
+        if kind == "mean_over_padding":
+            return nll.mean()
+        if kind == "padding_zeroed_mean":
+            return (nll * real).mean()
+        if kind == "sum":
+            return (nll * real).sum()
+        if kind == "per_caption":
+            return ((nll * real).sum(1) / real.sum(1).clamp(min=1)).mean()
+        if kind == "divide_by_batch":
+            return (nll * real).sum() / targets.shape[0]
+        return (nll * real).sum() / real.sum()  # hardcoded_null
+    return loss
+
+
+LOSS_BUGS = {
+    "mean_over_padding": "the loss is averaged over the padding too: average over the positions whose target is not "
+                         "null_idx only (a mask, or ignore_index=null_idx).",
+    "padding_zeroed_mean": "padding masked out but still counted in the mean: divide by the number of real words, "
+                           "not by B*T.",
+    "sum": "summed instead of averaged: divide by the number of real (non-null) target words.",
+    "per_caption": "averaged per caption, then over captions: average over all real words of the batch at once, "
+                   "so that every word has the same weight.",
+    "divide_by_batch": "divided by the batch size: divide by the number of real (non-null) target words.",
+    "hardcoded_null": "padding taken to be index 0: use the null_idx argument.",
+    "probs_input": "a softmax was applied before the cross-entropy: pass raw logits (log_softmax / F.cross_entropy "
+                   "normalise them).",
+}
+
+
+def _loss_variants():
+    return {k: (m, lambda ns, k=k: _loss_bug(k)) for k, m in LOSS_BUGS.items()}
+
+
+# ---- teacher_forcing_loss -----------------------------------------------------------------------------
+
+def _masked_mean(logits, targets, null_idx):
+    real = (targets != null_idx).to(logits.dtype)
+    return (_nll(logits, targets) * real).sum() / real.sum()
+
+
+def _teacher_bug(kind):
+    def fn(model, features, captions, null_idx=0):
+        if kind == "no_shift":
+            return _masked_mean(model(features, captions), captions, null_idx)
+        if kind == "swapped":
+            return _masked_mean(model(features, captions[:, 1:]), captions[:, :-1], null_idx)
+        if kind == "targets_not_shifted":
+            return _masked_mean(model(features, captions[:, :-1]), captions[:, :-1], null_idx)
+        if kind == "padding_counted":
+            logits = model(features, captions[:, :-1])
+            return _nll(logits, captions[:, 1:]).mean()
+        raise ValueError(kind)
+    return fn
+
+
+TEACHER_BUGS = {
+    "no_shift": "inputs and targets are the same words: position t must predict word t+1, so the inputs are "
+                "captions[:, :-1] and the targets captions[:, 1:].",
+    "swapped": "inputs and targets swapped: inputs captions[:, :-1] (from <START>), targets captions[:, 1:].",
+    "targets_not_shifted": "targets not shifted: the targets are captions[:, 1:], one word ahead of the inputs.",
+    "padding_counted": "the loss counts the padding: return caption_loss(logits, targets, null_idx) (make "
+                       "caption_loss pass its check first).",
+}
+
+
+def _teacher_variants():
+    return {k: (m, lambda ns, k=k: with_model(_teacher_bug(k))) for k, m in TEACHER_BUGS.items()}
+
+
+# ---- greedy_decode ------------------------------------------------------------------------------------
+
+@torch.no_grad()
+def _greedy(model, features, max_len, start_idx=1, end_idx=2, null_idx=0, *, bug=None):
+    B = features.shape[0]
+    seq = torch.full((B, 1), start_idx, dtype=torch.long)
+    outs = []
+    for t in range(max_len):
+        if bug == "no_feedback":
+            inp = torch.full((B, t + 1), start_idx, dtype=torch.long)
+        elif bug == "last_token_only":
+            inp = seq[:, -1:]
+        else:
+            inp = seq
+        logits = model(features, inp)
+        nxt = (logits[:, 0] if bug == "first_position" else logits[:, -1]).argmax(-1)
+        outs.append(nxt)
+        seq = torch.cat([seq, nxt[:, None]], 1)
+    out = torch.stack(outs, 1)
+    if bug == "no_null_after_end":
+        return out
+    ended = (out == end_idx).long().cumsum(1)
+    after = (ended - (out == end_idx).long()) > 0  # strictly after the first <END>
+    out = out.masked_fill(after, null_idx)
+    if bug == "end_dropped":
+        out = out.masked_fill(out == end_idx, null_idx)
+    if bug == "includes_start":
+        out = torch.cat([torch.full((B, 1), start_idx, dtype=torch.long), out[:, :-1]], 1)
+    return out
+
+
+GREEDY_BUGS = {
+    "no_feedback": "the model's own words are not fed back: append each chosen word to the input before the next step.",
+    "last_token_only": "only the last word is fed to the model: pass the whole prefix (<START> and every word so "
+                       "far) and read the logits of its last position.",
+    "first_position": "the next word is read from the first position's logits: use the last position, "
+                      "logits[:, -1].",
+    "no_null_after_end": "words after <END> must be null_idx: once a caption has produced <END> it is finished.",
+    "end_dropped": "the <END> token is missing from the output: keep it, then null_idx after it.",
+    "includes_start": "the output starts with <START>: return the generated words only (max_len of them).",
+}
+
+
+def _greedy_variants():
+    return {k: (m, lambda ns, k=k: with_model(
+        lambda model, features, max_len, start_idx=1, end_idx=2, null_idx=0, k=k:
+        _greedy(model, features, max_len, start_idx, end_idx, null_idx, bug=k))) for k, m in GREEDY_BUGS.items()}
+
+
+# ---- beam_search --------------------------------------------------------------------------------------
+
+@torch.no_grad()
+def _beam(model, features, beam_width, max_len, start_idx=1, end_idx=2, null_idx=0, length_penalty=0.7, *,
+          bug=None):
+    if bug == "greedy":
+        return _greedy(model, features, max_len, start_idx, end_idx, null_idx)
+    B = features.shape[0]
+    out = torch.full((B, max_len), null_idx, dtype=torch.long)
+    for b in range(B):
+        hyps = [([], 0.0)]
+        done = []
+        for step in range(max_len):
+            inp = torch.tensor([[start_idx] + h for h, _ in hyps], dtype=torch.long)
+            lp = F.log_softmax(model(features[b:b + 1].expand(len(hyps), -1, -1), inp)[:, -1], -1)
+            cands = []
+            for i, (h, s) in enumerate(hyps):
+                words = [int(lp[i].argmax())] if bug == "per_hypothesis_best" else range(lp.shape[1])
+                for w in words:
+                    score = float(lp[i, w]) if bug == "no_accumulation" else s + float(lp[i, w])
+                    cands.append((score, h + [w]))
+            cands.sort(key=lambda c: -c[0])
+            keep = cands[:beam_width - len(done)]
+            hyps = []
+            for score, h in keep:
+                if h[-1] == end_idx or step == max_len - 1:
+                    length = len(h) - (1 if bug == "length_without_end" and h[-1] == end_idx else 0)
+                    norm = 1.0 if bug == "raw_final" else max(1, length) ** length_penalty
+                    done.append((score / norm, h))
+                else:
+                    hyps.append((h, score))
+            if not hyps:
+                break
+        best = max(done, key=lambda d: d[0])[1]
+        out[b, :len(best)] = torch.tensor(best)
+    return out
+
+
+BEAM_BUGS = {
+    "greedy": "that is the greedy caption: keep the beam_width best hypotheses at every step (topk over all "
+              "hypotheses x words).",
+    "per_hypothesis_best": "each hypothesis is extended by its own best word only: rank all hypotheses x words "
+                           "candidates together and keep the best.",
+    "no_accumulation": "hypothesis scores don't accumulate: a candidate's score is its hypothesis' score + the "
+                       "word's log-probability.",
+    "raw_final": "finished hypotheses compared by their raw sum of log-probabilities: divide by "
+                 "length ** length_penalty.",
+    "length_without_end": "the length in the penalty must count the <END> token.",
+}
+
+
+def _beam_variants():
+    return {k: (m, lambda ns, k=k: with_model(
+        lambda model, features, beam_width, max_len, start_idx=1, end_idx=2, null_idx=0, length_penalty=0.7, k=k:
+        _beam(model, features, beam_width, max_len, start_idx, end_idx, null_idx, length_penalty, bug=k)))
+        for k, m in BEAM_BUGS.items()}
+
+
+# ---- helpers ------------------------------------------------------------------------------------------
+
+def _randn(*shape, g, dtype=torch.float32):
+    return torch.randn(*shape, generator=g, dtype=torch.float64).to(dtype)
+
+
+def _captions(lengths, T, V, g, start=1, end=2, null=0, specials=(0, 1, 2, 3)):
+    """(B, T) captions <START> w... <END> then null; words drawn from the non-special indices."""
+    words = [i for i in range(V) if i not in specials and i not in (start, end, null)]
+    B = len(lengths)
+    caps = torch.full((B, T), null, dtype=torch.long)
+    for b, n in enumerate(lengths):  # n = number of words between <START> and <END>
+        caps[b, 0] = start
+        pick = torch.randint(len(words), (n,), generator=g)
+        caps[b, 1:n + 1] = torch.tensor([words[i] for i in pick.tolist()], dtype=torch.long)
+        if n + 1 < T:
+            caps[b, n + 1] = end
+    return caps
+
+
+def _prune(spec: CaseSpec, ns) -> CaseSpec:
+    """Drop the variants that give the correct output (or fail) on this case."""
+    base = dataclasses.replace(spec, variants={}, grad_wrt=[])
+    rec = build_case(base, ns)
+    params = {k: torch.from_numpy(v) for k, v in rec["params"].items()} or None
+    keep = {}
+    for name, (message, make) in spec.variants.items():
+        try:
+            vouts, _, _ = _run(spec, make(ns), params, dtype64=True, with_grad=False)
+        except Exception:  # noqa: BLE001 - a variant that crashes diagnoses nothing
+            continue
+        differs = False
+        for k, want in rec["expected"].items():
+            got = vouts[k].detach().numpy() if hasattr(vouts[k], "detach") else vouts[k]
+            if got.shape != want.shape or not (abs(got.astype("float64") - want.astype("float64"))
+                                               <= spec.atol + spec.rtol * abs(want.astype("float64"))).all():
+                differs = True
+        if differs:
+            keep[name] = (message, make)
+    spec.variants = keep
+    return spec
+
+
+def _seeded(spec: CaseSpec, ns, ok) -> CaseSpec:
+    """Pick the first module seed whose expected output satisfies `ok` (e.g. captions ending at varied steps)."""
+    for seed in range(200):
+        spec.seed = seed
+        rec = build_case(dataclasses.replace(spec, variants={}, grad_wrt=[]), ns)
+        if ok(rec["expected"]):
+            return spec
+    raise ValueError(f"{spec.name}: no seed gives the wanted output")
+
+
+# ---- cases --------------------------------------------------------------------------------------------
+
+def cases(ns) -> list[CaseSpec]:
+    g = torch.Generator().manual_seed(2027)
+    # the adapters the test cells wrap the answers in, under the names the messages show
+    ns["with_attention(CaptioningTransformer)"] = with_attention(ns["CaptioningTransformer"])
+    for fn in ("teacher_forcing_loss", "greedy_decode", "beam_search"):
+        ns[f"with_model({fn})"] = with_model(ns[fn])
+    out = []
+
+    # CaptioningTransformer(...).forward(features, captions)
+    model = {
+        # name: (B, T, R, D, V, d_model, heads, layers, dff, dtype, grad, public)
+        "captioner/basic": (2, 6, 9, 12, 15, 16, 2, 2, 32, torch.float32, False, True),
+        "captioner/square": (3, 5, 4, 16, 11, 16, 4, 2, 24, torch.float32, False, False),
+        "captioner/one_region": (2, 7, 1, 10, 13, 8, 2, 1, 16, torch.float32, False, False),
+        "captioner/three_layers_float64": (2, 5, 6, 8, 9, 12, 3, 3, 20, torch.float64, False, False),
+        "captioner/grad": (2, 4, 5, 6, 10, 8, 2, 2, 16, torch.float32, True, False),
+        "captioner/attention": (2, 5, 9, 12, 15, 16, 2, 2, 32, torch.float32, False, True),
+        "captioner/attention_one_layer": (1, 6, 4, 8, 10, 8, 4, 1, 16, torch.float32, False, False),
+    }
+    for name, (b, t, r, d, v, dm, h, nl, dff, dtype, grad, public) in model.items():
+        attention = "attention" in name
+        inputs = {"features": _randn(b, r, d, g=g, dtype=dtype),
+                  "captions": torch.randint(1, v, (b, t), generator=g)}  # no <NULL>: padding handling is free
+        init = dict(vocab_size=v, feature_dim=d, num_regions=r, d_model=dm, num_heads=h, num_layers=nl,
+                    dim_feedforward=dff, max_len=t + 3, dropout=0.1, layers="torch")
+        grad_wrt = ["features", "feature_proj.weight", "region_embed.weight", "word_embed.weight",
+                    "pos_encoding.embedding.weight", "decoder_layers.0.self_attn.in_proj_weight",
+                    "decoder_layers.1.multihead_attn.out_proj.weight", "final_norm.weight", "vocab_head.bias"] if grad else []
+        outputs = ["logits", "self_attn_weights", "cross_attn_weights"] if attention else ["logits"]
+        props = [["rows_sum_to_one", "self_attn_weights"], ["rows_sum_to_one", "cross_attn_weights"]] if attention else []
+        spec = CaseSpec(
+            name=name, target="with_attention(CaptioningTransformer)" if attention else "CaptioningTransformer",
+            kind="module", init=init, args=["features", "captions"], inputs=inputs, outputs=outputs,
+            grad_wrt=grad_wrt, variants=_forward_variants(attention), properties=props, public=public, atol=5e-5,
+            hint="memory = feature_proj(features) + region_embed.weight[:R]; x = pos_encoding(word_embed(captions)); "
+                 "causal mask tril(); layers; vocab_head(final_norm(x)).")
+        out.append(_prune(spec, ns))
+
+    # caption_loss(logits, targets, null_idx)
+    loss = {
+        # name: (lengths, T, V, null_idx, dtype, grad, public)
+        "loss/basic": ([5, 3, 1], 7, 9, 0, torch.float32, False, True),
+        "loss/other_null_idx": ([4, 2], 6, 8, 5, torch.float32, False, False),
+        "loss/uneven_lengths": ([8, 1, 2, 5], 10, 12, 0, torch.float32, False, False),
+        "loss/no_padding_float64": ([6, 6], 6, 7, 0, torch.float64, False, False),
+        "loss/grad": ([3, 5, 2], 6, 10, 0, torch.float32, True, False),
+    }
+    for name, (lengths, t, v, null, dtype, grad, public) in loss.items():
+        targets = torch.randint(0, v, (len(lengths), t), generator=g)
+        targets[targets == null] = (null + 1) % v
+        for i, n in enumerate(lengths):
+            targets[i, n:] = null
+        spec = CaseSpec(
+            name=name, target="caption_loss", args=["logits", "targets"], const_kwargs={"null_idx": null},
+            inputs={"logits": _randn(len(lengths), t, v, g=g, dtype=dtype) * 2, "targets": targets},
+            outputs=["loss"], grad_wrt=["logits"] if grad else [], variants=_loss_variants(), public=public,
+            hint="loss = sum of -log softmax(logits)[target] over positions with target != null_idx, divided by "
+                 "their number.")
+        out.append(_prune(spec, ns))
+
+    # teacher_forcing_loss(model, features, captions, null_idx) on the toy model
+    teacher = {
+        # name: (lengths, T, R, D, V, null_idx, grad, public)
+        "teacher/basic": ([4, 2, 6], 9, 3, 5, 10, 0, False, True),
+        "teacher/other_null_idx": ([3, 5], 8, 2, 4, 9, 7, False, False),
+        "teacher/grad": ([2, 4], 7, 3, 4, 8, 0, True, False),
+    }
+    for name, (lengths, t, r, d, v, null, grad, public) in teacher.items():
+        caps = _captions(lengths, t, v, g, null=null, specials=(1, 2, 3))
+        spec = CaseSpec(
+            name=name, target="with_model(teacher_forcing_loss)", kind="module",
+            init={"vocab_size": v, "feature_dim": d, "hidden": 16, "max_len": 32}, args=["features"],
+            kwargs={"captions": "captions"}, const_kwargs={"null_idx": null},
+            inputs={"features": _randn(len(lengths), r, d, g=g), "captions": caps}, outputs=["loss"],
+            grad_wrt=["model.out.weight", "model.token.weight"] if grad else [], variants=_teacher_variants(),
+            public=public, hint="caption_loss(model(features, captions[:, :-1]), captions[:, 1:], null_idx).")
+        out.append(_prune(spec, ns))
+
+    # greedy_decode(model, features, max_len, start_idx, end_idx, null_idx) on the toy model
+    greedy = {
+        # name: (B, R, D, V, max_len, specials (start, end, null), dtype, want, public)
+        "greedy/basic": (4, 3, 5, 8, 7, (1, 2, 0), torch.float32, "varied", True),
+        "greedy/one_image": (1, 2, 4, 9, 6, (1, 2, 0), torch.float32, "ends", False),
+        "greedy/all_end_early": (3, 3, 4, 6, 12, (1, 2, 0), torch.float32, "all_early", False),
+        "greedy/other_special_tokens": (3, 2, 6, 9, 8, (4, 7, 5), torch.float32, "varied", False),
+        "greedy/float64": (3, 4, 5, 7, 6, (1, 2, 0), torch.float64, "varied", False),
+    }
+    for name, (b, r, d, v, max_len, (start, end, null), dtype, want, public) in greedy.items():
+        spec = CaseSpec(
+            name=name, target="with_model(greedy_decode)", kind="module",
+            init={"vocab_size": v, "feature_dim": d, "hidden": 16, "max_len": 32}, args=["features"],
+            const_kwargs={"max_len": max_len, "start_idx": start, "end_idx": end, "null_idx": null},
+            inputs={"features": _randn(b, r, d, g=g, dtype=dtype) * 3}, outputs=["tokens"],
+            variants=_greedy_variants(), public=public,
+            hint="start from <START>; each step append argmax of the last position's logits; <END> kept, "
+                 "null_idx after it.")
+
+        def ok(exp, want=want, end=end, max_len=max_len):
+            toks = exp["tokens"]
+            pos = [list(row).index(end) if end in row else None for row in toks.tolist()]
+            if want == "all_early":
+                return all(p is not None and p < max_len // 2 for p in pos)
+            if want == "ends":
+                return pos[0] is not None and pos[0] >= 2
+            return sum(p is not None for p in pos) >= 2 and None in pos and len(set(pos)) >= 3
+
+        out.append(_prune(_seeded(spec, ns, ok), ns))
+
+    # beam_search(model, features, beam_width, max_len, ..., length_penalty) on the toy model
+    beam = {
+        # name: (B, R, D, V, beam_width, max_len, specials, length_penalty, public)
+        "beam/basic": (2, 3, 5, 7, 3, 6, (1, 2, 0), 0.7, True),
+        "beam/width_one_is_greedy": (3, 2, 4, 7, 1, 6, (1, 2, 0), 0.7, False),
+        "beam/raw_scores": (2, 3, 4, 6, 3, 7, (1, 2, 0), 0.0, False),
+        "beam/batch_wide": (3, 3, 5, 8, 5, 6, (1, 2, 0), 1.0, False),
+        "beam/other_special_tokens": (2, 2, 4, 8, 2, 6, (4, 6, 5), 0.7, False),
+    }
+    for name, (b, r, d, v, k, max_len, (start, end, null), alpha, public) in beam.items():
+        spec = CaseSpec(
+            name=name, target="with_model(beam_search)", kind="module",
+            init={"vocab_size": v, "feature_dim": d, "hidden": 16, "max_len": 32}, args=["features"],
+            const_kwargs={"beam_width": k, "max_len": max_len, "start_idx": start, "end_idx": end, "null_idx": null,
+                          "length_penalty": alpha},
+            inputs={"features": _randn(b, r, d, g=g) * 3}, outputs=["tokens"], variants=_beam_variants(),
+            public=public, hint="keep the best (beam_width - finished) of all hypotheses x words at each step; "
+                                "rank finished hypotheses by sum(log p) / length ** length_penalty.")
+
+        def ok(exp, end=end, spec=spec, k=k):
+            toks = torch.from_numpy(exp["tokens"])
+            if k == 1:
+                return bool((toks == end).any(1).all())
+            g_out = _greedy_on(spec, ns)
+            return bool((toks == end).any()) and not torch.equal(g_out, toks)
+
+        out.append(_prune(_seeded(spec, ns, ok), ns))
+    return out
+
+
+def _greedy_on(spec, ns):
+    """The greedy output of the toy model of `spec` (to choose beam cases where beam search matters)."""
+    kw = {k: spec.const_kwargs[k] for k in ("max_len", "start_idx", "end_idx", "null_idx")}
+    greedy = dataclasses.replace(spec, const_kwargs=kw, variants={}, grad_wrt=[])
+    greedy.target = "_greedy_probe"
+    ns["_greedy_probe"] = with_model(lambda model, features, **kws: _greedy(model, features, **kws))
+    return torch.from_numpy(build_case(greedy, ns)["expected"]["tokens"])

@@ -1,0 +1,213 @@
+"""Layers for notebook 04: yours from notebooks 02-03, or PyTorch-backed twins with the same interface.
+
+    from starter.layers import get_layers
+    DecoderLayer, PositionalEncoding = get_layers("mine")    # your classes from 03 and 02
+    DecoderLayer, PositionalEncoding = get_layers("torch")   # TorchDecoderLayer, LearnedPositionalEncoding
+
+The interface both choices share:
+
+- ``DecoderLayer(d_model, num_heads, dim_feedforward, dropout)``, pre-norm;
+  ``forward(tgt, memory, tgt_mask=None, tgt_key_padding_mask=None, memory_key_padding_mask=None)``
+  -> ``(out (B, T, d_model), self_weights (B, h, T, T), cross_weights (B, h, T, S))``;
+  ``tgt_mask`` is bool with True = MAY attend, the padding masks are bool with True = padding.
+- ``PositionalEncoding(d_model, max_len, dropout)``; ``forward(x (B, T, d_model))`` -> x + position
+  vectors of positions 0..T-1, then dropout; ValueError when T > max_len.
+
+"torch" exists so that a bug in notebook 02 or 03 does not block notebook 04. Its positional
+encoding is *learned* (one trainable vector per position), the alternative to the sinusoidal one of
+notebook 02. This module also holds small adapters the checks of notebook 04 use to test decoding
+functions (``with_model``) and attention maps (``with_attention``) with the one-line ``check`` cells.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+
+import torch
+from torch import nn
+
+__all__ = ["TorchDecoderLayer", "LearnedPositionalEncoding", "get_layers", "LayerLoadError",
+           "ToyCaptioner", "with_model", "with_attention"]
+
+
+class TorchDecoderLayer(nn.TransformerDecoderLayer):
+    """``torch.nn.TransformerDecoderLayer`` (pre-norm, ReLU, batch first) with the interface of your
+    ``TransformerDecoderLayer`` from notebook 03: masks with True = may attend, and per-head
+    attention weights returned (for a model in eval mode they are the softmax output; in training mode
+    PyTorch returns them after dropout)."""
+
+    def __init__(self, d_model, num_heads, dim_feedforward, dropout=0.1):
+        super().__init__(d_model, num_heads, dim_feedforward, dropout=dropout, activation="relu",
+                         batch_first=True, norm_first=True)
+        self._weights = {}
+
+    def _sa_block(self, x, attn_mask, key_padding_mask, is_causal=False):
+        x, w = self.self_attn(x, x, x, attn_mask=attn_mask, key_padding_mask=key_padding_mask,
+                              need_weights=True, average_attn_weights=False)
+        self._weights["self"] = w
+        return self.dropout1(x)
+
+    def _mha_block(self, x, mem, attn_mask, key_padding_mask, is_causal=False):
+        x, w = self.multihead_attn(x, mem, mem, attn_mask=attn_mask, key_padding_mask=key_padding_mask,
+                                   need_weights=True, average_attn_weights=False)
+        self._weights["cross"] = w
+        return self.dropout2(x)
+
+    def forward(self, tgt, memory, tgt_mask=None, tgt_key_padding_mask=None, memory_key_padding_mask=None):
+        blocked = None if tgt_mask is None else ~tgt_mask.bool()  # ours: True = may attend; torch: True = blocked
+        if blocked is not None and blocked.dim() == 4:  # (B, h, T, T) -> (B*h, T, T), torch's layout
+            blocked = blocked.expand(tgt.shape[0], self.self_attn.num_heads, -1, -1).reshape(
+                -1, blocked.shape[-2], blocked.shape[-1])
+        self._weights = {}
+        out = super().forward(tgt, memory, tgt_mask=blocked, tgt_key_padding_mask=tgt_key_padding_mask,
+                              memory_key_padding_mask=memory_key_padding_mask)
+        weights, self._weights = self._weights, {}
+        return out, weights["self"], weights["cross"]
+
+
+class LearnedPositionalEncoding(nn.Module):
+    """Learned positions: ``x + embedding[0..T-1]``, then dropout. Same interface as notebook 02's
+    ``PositionalEncoding``, but the position vectors are trained with the model instead of fixed."""
+
+    def __init__(self, d_model, max_len=5000, dropout=0.1):
+        super().__init__()
+        self.max_len = max_len
+        self.embedding = nn.Embedding(max_len, d_model)
+        nn.init.normal_(self.embedding.weight, std=0.02)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x):
+        T = x.shape[1]
+        if T > self.max_len:
+            raise ValueError(f"sequence of length {T} is longer than max_len={self.max_len}")
+        return self.dropout(x + self.embedding.weight[:T].to(x.dtype))
+
+
+# ------------------------------------------------------------------------------------ the switch
+class LayerLoadError(RuntimeError):
+    """Your layers from notebooks 02-03 can't be used. Shown in Jupyter as one line."""
+
+    def _render_traceback_(self):
+        return [f"\x1b[31mLayerLoadError\x1b[0m: {self}"]
+
+
+_MINE_CHECKS = {  # notebook -> (classes to load, public checks they must pass)
+    "03_multi_head_attention.ipynb": (["MultiHeadAttention", "TransformerDecoderLayer"],
+                                      [("mha/self", "MultiHeadAttention"),
+                                       ("mha/causal_padding", "MultiHeadAttention"),
+                                       ("decoder/causal", "TransformerDecoderLayer")]),
+    "02_positional_encoding.ipynb": (["PositionalEncoding"],
+                                     [("posenc/basic", "PositionalEncoding"),
+                                      ("posenc/too_long", "PositionalEncoding")]),
+}
+_cache: dict = {}
+
+
+def _load_mine(folder=None):
+    from .checks import CheckFailed, check
+    from .notebook_loader import NotebookLoadError, load_definitions
+
+    key = str(folder)
+    if key in _cache:
+        return _cache[key]
+    found = {}
+    for notebook, (names, checks) in _MINE_CHECKS.items():
+        try:
+            found.update(load_definitions(notebook, names, folder=folder))
+        except NotebookLoadError as exc:
+            raise LayerLoadError(f"{exc} Finish {notebook}, or set LAYERS = \"torch\".") from None
+        for case, name in checks:
+            try:
+                with contextlib.redirect_stdout(io.StringIO()):
+                    check(case, found[name])
+            except CheckFailed as exc:
+                raise LayerLoadError(f"your {name} from {notebook} fails its check ({exc}): fix that notebook, "
+                                     f"or set LAYERS = \"torch\" to use PyTorch's layers.") from None
+    _cache[key] = (found["TransformerDecoderLayer"], found["PositionalEncoding"])
+    return _cache[key]
+
+
+def get_layers(choice: str = "torch", folder=None, verbose: bool = False):
+    """(DecoderLayer class, PositionalEncoding class) for ``choice`` "mine" or "torch".
+
+    "mine" loads ``TransformerDecoderLayer`` from your 03_multi_head_attention.ipynb and
+    ``PositionalEncoding`` from your 02_positional_encoding.ipynb (looked for in ``folder`` (default: the
+    environment variable COURSE_NOTEBOOKS_DIR), the current folder, then the kit's notebooks/), runs their public checks, and raises a one-line
+    ``LayerLoadError`` if one fails. While nbgrader grades (``NBGRADER_EXECUTION`` set) "mine" gives the
+    PyTorch layers: the other notebooks may not be there, and grades never depend on them.
+    """
+    if choice == "torch":
+        return TorchDecoderLayer, LearnedPositionalEncoding
+    if choice != "mine":
+        raise ValueError(f'layers must be "mine" or "torch", not {choice!r}')
+    if os.environ.get("NBGRADER_EXECUTION"):
+        if verbose:
+            print('grading run: using the PyTorch-backed layers (LAYERS = "torch")')
+        return TorchDecoderLayer, LearnedPositionalEncoding
+    layer, posenc = _load_mine(folder if folder is not None else os.environ.get("COURSE_NOTEBOOKS_DIR"))
+    if verbose:
+        print("using your TransformerDecoderLayer (notebook 03) and PositionalEncoding (notebook 02): checks passed")
+    return layer, posenc
+
+
+# ------------------------------------------------------------------------ adapters for the checks
+class ToyCaptioner(nn.Module):
+    """A tiny stand-in for a captioning model, used to check decoding functions on their own.
+
+    Same call as the captioning model, ``forward(features (B, R, D), captions (B, T)) -> logits
+    (B, T, V)``, causal (the logits at step t depend on tokens 0..t only), and sensitive to every earlier
+    token, to its position and to the image. It is not a Transformer and it is not trained.
+    """
+
+    def __init__(self, vocab_size, feature_dim, hidden=16, max_len=64):
+        super().__init__()
+        self.token = nn.Embedding(vocab_size, hidden)
+        self.context = nn.Embedding(vocab_size, hidden)
+        self.position = nn.Embedding(max_len, hidden)
+        self.image = nn.Linear(feature_dim, hidden)
+        self.out = nn.Linear(hidden, vocab_size)
+
+    def forward(self, features, captions):
+        T = captions.shape[1]
+        ctx = self.context(captions).cumsum(1) / torch.arange(1, T + 1, device=captions.device,
+                                                             dtype=features.dtype)[:, None]
+        h = self.token(captions) + ctx + self.position.weight[:T] + self.image(features.mean(1))[:, None]
+        return self.out(torch.tanh(h))
+
+
+def with_model(fn_of_model, model_class=ToyCaptioner):
+    """Wrap ``fn_of_model(model, features, **kwargs)`` as a module class whose parameters are those of a
+    ``model_class`` instance, so that ``check("greedy/...", with_model(greedy_decode))`` can load stored
+    weights into the model and call your function on it (dropout off, eval mode)."""
+    fn = fn_of_model
+
+    class Decoding(nn.Module):
+        def __init__(self, **init):
+            super().__init__()
+            self.model = model_class(**init)
+
+        def forward(self, features, **kwargs):
+            if fn is None:
+                raise TypeError("the function is None: run the cell that defines it first")
+            return fn(self.model, features, **kwargs)
+
+    Decoding.__name__ = Decoding.__qualname__ = getattr(fn_of_model, "__name__", "function")
+    return Decoding
+
+
+def with_attention(model_class):
+    """``model_class`` whose forward(features, captions) returns (logits, self weights (B, L, h, T, T),
+    cross weights (B, L, h, T, R)), stacked over the L layers from ``return_attention=True``."""
+
+    class WithAttention(model_class):
+        def forward(self, features, captions):
+            out = super().forward(features, captions, return_attention=True)
+            if not (isinstance(out, tuple) and len(out) == 2 and isinstance(out[1], dict)):
+                raise TypeError("with return_attention=True, forward must return (logits, "
+                                "{'self': [...], 'cross': [...]})")
+            logits, att = out
+            return logits, torch.stack(list(att["self"]), 1), torch.stack(list(att["cross"]), 1)
+
+    WithAttention.__name__ = WithAttention.__qualname__ = model_class.__name__
+    return WithAttention

@@ -1,0 +1,90 @@
+"""Caption metrics with pycocoevalcap: BLEU-1..4, CIDEr, ROUGE-L (no Java needed).
+
+    from starter.metrics import caption_scores, evaluate_captioner
+    caption_scores({0: ["a red circle", "a red circle on the left"]}, {0: "a red circle"})
+    scores, generated = evaluate_captioner(model, greedy_decode, ds.split("val"), ds.vocab, max_len=15)
+
+pycocoevalcap's own ``PTBTokenizer`` runs a Java program; we tokenize in Python instead (lower case,
+words and numbers only, punctuation dropped), which is what the PTB tokenizer amounts to for
+captions. Scores are corpus-level, as in the COCO evaluation: BLEU combines the n-gram counts of all
+images (each generated caption against all the references of its image), CIDEr uses document
+frequencies over the references of the evaluated images, so it depends on which images you evaluate.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+import time
+
+import torch
+
+__all__ = ["tokenize", "caption_scores", "evaluate_captioner", "format_scores"]
+
+_WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
+METRICS = ("BLEU-1", "BLEU-2", "BLEU-3", "BLEU-4", "CIDEr", "ROUGE-L")
+
+
+def tokenize(sentence: str) -> str:
+    """"A red circle, left." -> "a red circle left" (lower case, punctuation dropped)."""
+    return " ".join(_WORD.findall(str(sentence).lower()))
+
+
+def caption_scores(references, generated) -> dict[str, float]:
+    """Corpus-level BLEU-1..4, CIDEr and ROUGE-L.
+
+    references: dict image id -> list of reference strings (or a list of such lists).
+    generated:  dict image id -> one generated string (or a list of strings, same order).
+    """
+    from pycocoevalcap.bleu.bleu import Bleu
+    from pycocoevalcap.cider.cider import Cider
+    from pycocoevalcap.rouge.rouge import Rouge
+
+    if not isinstance(references, dict):
+        references = dict(enumerate(references))
+    if not isinstance(generated, dict):
+        generated = dict(enumerate(generated))
+    if set(references) != set(generated):
+        raise ValueError("references and generated captions must cover the same images")
+    if not generated:
+        raise ValueError("no captions to score")
+    gts = {k: [tokenize(r) for r in refs] for k, refs in references.items()}
+    res = {k: [tokenize(g if isinstance(g, str) else g[0])] for k, g in generated.items()}
+    for k, refs in gts.items():
+        if not refs:
+            raise ValueError(f"image {k} has no reference captions")
+    with contextlib.redirect_stdout(io.StringIO()):  # pycocoevalcap prints its internals
+        bleu, _ = Bleu(4).compute_score(gts, res, verbose=0)
+        cider, _ = Cider().compute_score(gts, res)
+        rouge, _ = Rouge().compute_score(gts, res)
+    scores = {f"BLEU-{n + 1}": float(b) for n, b in enumerate(bleu)}
+    scores["CIDEr"], scores["ROUGE-L"] = float(cider), float(rouge)
+    return scores
+
+
+def format_scores(scores: dict[str, float]) -> str:
+    return "  ".join(f"{k} {scores[k]:.3f}" for k in METRICS if k in scores)
+
+
+@torch.no_grad()
+def evaluate_captioner(model, decode_fn, split, vocab, max_len: int, num_images: int | None = None,
+                       batch_size: int = 250, device=None, **decode_kwargs):
+    """Caption the first `num_images` images of `split` (all by default) with
+    ``decode_fn(model, features, max_len, **decode_kwargs)`` and score them against all their references.
+
+    Returns (scores dict, generated captions list of str, image indices). The model is put in eval mode.
+    """
+    device = device if device is not None else next(model.parameters()).device
+    model.eval()
+    n = split.num_images if num_images is None else min(num_images, split.num_images)
+    generated = []
+    t0 = time.perf_counter()
+    for start in range(0, n, batch_size):
+        idx = list(range(start, min(n, start + batch_size)))
+        feats = split.features(idx).to(device)
+        tokens = decode_fn(model, feats, max_len=max_len, **decode_kwargs)
+        generated += vocab.decode(tokens.cpu())
+    refs = {i: split.references(i) for i in range(n)}
+    scores = caption_scores(refs, dict(enumerate(generated)))
+    scores["seconds"] = time.perf_counter() - t0
+    return scores, generated, list(range(n))

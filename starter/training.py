@@ -1,0 +1,221 @@
+"""Training utilities for the captioning notebooks: device, seeding, the training loop, checkpoints,
+and the overfit-a-small-batch sanity check.
+
+    from starter.training import pick_device, seed_everything, train, save_checkpoint, load_checkpoint
+    device = pick_device()                        # cuda if there is a GPU, else (Apple) mps, else cpu
+    history = train(model, loss_fn, ds.split("train"), steps=800, device=device)
+    save_checkpoint("runs/04_captioning_transformer.pt", model, config, ds.vocab, history=history)
+    model, info = load_checkpoint("runs/04_captioning_transformer.pt", CaptioningTransformer)
+
+``loss_fn(model, features, captions) -> scalar tensor`` is whatever computes the training loss of one
+batch (in notebook 04, your ``teacher_forcing_loss``). ``GRADING`` is True while nbgrader runs the
+notebook (``NBGRADER_EXECUTION`` set): notebooks use it to train a tiny budget only.
+"""
+from __future__ import annotations
+
+import copy
+import math
+import os
+import random
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+__all__ = ["GRADING", "pick_device", "seed_everything", "train", "save_checkpoint", "load_checkpoint",
+           "overfit_small_batch", "count_parameters"]
+
+GRADING = bool(os.environ.get("NBGRADER_EXECUTION"))
+
+
+def pick_device(verbose: bool = True) -> torch.device:
+    """The GPU when there is one (CUDA, else Apple's MPS), else the CPU."""
+    if torch.cuda.is_available():
+        device = torch.device("cuda")
+        name = torch.cuda.get_device_name(0)
+    elif getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+        device, name = torch.device("mps"), "Apple GPU"
+    else:
+        device, name = torch.device("cpu"), f"CPU, {torch.get_num_threads()} threads"
+    if verbose:
+        print(f"device: {device} ({name})")
+    return device
+
+
+def seed_everything(seed: int = 0) -> None:
+    """Seed Python, NumPy and PyTorch (all devices). Runs are repeatable on one machine; GPU kernels
+    and other PyTorch versions may still differ in the last digits."""
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    if torch.cuda.is_available():
+        torch.cuda.manual_seed_all(seed)
+
+
+def count_parameters(model) -> int:
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+def _lr_factor(step: int, steps: int, warmup: int) -> float:
+    """Linear warm-up for `warmup` steps, then cosine decay to 10% of the peak."""
+    if warmup and step < warmup:
+        return (step + 1) / warmup
+    progress = (step - warmup) / max(1, steps - warmup)
+    return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+
+
+@torch.no_grad()
+def _val_loss(model, loss_fn, batches) -> float:
+    was_training = model.training
+    model.eval()
+    total = sum(float(loss_fn(model, feats, caps)) for caps, feats in batches) / len(batches)
+    model.train(was_training)
+    return total
+
+
+def train(model, loss_fn, split, steps: int, batch_size: int = 64, lr: float = 2e-3, weight_decay: float = 0.01,
+          warmup: int = 50, grad_clip: float | None = 1.0, device=None, seed: int = 0, val_split=None,
+          val_every: int | None = None, val_batches: int = 4, time_limit: float | None = None,
+          progress: bool = True, history: dict | None = None) -> dict:
+    """Train `model` with AdamW on minibatches of `split` for `steps` steps.
+
+    Each step: a batch of (captions, features) from ``split.sample_batch`` (a new shuffle each epoch, seeded
+    by `seed`), ``loss = loss_fn(model, features, captions)``, backward, gradient clipping, AdamW step with
+    warm-up and cosine decay of the learning rate. Every `val_every` steps (default: 10 times per run) the
+    loss on a few fixed batches of `val_split` is recorded. `time_limit` (seconds) stops early.
+
+    Returns the history dict: "step", "loss", "lr", "val_step", "val_loss", "seconds", "steps_done"
+    (pass it back in as `history` to continue a run's curve).
+    """
+    from tqdm.auto import tqdm
+
+    device = torch.device(device) if device is not None else next(model.parameters()).device
+    seed_everything(seed)
+    model.to(device).train()
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
+    hist = history if history is not None else {"step": [], "loss": [], "lr": [], "val_step": [], "val_loss": [],
+                                                "seconds": 0.0, "steps_done": 0}
+    offset = hist.get("steps_done", 0)
+    val_every = val_every or max(1, steps // 10)
+    fixed_val = []
+    if val_split is not None:
+        gen = torch.Generator().manual_seed(12345)
+        for _ in range(val_batches):
+            caps, feats, _ = val_split.sample_batch(min(batch_size, len(val_split)), generator=gen, device=device)
+            fixed_val.append((caps, feats))
+    t0 = time.perf_counter()
+    bar = tqdm(range(steps), desc="training", disable=not progress, mininterval=1.0)
+    done = 0
+    for step in bar:
+        for group in opt.param_groups:
+            group["lr"] = lr * _lr_factor(step, steps, warmup)
+        captions, features, _ = split.sample_batch(batch_size, generator=seed, device=device)
+        loss = loss_fn(model, features, captions)
+        if not torch.isfinite(loss):
+            bar.close()
+            raise FloatingPointError(f"loss is {loss.item()} at step {step}: lower the learning rate or check "
+                                     "the loss for divisions by zero")
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        if grad_clip:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+        opt.step()
+        done += 1
+        hist["step"].append(offset + step + 1)
+        hist["loss"].append(loss.item())
+        hist["lr"].append(opt.param_groups[0]["lr"])
+        if fixed_val and ((step + 1) % val_every == 0 or step + 1 == steps):
+            hist["val_step"].append(offset + step + 1)
+            hist["val_loss"].append(_val_loss(model, loss_fn, fixed_val))
+            bar.set_postfix(loss=f"{hist['loss'][-1]:.3f}", val=f"{hist['val_loss'][-1]:.3f}", refresh=False)
+        elif step % 10 == 0:
+            bar.set_postfix(loss=f"{hist['loss'][-1]:.3f}", refresh=False)
+        if time_limit is not None and time.perf_counter() - t0 > time_limit:
+            break
+    bar.close()
+    model.eval()
+    seconds = time.perf_counter() - t0
+    hist["seconds"] = hist.get("seconds", 0.0) + seconds
+    hist["steps_done"] = offset + done
+    return hist
+
+
+# ------------------------------------------------------------------------------------ checkpoints
+def save_checkpoint(path, model, config: dict, vocab, **extra) -> Path:
+    """Save weights, the model's constructor arguments (`config`), the vocabulary and any extra
+    (e.g. history=..., scores=...) to `path` (folders are created). Written to a temporary file first,
+    so an interrupted save never leaves a truncated checkpoint."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    words = list(getattr(vocab, "idx_to_word", vocab))
+    state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
+    payload = {"format": "attention-course-checkpoint/1", "model_class": type(model).__name__,
+               "config": dict(config), "state_dict": state, "vocab": words, "extra": extra,
+               "torch": torch.__version__}
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(payload, tmp)
+    os.replace(tmp, path)
+    return path
+
+
+def load_checkpoint(path, model_class, device="cpu"):
+    """Rebuild ``model_class(**config)`` from a checkpoint of `save_checkpoint` and load its weights.
+
+    Returns (model in eval mode on `device`, info) with info = {"config", "vocab" (a Vocab), "extra",
+    "model_class"}. A missing file raises FileNotFoundError naming the path; weights that don't fit the
+    class (changed layer names or sizes) raise a RuntimeError that says so.
+    """
+    from .data import Vocab
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no checkpoint at {path.resolve()}: train the model in notebook 04 first "
+                                "(it saves there), or point the path at your checkpoint")
+    payload = torch.load(path, map_location="cpu", weights_only=True)
+    model = model_class(**payload["config"])
+    try:
+        model.load_state_dict(payload["state_dict"], strict=True)
+    except RuntimeError as exc:
+        first = str(exc).splitlines()[0]
+        raise RuntimeError(f"{path.name} does not fit {model_class.__name__}(**{payload['config']}): {first} "
+                           "(keep the layers declared in the given __init__)") from None
+    model.to(device).eval()
+    info = {"config": payload["config"], "vocab": Vocab(payload["vocab"]), "extra": payload.get("extra", {}),
+            "model_class": payload.get("model_class")}
+    return model, info
+
+
+# ------------------------------------------------------------------------------- sanity check
+def overfit_small_batch(model, loss_fn, split, batch_size: int = 8, steps: int = 150, lr: float = 3e-3,
+                        target: float = 0.1, device=None, seed: int = 0) -> dict:
+    """Train a copy of `model` (dropout off) on ONE fixed batch; a correct model and loss drive the loss
+    close to zero. Prints one line and returns {"losses", "passed", "seconds"}; the model is untouched.
+
+    If the loss stalls, the usual suspects are a loss that averages over padding, a causal mask that lets
+    a word see itself in the target, or a forward pass that ignores the image or the words.
+    """
+    device = torch.device(device) if device is not None else next(model.parameters()).device
+    seed_everything(seed)
+    probe = copy.deepcopy(model).to(device)
+    for m in probe.modules():
+        if isinstance(m, torch.nn.Dropout):
+            m.p = 0.0
+    probe.train()
+    captions, features, _ = split.sample_batch(batch_size, generator=torch.Generator().manual_seed(seed),
+                                               device=device)
+    opt = torch.optim.Adam(probe.parameters(), lr=lr)
+    losses = []
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        loss = loss_fn(probe, features, captions)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    seconds = time.perf_counter() - t0
+    passed = bool(np.isfinite(losses[-1]) and losses[-1] < target)
+    verdict = "✓ passed" if passed else f"✗ did not get below {target}"
+    print(f"overfit {batch_size} captions for {steps} steps: loss {losses[0]:.3f} -> {losses[-1]:.4f} "
+          f"({seconds:.1f} s) {verdict}")
+    return {"losses": losses, "passed": passed, "seconds": seconds}
