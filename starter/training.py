@@ -152,7 +152,7 @@ def save_checkpoint(path, model, config: dict, vocab, **extra) -> Path:
     state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
     payload = {"format": "attention-course-checkpoint/1", "model_class": type(model).__name__,
                "config": dict(config), "state_dict": state, "vocab": words, "extra": extra,
-               "torch": torch.__version__}
+               "torch": str(torch.__version__)}
     tmp = path.with_name(path.name + ".tmp")
     torch.save(payload, tmp)
     os.replace(tmp, path)

