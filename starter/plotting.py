@@ -295,7 +295,7 @@ def show_captions(images, generated: Sequence[str], references: Sequence[Sequenc
     n = len(generated)
     ncols = max(1, min(ncols, n))
     nrows = -(-n // ncols)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(4.2 * ncols, 4.6 * nrows), squeeze=False)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(4.2 * ncols, 5.6 * nrows), squeeze=False)
     for i, ax in enumerate(axes.flat):
         ax.axis("off")
         if i >= n:
@@ -312,4 +312,5 @@ def show_captions(images, generated: Sequence[str], references: Sequence[Sequenc
         ax.text(0.0, -0.03, truth, fontsize=8, va="top", ha="left", transform=ax.transAxes, color="0.25")
     fig.suptitle(title)
     fig.tight_layout()
+    fig.subplots_adjust(hspace=0.75 if nrows > 1 else None)  # room for the ground truth under each image
     return fig
