@@ -312,5 +312,6 @@ def show_captions(images, generated: Sequence[str], references: Sequence[Sequenc
         ax.text(0.0, -0.03, truth, fontsize=8, va="top", ha="left", transform=ax.transAxes, color="0.25")
     fig.suptitle(title)
     fig.tight_layout()
-    fig.subplots_adjust(hspace=0.75 if nrows > 1 else None)  # room for the ground truth under each image
+    # room for the ground truth under each image, and for the figure title above the first row's captions
+    fig.subplots_adjust(hspace=0.6 if nrows > 1 else None, top=1 - 0.75 / (5.6 * nrows))
     return fig
