@@ -31,7 +31,8 @@ def shapes_config() -> dict:
     for cell in nbs.read(NOTEBOOK).cells:
         if cell.cell_type == "code" and cell.source.startswith("CONFIGS = {"):
             tree = ast.parse(cell.source.split("\nconfig = ")[0])
-            return ast.literal_eval(tree.body[0].value)["shapes"]
+            expr = ast.Expression(tree.body[0].value)
+            return eval(compile(expr, "CONFIGS", "eval"), {"__builtins__": {}, "dict": dict})["shapes"]  # noqa: S307
     raise SystemExit("CONFIGS cell not found in the solution notebook")
 
 
