@@ -50,6 +50,7 @@ def execute_notebook(path: Path, out_dir: Path, timeout: int = 1200) -> dict:
     out_dir.mkdir(parents=True, exist_ok=True)
     env_backup = dict(os.environ)
     os.environ["COURSE_HIDDEN_REFERENCES"] = str(notebooks.HIDDEN_REFERENCES)
+    os.environ["COURSE_NOTEBOOKS_DIR"] = str(notebooks.SOLUTIONS)  # "your" layers of 02/03, for 04 and 05
     os.environ.pop("NBGRADER_EXECUTION", None)
     start = time.perf_counter()
     error = None

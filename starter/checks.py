@@ -460,7 +460,7 @@ def _check_grads(case: Case, what: str, outs: dict, inputs: dict, module) -> Non
         if not _requires_grad_of(value):
             raise CheckFailed(f"{what}: `{out_name}` is not connected to the inputs' graph "
                               "(don't use .detach(), .data, .item() or NumPy inside the function).")
-        loss = loss + _sum(_mul(value, _TB.to(_from_numpy(w), _dtype_of(value))))
+        loss = loss + _sum(_mul(value, _TB.to(_from_numpy(np.asarray(w)), _dtype_of(value))))
     with _quiet():
         try:
             _backward(loss)
