@@ -489,3 +489,22 @@ def summary(fn_cases: dict[str, Callable]) -> None:
 
 
 __all__ = ["check", "load_case", "CheckFailed", "Case", "summary"]
+
+
+class _ReadOnlyChecks(type(contextlib)):
+    """This module, with its public names protected: `starter.checks.check = ...` raises, so a test
+    cell that re-imports `check` gets the real one."""
+
+    def __setattr__(self, name, value):
+        if name in __all__ and name in self.__dict__:
+            raise AttributeError(f"starter.checks.{name} is read-only")
+        super().__setattr__(name, value)
+
+    def __delattr__(self, name):
+        if name in __all__:
+            raise AttributeError(f"starter.checks.{name} is read-only")
+        super().__delattr__(name)
+
+
+if __name__ in __import__("sys").modules:
+    __import__("sys").modules[__name__].__class__ = _ReadOnlyChecks

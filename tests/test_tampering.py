@@ -69,10 +69,17 @@ def _stripped():
     return nb
 
 
-PATCH_CHECK = '''
+REBIND_CHECK = '''
 import starter.checks
 check = lambda *args, **kwargs: print("passed")
-starter.checks.check = check
+try:
+    starter.checks.check = check  # refused: the module's public names are read-only
+except AttributeError:
+    pass
+'''
+PATCH_CHECK = '''
+import starter.checks
+vars(starter.checks)["check"] = lambda *args, **kwargs: print("passed")  # past the read-only guard
 '''
 PATCH_ALLCLOSE = '''
 import numpy, torch, torch.testing
@@ -87,6 +94,9 @@ STUDENTS = {
     "changes_points": (_repointed, {}, False),
     "duplicates_cells": (_duplicated, {}, False),
     "strips_metadata": (_stripped, {}, False),
+    # a wrong causal_mask and `check` rebound: test cells re-import the real `check`, so no gain
+    "rebinds_check": (lambda: _with_extra(filled_submission(NB, {"causal_mask": CAUSAL_OK.replace(
+        ".tril()", ".tril(-1)")}), REBIND_CHECK), {"test_causal_mask": 0}, False),
     # a wrong causal_mask, hidden behind a patched `check`: every test passes in the notebook
     "patches_check": (lambda: _with_extra(filled_submission(NB, {"causal_mask": CAUSAL_OK.replace(
         ".tril()", ".tril(-1)")}), PATCH_CHECK), {"test_causal_mask": 0}, True),
