@@ -244,19 +244,15 @@ def graded_columns() -> list[tuple[str, str, float]]:
     return cols
 
 
-def scores_from_gradebook(db_url: str, student: str) -> dict[tuple[str, str], float]:
-    from nbgrader.api import Gradebook, MissingEntry
+def scores_from_gradebook(gb, student: str) -> dict[tuple[str, str], float]:
+    """{(notebook, grade_id): score} of one student, from an open nbgrader Gradebook."""
+    from nbgrader.api import MissingEntry
 
-    scores: dict[tuple[str, str], float] = {}
-    with Gradebook(db_url) as gb:
-        try:
-            submission = gb.find_submission(ASSIGNMENT, student)
-        except MissingEntry:
-            return scores
-        for nb in submission.notebooks:
-            for grade in nb.grades:
-                scores[(nb.name, grade.name)] = float(grade.score or 0.0)
-    return scores
+    try:
+        submission = gb.find_submission(ASSIGNMENT, student)
+    except MissingEntry:
+        return {}
+    return {(nb.name, grade.name): float(grade.score or 0.0) for nb in submission.notebooks for grade in nb.grades}
 
 
 def write_grades(out: Path, results: list[StudentResult], db_url: str) -> Path:
@@ -267,8 +263,12 @@ def write_grades(out: Path, results: list[StudentResult], db_url: str) -> Path:
     rows = [["(max points)", ""] + [p for _, _, p in cols]
             + [sum(p for s2, _, p in cols if s2 == s) for s in stems]
             + [sum(p for *_, p in cols), sum(p for *_, p in cols), "", ""]]
+    from nbgrader.api import Gradebook
+
+    with Gradebook(db_url) as gb:
+        graded = {r.student: scores_from_gradebook(gb, r.student) for r in results if r.status == "graded"}
     for r in sorted(results, key=lambda r: r.student):
-        scores = scores_from_gradebook(db_url, r.student) if r.status == "graded" else {}
+        scores = graded.get(r.student, {})
         per = [scores.get((s, g), 0.0) for s, g, _ in cols]
         totals = [sum(v for (s2, _, _), v in zip(cols, per) if s2 == s) for s in stems]
         rows.append([r.student, r.status] + per + totals
@@ -309,7 +309,7 @@ def write_failure_summary(out: Path, grades_csv: Path) -> tuple[Path, Path]:
         w.writerow(["test", "points", "students_graded", "students_failed", "fail_rate"])
         w.writerows([(c, p, n, k, f"{r:.3f}") for c, p, n, k, r in table])
     fig, ax = plt.subplots(figsize=(9, 0.35 * max(4, len(table)) + 1.2))
-    labels = [c.replace("_", " ", 0) for c, *_ in table][::-1]
+    labels = [c for c, *_ in table][::-1]
     ax.barh(labels, [100 * r for *_, r in table][::-1], color="tab:red")
     ax.set_xlabel("students who lost points on this test (%)")
     ax.set_xlim(0, 100)

@@ -50,16 +50,6 @@ def _check_calls(source: str) -> list[tuple[str, ast.expr]] | None:
     return calls
 
 
-def _cells(path: str) -> list[dict]:
-    """A notebook's cells as plain JSON (nbformat is slow to import), sources joined."""
-    with open(path, encoding="utf-8") as f:
-        cells = json.load(f)["cells"]
-    for cell in cells:
-        if isinstance(cell.get("source"), list):
-            cell["source"] = "".join(cell["source"])
-    return cells
-
-
 def _meta(cell: dict) -> dict:
     return cell.get("metadata", {}).get("nbgrader") or {}
 
@@ -74,6 +64,7 @@ def main(source_path: str, submitted_path: str, hidden_dir: str) -> None:
                        "MPLBACKEND": "Agg"})
     root = Path(__file__).resolve().parent.parent
     import grading.kernel_guard  # noqa: F401 - side effect: student code may not end this process
+    from starter.notebook_loader import python_source, read_cells
 
     spec = importlib.util.spec_from_file_location(
         "_cleanroom_checks", root / "starter" / "checks.py")
@@ -83,7 +74,7 @@ def main(source_path: str, submitted_path: str, hidden_dir: str) -> None:
     del sys.modules[spec.name]
     check, CheckFailed = checker.check, checker.CheckFailed
 
-    source, submitted = _cells(source_path), _cells(submitted_path)
+    source, submitted = read_cells(source_path), read_cells(submitted_path)
     tests = [(_meta(c)["grade_id"], _check_calls(c["source"])) for c in source
              if c["cell_type"] == "code" and _meta(c).get("grade") and not _meta(c).get("solution")]
 
@@ -97,10 +88,9 @@ def main(source_path: str, submitted_path: str, hidden_dir: str) -> None:
         student_code = meta.get("solution") or not meta  # solutions, and the student's extra cells
         if not ("setup" in tags or student_code):
             continue
-        lines = [ln for ln in cell["source"].splitlines() if not ln.lstrip().startswith(("%", "!"))]
         signal.alarm(CELL_LIMIT)
         try:
-            exec(compile("\n".join(lines), "<student cell>", "exec"), ns)  # noqa: S102 - isolated process
+            exec(compile(python_source(cell), "<student cell>", "exec"), ns)  # noqa: S102 - isolated process
         except BaseException:  # noqa: BLE001 - SystemExit, KeyboardInterrupt, anything: go on
             pass
         finally:

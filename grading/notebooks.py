@@ -14,9 +14,6 @@ HIDDEN_REFERENCES = ROOT / "grading" / "references"
 PUBLIC_REFERENCES = ROOT / "starter" / "references"
 ASSIGNMENT = "attention"  # the nbgrader assignment that holds every notebook
 
-SOLUTION_BLOCK = re.compile(r"^[ \t]*### BEGIN SOLUTION.*?^[ \t]*### END SOLUTION[^\n]*\n?", re.S | re.M)
-
-
 def solution_notebooks() -> list[Path]:
     """The authored notebooks, in curriculum order: solutions/NN_name.ipynb."""
     return sorted(SOLUTIONS.glob("[0-9][0-9]_*.ipynb"))

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from .notebooks import ASSIGNMENT
 from .scan import suspicious
+from starter.notebook_loader import python_source, read_cells
 
 
 def _api(root: Path):
@@ -48,13 +49,11 @@ CLEANROOM = os.environ.get("GRADING_CLEANROOM", "auto")
 
 def student_code(path: Path) -> str:
     """The student's own code in a submitted (rebuilt) notebook: answer cells and extra cells."""
-    cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
     parts = []
-    for cell in cells:
+    for cell in read_cells(path):
         meta = cell.get("metadata", {}).get("nbgrader") or {}
         if cell.get("cell_type") == "code" and (meta.get("solution") or not meta):
-            src = cell["source"] if isinstance(cell["source"], str) else "".join(cell["source"])
-            parts.append("\n".join(ln for ln in src.splitlines() if not ln.lstrip().startswith(("%", "!"))))
+            parts.append(python_source(cell))
     return "\n\n".join(parts)
 
 

@@ -206,8 +206,6 @@ def _describe_exception(what: str, exc: BaseException) -> str:
 
 
 def _to_torch(value: np.ndarray, requires_grad: bool = False):
-    import torch
-
     t = torch.from_numpy(np.array(value))
     if requires_grad and t.is_floating_point():
         t.requires_grad_(True)
@@ -216,8 +214,6 @@ def _to_torch(value: np.ndarray, requires_grad: bool = False):
 
 def _call(case: Case, fn: Callable, requires_grad: bool):
     """Build inputs, call the student's function or module, return (outputs, inputs, module)."""
-    import torch
-
     inputs = {k: _to_torch(v, requires_grad and k in case.grad_wrt) for k, v in case.inputs.items()}
     module = None
     what = f"`{case.target}`"
@@ -283,8 +279,6 @@ def _check_raises(case: Case, what: str, fn: Callable, prop: list) -> None:
 
 
 def _load_params(case: Case, module) -> None:
-    import torch
-
     own = dict(module.named_parameters())
     missing = sorted(set(case.params) - set(own))
     unexpected = sorted(set(own) - set(case.params))
@@ -305,8 +299,6 @@ def _load_params(case: Case, module) -> None:
 
 
 def _split_outputs(case: Case, out) -> dict:
-    import torch
-
     what = f"`{case.target}`"
     n = len(case.outputs)
     if out is None:
@@ -395,8 +387,6 @@ def check(name: str, fn: Callable) -> None:
 
     Prints one line on success; raises CheckFailed with a one-line diagnosis otherwise.
     """
-    import torch
-
     case = load_case(name)
     what = f"{name}: `{case.target}`"
     raises = next((p for p in case.properties if p[0] == "raises"), None)
@@ -452,8 +442,6 @@ def check(name: str, fn: Callable) -> None:
 
 
 def _check_grads(case: Case, what: str, outs: dict, inputs: dict, module) -> None:
-    import torch
-
     loss = 0.0
     for out_name, w in case.grad_weights.items():
         value = outs[out_name]

@@ -21,6 +21,21 @@ class NotebookLoadError(RuntimeError):
     pass
 
 
+def read_cells(path: str | Path) -> list[dict]:
+    """A notebook's cells as plain JSON dicts with `source` joined into one string (no nbformat)."""
+    with open(path, encoding="utf-8") as f:
+        cells = json.load(f)["cells"]
+    for cell in cells:
+        if isinstance(cell.get("source"), list):
+            cell["source"] = "".join(cell["source"])
+    return cells
+
+
+def python_source(cell: dict) -> str:
+    """A code cell's source without IPython magics and shell lines (`%...`, `!...`)."""
+    return "\n".join(ln for ln in cell["source"].splitlines() if not ln.lstrip().startswith(("%", "!")))
+
+
 def find_notebook(name: str, folder: str | Path | None = None) -> Path:
     candidates = []
     if folder is not None:
@@ -38,7 +53,7 @@ def load_definitions(name: str, names: list[str], folder: str | Path | None = No
     """Run the set-up and answer cells of notebook `name`; return the objects called `names`."""
     path = find_notebook(name, folder)
     try:
-        cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+        cells = read_cells(path)
     except (OSError, ValueError, KeyError) as exc:
         raise NotebookLoadError(f"{path} is not a readable notebook ({exc})") from None
     namespace: dict = {"__name__": f"notebook_{path.stem}"}
@@ -48,10 +63,8 @@ def load_definitions(name: str, names: list[str], folder: str | Path | None = No
         meta = cell.get("metadata", {})
         if not ("setup" in meta.get("tags", []) or (meta.get("nbgrader") or {}).get("solution")):
             continue
-        source = cell["source"] if isinstance(cell["source"], str) else "".join(cell["source"])
-        source = "\n".join(ln for ln in source.splitlines() if not ln.lstrip().startswith(("%", "!")))
         try:
-            exec(compile(source, f"{path.name} cell {index}", "exec"), namespace)  # noqa: S102 - the student's own code
+            exec(compile(python_source(cell), f"{path.name} cell {index}", "exec"), namespace)  # noqa: S102 - the student's own code
         except NotImplementedError:
             pass  # an unfinished answer: reported below if it is one of `names`
         except Exception as exc:  # noqa: BLE001

@@ -131,6 +131,18 @@ def _image_extent(image) -> tuple[int, int]:
     return img.shape[0], img.shape[1]
 
 
+def _outline(ax, image_shape, grid_shape, boxes, grid_alpha: float) -> None:
+    """Faint lines between the feature-grid cells, and dashed boxes (x0, y0, x1, y1) around objects."""
+    if grid_shape is not None:
+        gh, gw = grid_shape
+        for r in range(1, gh):
+            ax.axhline(r * image_shape[0] / gh - 0.5, color="white", lw=0.3, alpha=grid_alpha)
+        for c in range(1, gw):
+            ax.axvline(c * image_shape[1] / gw - 0.5, color="white", lw=0.3, alpha=grid_alpha)
+    for x0, y0, x1, y1 in boxes:
+        ax.add_patch(plt.Rectangle((x0, y0), x1 - x0, y1 - y0, fill=False, ec="white", lw=1.2, ls="--"))
+
+
 def overlay_attention(image, heat, ax=None, title: str = "attention over the image", alpha: float = 0.55,
                       cmap: str = "jet", grid_shape: tuple[int, int] | None = None, colorbar: bool = True,
                       boxes: Sequence[tuple[float, float, float, float]] = ()):
@@ -151,14 +163,7 @@ def overlay_attention(image, heat, ax=None, title: str = "attention over the ima
         _, ax = plt.subplots(figsize=(4, 4))
     ax.imshow(img)
     im = ax.imshow(h, cmap=cmap, alpha=alpha, vmin=0.0, vmax=1.0)
-    if grid_shape is not None:
-        gh, gw = grid_shape
-        for r in range(1, gh):
-            ax.axhline(r * img.shape[0] / gh - 0.5, color="white", lw=0.3, alpha=0.5)
-        for c in range(1, gw):
-            ax.axvline(c * img.shape[1] / gw - 0.5, color="white", lw=0.3, alpha=0.5)
-    for x0, y0, x1, y1 in boxes:
-        ax.add_patch(plt.Rectangle((x0, y0), x1 - x0, y1 - y0, fill=False, ec="white", lw=1.2, ls="--"))
+    _outline(ax, img.shape, grid_shape, boxes, grid_alpha=0.5)
     ax.set_xlim(-0.5, img.shape[1] - 0.5)
     ax.set_ylim(img.shape[0] - 0.5, -0.5)
     ax.set_title(title)
@@ -203,14 +208,7 @@ def show_word_overlays(image, heats, words: Sequence[str], title: str = "attenti
         else:
             im = ax.imshow(h[k - 1], cmap=cmap, alpha=alpha, vmin=0.0, vmax=1.0)
             ax.set_title(f"{k}: \u201c{words[k - 1]}\u201d", fontsize=10)
-            for x0, y0, x1, y1 in (boxes or {}).get(k - 1, ()):
-                ax.add_patch(plt.Rectangle((x0, y0), x1 - x0, y1 - y0, fill=False, ec="white", lw=1.2, ls="--"))
-            if grid_shape is not None:
-                gh, gw = grid_shape
-                for r in range(1, gh):
-                    ax.axhline(r * img.shape[0] / gh - 0.5, color="white", lw=0.3, alpha=0.4)
-                for c in range(1, gw):
-                    ax.axvline(c * img.shape[1] / gw - 0.5, color="white", lw=0.3, alpha=0.4)
+            _outline(ax, img.shape, grid_shape, (boxes or {}).get(k - 1, ()), grid_alpha=0.4)
         if k % ncols == 0:
             ax.set_ylabel("y (pixels)")
         if k // ncols == nrows - 1 or k + ncols >= panels:

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from grading.references import CaseSpec, _run, build_case
-from starter.layers import ToyCaptioner, with_attention, with_model
+from starter.layers import with_attention, with_model
 
 # ---- CaptioningTransformer.forward ------------------------------------------------------------------
 
