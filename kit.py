@@ -47,7 +47,9 @@ def setup() -> None:
         venv.EnvBuilder(with_pip=True).create(VENV)
     _run(PYTHON, "-m", "pip", "install", "--quiet", "--upgrade", "pip")
     _run(PYTHON, "-m", "pip", "install", "--quiet", "-r", "requirements.txt")
-    _run(PYTHON, "-m", "pip", "install", "--quiet", "--no-deps", "-e", ".")
+    # setuptools warns on every editable install that a folder named like a package shadows it: true of
+    # any checkout, not actionable, so silenced for this one step
+    _run(PYTHON, "-m", "pip", "install", "--quiet", "--no-deps", "-e", ".", env={**os.environ, "PYTHONWARNINGS": "ignore"})
     # a `python3` kernel inside the venv, so notebooks and nbgrader run with these packages
     _run(PYTHON, "-m", "ipykernel", "install", "--sys-prefix", "--name", "python3", "--display-name", "Python 3")
     STAMP.write_text(_fingerprint())
