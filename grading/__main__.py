@@ -4,7 +4,7 @@
     python -m grading references              rebuild the stored reference cases from the solutions
     python -m grading autograde SUBMISSIONS   grade a folder or zip of student notebooks
     python -m grading execute [NOTEBOOK ...]  run solution notebooks end to end (the maintainers' main job)
-    python -m grading publish DEST            the student-facing files only, for a separate student repository
+    python -m grading publish DEST [--repo OWNER/NAME]   the student-facing files only, for a student repository
 """
 from __future__ import annotations
 
@@ -30,6 +30,8 @@ def main(argv: list[str] | None = None) -> int:
     ag.add_argument("--timeout", type=float, default=900, help="seconds one student may take")
     pb = sub.add_parser("publish", help="copy the student-facing files into an empty folder")
     pb.add_argument("dest", type=Path)
+    pb.add_argument("--repo", default=None, help="GitHub OWNER/NAME of the student repository, for the notebooks' "
+                    "first cell and Colab badges")
     ex = sub.add_parser("execute", help="execute solution notebooks end to end")
     ex.add_argument("names", nargs="*", help="notebook names or numbers (default: all)")
     ex.add_argument("--out", type=Path, default=None)
@@ -52,7 +54,8 @@ def main(argv: list[str] | None = None) -> int:
               f"grades in {args.out / 'grades.csv'}")
     elif args.command == "publish":
         from .publish import publish
-        print(f"student copy written to {publish(args.dest)} (checked: no solutions, no hidden tests)")
+        dest = publish(args.dest, args.repo) if args.repo else publish(args.dest)
+        print(f"student copy written to {dest} (checked: no solutions, no hidden tests)")
     elif args.command == "execute":
         from .execute import execute_all
         ok = execute_all(args.names, args.out)

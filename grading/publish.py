@@ -1,11 +1,12 @@
 """Copy what students need into a folder of its own, for a separate student repository.
 
-    python -m grading publish DEST
+    python -m grading publish DEST [--repo OWNER/NAME]
 
 This repository holds the solutions (`solutions/`) and the hidden references (`grading/`); a Colab
 link must point at a repository without them. DEST receives the release notebooks, the `starter`
 package with the public references, the dataset scripts, the packaging files and a short README,
-and nothing else; the copy is then checked for anything that must stay private.
+and nothing else; the copy is then checked for anything that must stay private. With `--repo`, the
+GitHub address in the notebooks' first cell and Colab badges becomes that of the student repository.
 """
 from __future__ import annotations
 
@@ -19,13 +20,22 @@ from . import notebooks
 ROOT = notebooks.ROOT
 FILES = ["pyproject.toml", "requirements.txt", "environment.yml", ".gitignore"]
 TREES = {"notebooks": "*.ipynb", "starter": "*", "data": "*.py"}
+DEFAULT_REPO = "attention-course-kit/attention-transformers"  # the address the notebooks are written with
 README = """# Attention and Transformers: student notebooks
 
-Open the notebooks in `notebooks/` in order, locally (`pip install -e .` then `jupyter lab notebooks/`)
-or on Google Colab (the first cell of each notebook installs this repository there). Fill in the
-cells marked `# YOUR CODE HERE`; the test cell under each prints a one-line hint when something is
-wrong. Submit the `.ipynb` files.
+Open the notebooks in order, on Google Colab (the badges; the first cell of each notebook installs
+this repository there and keeps your work in a Google Drive folder) or locally
+(`pip install -e ".[jupyter]"`, then `jupyter lab notebooks/`). Fill in the cells marked
+`# YOUR CODE HERE`; the test cell under each prints a one-line hint when something is wrong.
+Submit the `.ipynb` files.
+
+{badges}
 """
+
+
+def colab_badge(repo: str, notebook: str) -> str:
+    return (f"[![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)]"
+            f"(https://colab.research.google.com/github/{repo}/blob/main/notebooks/{notebook})")
 
 
 class LeakError(RuntimeError):
@@ -62,7 +72,7 @@ def check_no_leak(dest: Path) -> None:
                 raise LeakError(f"{rel}: holds hidden reference cases {sorted(hidden & set(names))[:3]}")
 
 
-def publish(dest: Path) -> Path:
+def publish(dest: Path, repo: str = DEFAULT_REPO) -> Path:
     dest = Path(dest)
     if dest.exists() and any(dest.iterdir()):
         raise SystemExit(f"{dest} is not empty")
@@ -77,6 +87,11 @@ def publish(dest: Path) -> Path:
                 continue
             (dest / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(path, dest / rel)
-    (dest / "README.md").write_text(README)
+    released = sorted((dest / "notebooks").glob("*.ipynb"))
+    if repo != DEFAULT_REPO:
+        for nb in released:
+            nb.write_text(nb.read_text(encoding="utf-8").replace(DEFAULT_REPO, repo), encoding="utf-8")
+    badges = "\n".join(f"- {colab_badge(repo, nb.name)} `{nb.stem}`" for nb in released)
+    (dest / "README.md").write_text(README.format(badges=badges))
     check_no_leak(dest)
     return dest

@@ -27,6 +27,8 @@ import os
 import torch
 from torch import nn
 
+from .runtime import OneLineError
+
 __all__ = ["TorchDecoderLayer", "LearnedPositionalEncoding", "get_layers", "LayerLoadError",
            "ToyCaptioner", "with_model", "with_attention"]
 
@@ -85,11 +87,8 @@ class LearnedPositionalEncoding(nn.Module):
 
 
 # ------------------------------------------------------------------------------------ the switch
-class LayerLoadError(RuntimeError):
-    """Your layers from notebooks 02-03 can't be used. Shown in Jupyter as one line."""
-
-    def _render_traceback_(self):
-        return [f"\x1b[31mLayerLoadError\x1b[0m: {self}"]
+class LayerLoadError(OneLineError, RuntimeError):
+    """Your layers from notebooks 02-03 can't be used."""
 
 
 _MINE_CHECKS = {  # notebook -> (classes to load, public checks they must pass)
@@ -105,26 +104,32 @@ _cache: dict = {}
 
 
 def _load_mine(folder=None):
+    """(TransformerDecoderLayer, PositionalEncoding, {notebook: path loaded}) from your notebooks."""
     from .checks import CheckFailed, check
-    from .notebook_loader import NotebookLoadError, load_definitions
+    from .notebook_loader import NotebookLoadError, find_notebook, load_definitions
 
-    key = str(folder)
+    try:  # loaded again when a notebook changed on disk (you fixed it), else reused
+        key = tuple((str(p), p.stat().st_mtime) for p in (find_notebook(nb, folder) for nb in _MINE_CHECKS))
+    except NotebookLoadError as exc:
+        raise LayerLoadError(f"{exc} Or set LAYERS = \"torch\".") from None
     if key in _cache:
         return _cache[key]
-    found = {}
+    found, paths = {}, {}
     for notebook, (names, checks) in _MINE_CHECKS.items():
         try:
-            found.update(load_definitions(notebook, names, folder=folder))
+            loaded = load_definitions(notebook, names, folder=folder)
         except NotebookLoadError as exc:
-            raise LayerLoadError(f"{exc} Finish {notebook}, or set LAYERS = \"torch\".") from None
+            raise LayerLoadError(f"{exc} Or set LAYERS = \"torch\".") from None
+        found.update(loaded)
+        paths[notebook] = loaded.path
         for case, name in checks:
             try:
                 with contextlib.redirect_stdout(io.StringIO()):
                     check(case, found[name])
             except CheckFailed as exc:
-                raise LayerLoadError(f"your {name} from {notebook} fails its check ({exc}): fix that notebook, "
+                raise LayerLoadError(f"your {name} from {loaded.path} fails its check ({exc}): fix that notebook, "
                                      f"or set LAYERS = \"torch\" to use PyTorch's layers.") from None
-    _cache[key] = (found["TransformerDecoderLayer"], found["PositionalEncoding"])
+    _cache[key] = (found["TransformerDecoderLayer"], found["PositionalEncoding"], paths)
     return _cache[key]
 
 
@@ -132,10 +137,11 @@ def get_layers(choice: str = "torch", folder=None, verbose: bool = False):
     """(DecoderLayer class, PositionalEncoding class) for ``choice`` "mine" or "torch".
 
     "mine" loads ``TransformerDecoderLayer`` from your 03_multi_head_attention.ipynb and
-    ``PositionalEncoding`` from your 02_positional_encoding.ipynb (looked for in ``folder`` (default: the
-    environment variable COURSE_NOTEBOOKS_DIR), the current folder, then the kit's notebooks/), runs their public checks, and raises a one-line
-    ``LayerLoadError`` if one fails. While nbgrader grades (``NBGRADER_EXECUTION`` set) "mine" gives the
-    PyTorch layers: the other notebooks may not be there, and grades never depend on them.
+    ``PositionalEncoding`` from your 02_positional_encoding.ipynb, found in ``folder`` (default: the
+    course folder, see ``starter.runtime``; never the kit's blank copies), runs their public checks, and
+    raises a one-line ``LayerLoadError`` if one fails. While nbgrader grades (``NBGRADER_EXECUTION``
+    set) "mine" gives the PyTorch layers: the other notebooks may not be there, and grades never
+    depend on them.
     """
     if choice == "torch":
         return TorchDecoderLayer, LearnedPositionalEncoding
@@ -145,9 +151,11 @@ def get_layers(choice: str = "torch", folder=None, verbose: bool = False):
         if verbose:
             print('grading run: using the PyTorch-backed layers (LAYERS = "torch")')
         return TorchDecoderLayer, LearnedPositionalEncoding
-    layer, posenc = _load_mine(folder if folder is not None else os.environ.get("COURSE_NOTEBOOKS_DIR"))
+    layer, posenc, paths = _load_mine(folder)
     if verbose:
-        print("using your TransformerDecoderLayer (notebook 03) and PositionalEncoding (notebook 02): checks passed")
+        print("using your layers, checks passed:")
+        for notebook, (names, _) in _MINE_CHECKS.items():
+            print(f"  {', '.join(n for n in names if n != 'MultiHeadAttention')} from {paths[notebook]}")
     return layer, posenc
 
 

@@ -14,11 +14,18 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-KIT_ROOT = Path(__file__).resolve().parent.parent
+from .runtime import OneLineError, course_folder
 
 
-class NotebookLoadError(RuntimeError):
-    pass
+
+class NotebookLoadError(OneLineError, RuntimeError):
+    """Your notebook can't be found or run."""
+
+
+class Definitions(dict):
+    """The objects asked for, by name; `.path` is the notebook they came from."""
+
+    path: Path
 
 
 def read_cells(path: str | Path) -> list[dict]:
@@ -37,19 +44,19 @@ def python_source(cell: dict) -> str:
 
 
 def find_notebook(name: str, folder: str | Path | None = None) -> Path:
-    candidates = []
-    if folder is not None:
-        candidates.append(Path(folder) / name)
-    candidates += [Path(name), Path.cwd() / name, KIT_ROOT / "notebooks" / name]
-    for path in candidates:
-        if path.is_file():
-            return path
+    where = Path(folder).resolve() if folder is not None else course_folder()
+    exact = where / name
+    if exact.is_file():
+        return exact
+    copies = [p for p in where.glob(f"*{Path(name).stem}*.ipynb") if p.is_file()]
+    if copies:
+        return max(copies, key=lambda p: p.stat().st_mtime)
     raise NotebookLoadError(
-        f"can't find {name}: put your completed {name} in the current folder ({Path.cwd()}) or pass "
-        f"folder=... (on Colab: upload it, or mount Google Drive and point `folder` at it).")
+        f"can't find your {name} in {where}: keep your notebooks together in one folder (on Colab: the "
+        "course folder in Google Drive that the first cell sets up), or pass folder=... .")
 
 
-def load_definitions(name: str, names: list[str], folder: str | Path | None = None) -> dict:
+def load_definitions(name: str, names: list[str], folder: str | Path | None = None) -> Definitions:
     """Run the set-up and answer cells of notebook `name`; return the objects called `names`."""
     path = find_notebook(name, folder)
     try:
@@ -68,9 +75,10 @@ def load_definitions(name: str, names: list[str], folder: str | Path | None = No
         except NotImplementedError:
             pass  # an unfinished answer: reported below if it is one of `names`
         except Exception as exc:  # noqa: BLE001
-            raise NotebookLoadError(f"{path.name} cell {index} raised {type(exc).__name__}: {exc}") from None
+            raise NotebookLoadError(f"{path} cell {index} raised {type(exc).__name__}: {exc}") from None
     missing = [n for n in names if n not in namespace]
     if missing:
-        raise NotebookLoadError(f"{path.name} does not define {missing}: finish that notebook first, "
-                                "or use the PyTorch-backed layers instead.")
-    return {n: namespace[n] for n in names}
+        raise NotebookLoadError(f"{path} does not define {missing}: finish that notebook first.")
+    found = Definitions({n: namespace[n] for n in names})
+    found.path = path
+    return found

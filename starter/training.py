@@ -23,23 +23,38 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from .runtime import OneLineError, missing_checkpoint
+
 __all__ = ["GRADING", "pick_device", "seed_everything", "train", "save_checkpoint", "load_checkpoint",
            "overfit_small_batch", "count_parameters"]
 
 GRADING = bool(os.environ.get("NBGRADER_EXECUTION"))
 
 
+def _device_name(device) -> str:
+    """Human-readable name of a torch device, e.g. "cuda (NVIDIA T4)" or "cpu (CPU, 2 threads)"."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        name = torch.cuda.get_device_name(device)
+    elif device.type == "mps":
+        name = "Apple GPU"
+    elif device.type == "cpu":
+        name = f"CPU, {torch.get_num_threads()} threads"
+    else:
+        return str(device)
+    return f"{device} ({name})"
+
+
 def pick_device(verbose: bool = True) -> torch.device:
     """The GPU when there is one (CUDA, else Apple's MPS), else the CPU."""
     if torch.cuda.is_available():
         device = torch.device("cuda")
-        name = torch.cuda.get_device_name(0)
     elif getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
-        device, name = torch.device("mps"), "Apple GPU"
+        device = torch.device("mps")
     else:
-        device, name = torch.device("cpu"), f"CPU, {torch.get_num_threads()} threads"
+        device = torch.device("cpu")
     if verbose:
-        print(f"device: {device} ({name})")
+        print(f"device: {_device_name(device)}")
     return device
 
 
@@ -57,10 +72,15 @@ def count_parameters(model) -> int:
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
 
 
-def _lr_factor(step: int, steps: int, warmup: int) -> float:
-    """Linear warm-up for `warmup` steps, then cosine decay to 10% of the peak."""
+_clock = time.perf_counter  # the clock of the time budget (tests replace it by a fake, deterministic one)
+
+
+def _lr_factor(step: float, steps: int, warmup: int) -> float:
+    """Linear warm-up for `warmup` steps, then cosine decay to 10% of the peak at `steps`.
+
+    `step` may be fractional: when a time budget binds, `train` passes its "schedule step" (see there)."""
     if warmup and step < warmup:
-        return (step + 1) / warmup
+        return min(1.0, (step + 1) / warmup)  # (the min only matters for a fractional step)
     progress = (step - warmup) / max(1, steps - warmup)
     return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
 
@@ -78,24 +98,37 @@ def train(model, loss_fn, split, steps: int, batch_size: int = 64, lr: float = 2
           warmup: int = 50, grad_clip: float | None = 1.0, device=None, seed: int = 0, val_split=None,
           val_every: int | None = None, val_batches: int = 4, time_limit: float | None = None,
           progress: bool = True, history: dict | None = None) -> dict:
-    """Train `model` with AdamW on minibatches of `split` for `steps` steps.
+    """Train `model` with AdamW on minibatches of `split` for `steps` steps, or fewer if `time_limit` binds.
 
     Each step: a batch of (captions, features) from ``split.sample_batch`` (a new shuffle each epoch, seeded
     by `seed`), ``loss = loss_fn(model, features, captions)``, backward, gradient clipping, AdamW step with
-    warm-up and cosine decay of the learning rate. Every `val_every` steps (default: 10 times per run) the
-    loss on a few fixed batches of `val_split` is recorded. `time_limit` (seconds) stops early.
+    warm-up and cosine decay of the learning rate. Every `val_every` steps (default: 10 times per run) and
+    after the last step, the loss on a few fixed batches of `val_split` is recorded.
 
-    Returns the history dict: "step", "loss", "lr", "val_step", "val_loss", "seconds", "steps_done"
-    (pass it back in as `history` to continue a run's curve).
+    Time budget: `time_limit` (seconds) shortens the run instead of cutting it off. The schedule follows
+    the run's progress = max(steps done / `steps`, time used / `time_limit`), and the run ends when
+    progress reaches 1 (after the step in which the budget runs out, plus the final validation). On a
+    machine too slow for `steps` steps in time, warm-up and cosine decay are thus compressed into the
+    steps that fit and still run to their end. The first step doesn't set the pace (it carries one-off
+    start-up costs such as CUDA initialisation): time used counts from its end, as a fraction of the
+    budget left then. As long as the machine keeps pace (time used never ahead of steps done), nothing
+    changes: the same steps and learning rates as without `time_limit` (a seeded run repeats exactly).
+
+    `progress`: show a progress bar and print one summary line (device, steps, seconds, and whether the
+    time budget shortened the run). Returns the history dict: "step", "loss", "lr", "val_step",
+    "val_loss", "seconds", "steps_done", "planned_steps", "device", "time_limit", "shortened" (True when
+    the time budget shortened the run), "summary" (that line). Pass it back in as `history` to continue
+    a run's curve: steps and seconds add up.
     """
     from tqdm.auto import tqdm
 
+    if time_limit is not None and not time_limit > 0:
+        raise ValueError(f"time_limit must be a positive number of seconds or None, not {time_limit}")
     device = torch.device(device) if device is not None else next(model.parameters()).device
     seed_everything(seed)
     model.to(device).train()
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
-    hist = history if history is not None else {"step": [], "loss": [], "lr": [], "val_step": [], "val_loss": [],
-                                                "seconds": 0.0, "steps_done": 0}
+    hist = history if history is not None else {"step": [], "loss": [], "lr": [], "val_step": [], "val_loss": []}
     offset = hist.get("steps_done", 0)
     val_every = val_every or max(1, steps // 10)
     fixed_val = []
@@ -104,12 +137,21 @@ def train(model, loss_fn, split, steps: int, batch_size: int = 64, lr: float = 2
         for _ in range(val_batches):
             caps, feats, _ = val_split.sample_batch(min(batch_size, len(val_split)), generator=gen, device=device)
             fixed_val.append((caps, feats))
-    t0 = time.perf_counter()
-    bar = tqdm(range(steps), desc="training", disable=not progress, mininterval=1.0)
+    bar = tqdm(total=steps, desc="training", disable=not progress, mininterval=1.0)
+    t0 = _clock()
+    startup = 0.0  # seconds taken by the first step
     done = 0
-    for step in bar:
+    for step in range(steps):  # `step` steps are done
+        # the schedule's step: `step` itself, or, when time used is ahead of it, that fraction of `steps`
+        sched_step = step
+        if time_limit is not None and step >= 1:
+            elapsed = _clock() - t0
+            if step == 1:
+                startup = elapsed
+            time_used = (elapsed - startup) / (time_limit - startup) if time_limit > startup else 1.0
+            sched_step = max(step, steps * min(1.0, time_used))  # max() keeps the int `step` on a tie
         for group in opt.param_groups:
-            group["lr"] = lr * _lr_factor(step, steps, warmup)
+            group["lr"] = lr * _lr_factor(sched_step, steps, warmup)
         captions, features, _ = split.sample_batch(batch_size, generator=seed, device=device)
         loss = loss_fn(model, features, captions)
         if not torch.isfinite(loss):
@@ -122,22 +164,44 @@ def train(model, loss_fn, split, steps: int, batch_size: int = 64, lr: float = 2
             torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
         opt.step()
         done += 1
-        hist["step"].append(offset + step + 1)
-        hist["loss"].append(loss.item())
+        hist["step"].append(offset + done)
+        hist["loss"].append(loss.item())  # .item() waits for the GPU, so the clock below sees the real time
         hist["lr"].append(opt.param_groups[0]["lr"])
-        if fixed_val and ((step + 1) % val_every == 0 or step + 1 == steps):
-            hist["val_step"].append(offset + step + 1)
+        last = done == steps or (time_limit is not None and _clock() - t0 >= time_limit)
+        bar.update(1)
+        if fixed_val and (done % val_every == 0 or last):
+            hist["val_step"].append(offset + done)
             hist["val_loss"].append(_val_loss(model, loss_fn, fixed_val))
             bar.set_postfix(loss=f"{hist['loss'][-1]:.3f}", val=f"{hist['val_loss'][-1]:.3f}", refresh=False)
         elif step % 10 == 0:
             bar.set_postfix(loss=f"{hist['loss'][-1]:.3f}", refresh=False)
-        if time_limit is not None and time.perf_counter() - t0 > time_limit:
+        if last:
             break
+    seconds = _clock() - t0
+    shortened = done < steps
+    if shortened:  # the schedule is complete: show a full bar (a notebook shows a bar short of its total in red)
+        bar.total = done
+        widget = getattr(bar, "container", None)  # tqdm.notebook's widgets: (label, progress bar, text)
+        if widget is not None:
+            widget.children[1].max = done
+        bar.set_description("training (time budget)", refresh=False)
     bar.close()
     model.eval()
-    seconds = time.perf_counter() - t0
     hist["seconds"] = hist.get("seconds", 0.0) + seconds
     hist["steps_done"] = offset + done
+    hist["planned_steps"] = hist.get("planned_steps", offset) + steps
+    hist["device"] = _device_name(device)
+    hist["time_limit"] = time_limit
+    hist["shortened"] = bool(hist.get("shortened", False) or shortened)
+    took = f"{seconds:.1f} s" if seconds < 10 else f"{seconds:.0f} s"
+    if shortened:
+        summary = (f"training on {hist['device']}: {done} of {steps} steps in {took} (time budget {time_limit:g} s: "
+                   "the learning-rate schedule was compressed to fit and completed)")
+    else:
+        summary = f"training on {hist['device']}: {done} steps in {took}"
+    hist["summary"] = summary
+    if progress:
+        print(summary)
     return hist
 
 
@@ -159,6 +223,10 @@ def save_checkpoint(path, model, config: dict, vocab, **extra) -> Path:
     return path
 
 
+class CheckpointNotFound(OneLineError, FileNotFoundError):
+    """No checkpoint where one was expected; the message says how to get one."""
+
+
 def load_checkpoint(path, model_class, device="cpu"):
     """Rebuild ``model_class(**config)`` from a checkpoint of `save_checkpoint` and load its weights.
 
@@ -170,8 +238,7 @@ def load_checkpoint(path, model_class, device="cpu"):
 
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"no checkpoint at {path.resolve()}: train the model in notebook 04 first "
-                                "(it saves there), or point the path at your checkpoint")
+        raise CheckpointNotFound(missing_checkpoint(path))
     payload = torch.load(path, map_location="cpu", weights_only=True)
     model = model_class(**payload["config"])
     try:
@@ -206,14 +273,14 @@ def overfit_small_batch(model, loss_fn, split, batch_size: int = 8, steps: int =
                                                device=device)
     opt = torch.optim.Adam(probe.parameters(), lr=lr)
     losses = []
-    t0 = time.perf_counter()
+    t0 = _clock()
     for _ in range(steps):
         loss = loss_fn(probe, features, captions)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
         losses.append(loss.item())
-    seconds = time.perf_counter() - t0
+    seconds = _clock() - t0
     passed = bool(np.isfinite(losses[-1]) and losses[-1] < target)
     verdict = "✓ passed" if passed else f"✗ did not get below {target}"
     print(f"overfit {batch_size} captions for {steps} steps: loss {losses[0]:.3f} -> {losses[-1]:.4f} "

@@ -1,9 +1,20 @@
-"""Set-up files agree with each other."""
+"""Packaging: what `pip install` of the kit brings is what the notebooks import, and it builds cleanly."""
 from __future__ import annotations
 
+import ast
 import re
+import subprocess
+import sys
+import tomllib
+import zipfile
+from importlib import metadata
+
+from packaging.requirements import Requirement
 
 from grading.notebooks import ROOT
+
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+STUDENT_DEPS = [Requirement(r) for r in PYPROJECT["project"]["dependencies"]]
 
 
 def _pins(text: str) -> dict[str, str]:
@@ -16,7 +27,52 @@ def test_environment_yml_matches_requirements():
     assert req == env, {k: (req.get(k), env.get(k)) for k in set(req) | set(env) if req.get(k) != env.get(k)}
 
 
-def test_reference_files_ship_with_the_package():
-    text = (ROOT / "pyproject.toml").read_text()
-    assert 'starter = ["references/*.h5"]' in text
-    assert list((ROOT / "starter" / "references").glob("*.h5")), "no public reference files"
+def _third_party_imports(folders) -> dict[str, str]:
+    """Top-level module -> a file importing it, for imports outside the standard library and the kit."""
+    local = {"starter", "data", "grading"}
+    used: dict[str, str] = {}
+    for folder in folders:
+        for f in (ROOT / folder).rglob("*.py"):
+            for node in ast.walk(ast.parse(f.read_text())):
+                if isinstance(node, ast.Import):
+                    names = [a.name for a in node.names]
+                elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                    names = [node.module]
+                else:
+                    continue
+                for top in {n.split(".")[0] for n in names} - local - set(sys.stdlib_module_names):
+                    used.setdefault(top, str(f.relative_to(ROOT)))
+    return used
+
+
+def test_student_install_declares_every_import_of_starter_and_data():
+    """`pip install` (Colab's first cell) must bring every package the notebooks' code imports."""
+    declared = {r.name.lower().replace("_", "-") for r in STUDENT_DEPS}
+    dists = metadata.packages_distributions()
+    missing = {}
+    for module, where in _third_party_imports(["starter", "data"]).items():
+        names = {d.lower().replace("_", "-") for d in dists.get(module, [module])}
+        if not names & declared:
+            missing[module] = where
+    assert not missing, f"imported but not in pyproject's dependencies: {missing}"
+
+
+def test_pinned_versions_satisfy_the_declared_ranges():
+    pins = _pins((ROOT / "requirements.txt").read_text())
+    for req in STUDENT_DEPS + [Requirement(r) for extra in PYPROJECT["project"]["optional-dependencies"].values()
+                               for r in extra if not r.startswith("attention-course-kit")]:
+        key = req.name.lower()
+        assert key in pins, f"{req.name} is a dependency but requirements.txt does not pin it"
+        assert req.specifier.contains(pins[key]), f"requirements.txt pins {req.name}=={pins[key]}, outside {req}"
+
+
+def test_wheel_ships_public_references_only_and_builds_without_warnings(tmp_path):
+    build = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+                            "-w", str(tmp_path), str(ROOT)], capture_output=True, text=True, cwd=tmp_path)
+    assert build.returncode == 0, build.stderr[-2000:]
+    assert "Warning" not in build.stdout + build.stderr, (build.stdout + build.stderr)[-3000:]
+    (wheel,) = tmp_path.glob("*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    public = sorted(p.name for p in (ROOT / "starter" / "references").glob("*.h5"))
+    assert public and sorted(n.split("/")[-1] for n in names if n.startswith("starter/references/")) == public
+    assert not [n for n in names if n.startswith(("grading/references/", "data/cache/", "solutions/", "tests/"))]

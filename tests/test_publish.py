@@ -38,3 +38,13 @@ def test_leaks_are_caught(copy, tmp_path):
     shutil.copy(next(nbs.HIDDEN_REFERENCES.glob("*.h5")), planted / "starter" / "references" / "more.h5")
     with pytest.raises(LeakError, match="hidden reference cases"):
         check_no_leak(planted)
+
+
+def test_repo_address_reaches_the_first_cell_and_the_badges(tmp_path):
+    dest = publish(tmp_path / "kit", repo="my-uni/attention-2027")
+    for nb in (dest / "notebooks").glob("*.ipynb"):
+        text = nb.read_text()
+        assert "https://github.com/my-uni/attention-2027.git" in text, f"{nb.name}: first cell still clones the default"
+        assert f"colab.research.google.com/github/my-uni/attention-2027/blob/main/notebooks/{nb.name}" in text
+        assert "attention-course-kit/attention-transformers" not in text
+    assert "github/my-uni/attention-2027/blob/main/notebooks/01_" in (dest / "README.md").read_text()

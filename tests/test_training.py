@@ -1,6 +1,8 @@
 """Fast tests of starter.layers, starter.training and starter.metrics (no dataset build needed)."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -94,6 +96,112 @@ def test_training_reduces_loss_and_overfit_check(ns, capsys):
     assert res["passed"] and "passed" in capsys.readouterr().out
 
 
+class SlowMachine:
+    """A fake clock for starter.training: each training step (a loss computed in train mode) takes
+    `first` seconds the first time and `per_step` seconds afterwards; validation and everything else
+    take no time. The time budget's behaviour is then exact and independent of the real machine."""
+
+    def __init__(self, per_step, first=None):
+        self.now, self.per_step, self.first, self.calls = 1000.0, per_step, first, 0
+
+    def __call__(self):
+        return self.now
+
+    def loss_fn(self, model, features, captions):
+        if model.training:
+            self.now += self.first if (self.calls == 0 and self.first is not None) else self.per_step
+            self.calls += 1
+        return model(features).pow(2).mean() + 0.0 * captions.sum()
+
+
+def _linear():
+    torch.manual_seed(0)
+    return nn.Linear(5, 3)
+
+
+def _expected_lr(s, steps, warmup, lr):
+    """The schedule written out: linear warm-up to `lr` over `warmup` steps, then a half cosine from `lr`
+    down to lr/10 at `steps` (s = the schedule's step, fractional when a time budget compresses it)."""
+    if s < warmup:
+        return lr * min(1.0, (s + 1) / warmup)
+    return lr * (0.1 + 0.45 * (1 + math.cos(math.pi * min(1.0, (s - warmup) / (steps - warmup)))))
+
+
+def test_binding_time_budget_completes_the_schedule_in_fewer_steps(monkeypatch, capsys):
+    # 100 steps planned, 40 s budget, 1 s per step: 40 steps fit, and the schedule must still finish
+    clock = SlowMachine(per_step=1.0)
+    monkeypatch.setattr(training, "_clock", clock)
+    split = TinySplit()
+    steps, warmup, lr = 100, 8, 1e-2
+    hist = training.train(_linear(), clock.loss_fn, split, steps=steps, batch_size=8, lr=lr, warmup=warmup,
+                          time_limit=40, val_split=split, progress=True)
+    out, err = capsys.readouterr()
+    assert hist["steps_done"] == len(hist["lr"]) == 40 and hist["planned_steps"] == 100
+    assert hist["shortened"] is True and hist["seconds"] == pytest.approx(40.0)
+    # the (compressed) warm-up reached the peak, then the cosine ran to (almost) its end, lr/10, at the last step
+    peak = hist["lr"].index(max(hist["lr"]))
+    assert max(hist["lr"]) == lr and 0 < peak < warmup  # (a schedule step of 7.7 must not give 8.7 / 8 of lr)
+    assert all(a < b for a, b in zip(hist["lr"][:peak], hist["lr"][1:peak + 1]))
+    assert all(a > b for a, b in zip(hist["lr"][peak:], hist["lr"][peak + 1:]))
+    assert hist["lr"][-1] == pytest.approx(0.1 * lr, rel=0.03)
+    # exactly the compressed schedule: step k (k >= 1) is at the fraction (k - 1) / 39 of the budget left
+    # after the first step, i.e. at schedule step max(k, 100 (k - 1) / 39)
+    expected = [_expected_lr(max(k, steps * (k - 1) / 39) if k else 0, steps, warmup, lr) for k in range(40)]
+    assert hist["lr"] == pytest.approx(expected, rel=1e-9)
+    assert hist["val_step"][-1] == 40  # the validation loss of the final model is recorded
+    assert out == hist["summary"] + "\n" and "40 of 100 steps" in out and "time budget 40 s" in out
+    assert "training on cpu" in out and "completed" in out
+    bar_updates = [part for part in err.replace("\r", "\n").split("\n") if part.strip()]
+    assert bar_updates and all(part.startswith("training") for part in bar_updates)  # only the bar on stderr
+    assert bar_updates[-1].startswith("training (time budget): 100%") and "40/40" in bar_updates[-1]  # ends full
+    with pytest.raises(ValueError, match="time_limit"):
+        training.train(_linear(), clock.loss_fn, split, steps=5, time_limit=0, progress=False)
+
+
+def test_time_budget_that_does_not_bind_changes_nothing(monkeypatch):
+    split = TinySplit()
+    steps, warmup, lr = 100, 10, 1e-2
+    reference = training.train(_linear(), SlowMachine(0.0).loss_fn, split, steps=steps, batch_size=8, lr=lr,
+                               warmup=warmup, val_split=split, progress=False)
+    expected = [_expected_lr(k, steps, warmup, lr) for k in range(steps)]
+    assert reference["lr"] == expected  # exactly the step-based schedule
+    assert reference["lr"][warmup] == lr and reference["lr"][-1] > 0.1 * lr
+    # a 100 s budget on a machine whose first step is slow (5 s of start-up) but which then keeps pace
+    # (0.5 s per step): all steps, the same learning rates and the same losses as without a budget
+    clock = SlowMachine(per_step=0.5, first=5.0)
+    monkeypatch.setattr(training, "_clock", clock)
+    hist = training.train(_linear(), clock.loss_fn, split, steps=steps, batch_size=8, lr=lr, warmup=warmup,
+                          time_limit=100, val_split=split, progress=False)
+    assert hist["steps_done"] == hist["planned_steps"] == steps and hist["shortened"] is False
+    assert hist["seconds"] == pytest.approx(54.5)
+    assert hist["lr"] == expected
+    assert hist["loss"] == reference["loss"] and hist["val_loss"] == reference["val_loss"]
+    assert hist["summary"].endswith(f"{steps} steps in 54 s") and "time budget" not in hist["summary"]
+
+
+def test_summary_names_the_device_and_pick_device_order(monkeypatch, capsys):
+    split = TinySplit()
+    hist = training.train(_linear(), SlowMachine(0.0).loss_fn, split, steps=3, batch_size=4, warmup=1,
+                          device="cpu", progress=True)
+    out = capsys.readouterr().out
+    assert out == hist["summary"] + "\n"
+    assert out.startswith(f"training on cpu (CPU, {torch.get_num_threads()} threads): 3 steps in ")
+    assert hist["device"] == f"cpu (CPU, {torch.get_num_threads()} threads)"
+    assert training.train(_linear(), SlowMachine(0.0).loss_fn, split, steps=2, progress=False)["summary"]
+    assert capsys.readouterr() == ("", "")  # progress=False: silent
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "Fake GPU")
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: True)
+    assert training.pick_device().type == "cuda"  # CUDA first
+    assert capsys.readouterr().out == "device: cuda (Fake GPU)\n"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert training.pick_device(verbose=False).type == "mps"  # then Apple's MPS
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
+    assert training.pick_device().type == "cpu"  # else the CPU
+    assert capsys.readouterr().out.startswith("device: cpu (CPU, ")
+
+
 def test_checkpoint_round_trip(ns, tmp_path):
     model = _model(ns, layers="torch").eval()
     config = dict(vocab_size=9, feature_dim=5, num_regions=4, d_model=16, num_heads=2, num_layers=1,
@@ -105,7 +213,7 @@ def test_checkpoint_round_trip(ns, tmp_path):
     with torch.no_grad():
         assert torch.equal(restored(feats, caps), model(feats, caps))
     assert info["vocab"].idx_to_word == vocab.idx_to_word and info["extra"]["history"]["loss"] == [1.0]
-    with pytest.raises(FileNotFoundError, match="no checkpoint"):
+    with pytest.raises(FileNotFoundError, match="no trained model at"):
         training.load_checkpoint(tmp_path / "missing.pt", ns["CaptioningTransformer"])
 
 

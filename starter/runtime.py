@@ -1,0 +1,157 @@
+"""Where a notebook runs, and how its errors read. The first cell of every notebook calls
+``start_notebook()``.
+
+**The course folder** holds your notebooks and what they save (``runs/`` with notebook 04's
+checkpoint). Notebooks 04 and 05 load your earlier notebooks from it, and only from it: never the
+kit's blank copies. It is the working folder of the notebook's kernel (Jupyter starts the kernel in
+the notebook's folder), unless ``$COURSE_NOTEBOOKS_DIR`` names another one.
+
+**On Google Colab** a new runtime starts with an empty ``/content``: files written there are gone the
+next day, and notebook 05 runs in another runtime than notebook 04. With ``use_drive=True`` the first
+cell mounts Google Drive, makes ``MyDrive/<course_dir>`` the course folder (and the working folder),
+keeps the datasets in its ``data/`` folder, and puts copies of the five notebooks there if they are
+missing. Open them from Drive and your work,
+your earlier notebooks and 04's checkpoint are all in one place that outlives the runtime.
+
+**Errors.** An unfinished task (``raise NotImplementedError()``) used by a demo cell prints one line
+naming the function instead of a traceback, and a later cell that fails only because that cell never
+set a variable says so in one line. Every other error keeps its normal traceback.
+"""
+from __future__ import annotations
+
+import ast
+import importlib
+import os
+import shutil
+import sys
+from pathlib import Path
+
+KIT_ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOKS_ENV = "COURSE_NOTEBOOKS_DIR"
+DRIVE_MOUNT = "/content/drive"  # where Colab mounts Google Drive; "MyDrive" is the user's own files
+
+
+class OneLineError(Exception):
+    """An error whose message says what to do: Jupyter shows it as one line, without a traceback."""
+
+    def _render_traceback_(self):  # IPython calls this instead of printing the traceback
+        return [f"\x1b[31m{type(self).__name__}\x1b[0m: {self}"]
+
+
+def in_colab() -> bool:
+    return "google.colab" in sys.modules
+
+
+def course_folder() -> Path:
+    """The folder of your notebooks and runs: $COURSE_NOTEBOOKS_DIR if set, else the working folder."""
+    return Path(os.environ.get(NOTEBOOKS_ENV) or os.getcwd()).resolve()
+
+
+def start_notebook(use_drive: bool = True, course_dir: str = "attention-course") -> Path:
+    """Set up this notebook's session; returns the course folder. Safe to run again."""
+    if in_colab() and use_drive:
+        folder = _drive_course_folder(course_dir)
+        os.chdir(folder)
+        os.environ[NOTEBOOKS_ENV] = str(folder)
+        # the datasets too, so that a new runtime (notebook 05 after 04) does not build them again
+        os.environ.setdefault("COURSE_DATA_DIR", str(folder / "data"))
+        print(f"course folder (Google Drive): {folder}")
+    elif in_colab():
+        print(f"course folder: {course_folder()} (not in Google Drive: files here are gone with this runtime; "
+              "set USE_DRIVE = True to keep them)")
+    _install_error_display()
+    return course_folder()
+
+
+def _drive_course_folder(course_dir: str) -> Path:
+    drive = importlib.import_module("google.colab.drive")  # Colab's own module, only there
+    if not os.path.isdir(os.path.join(DRIVE_MOUNT, "MyDrive")):
+        drive.mount(DRIVE_MOUNT)
+    folder = Path(DRIVE_MOUNT, "MyDrive", course_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    copied = []
+    for release in sorted((KIT_ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")):
+        if not (folder / release.name).exists():
+            shutil.copyfile(release, folder / release.name)
+            copied.append(release.name)
+    if copied:
+        print(f"copied {len(copied)} blank notebooks into {folder}: open them from Google Drive "
+              "(File > Open notebook > Google Drive) so that your work is saved there")
+    return folder
+
+
+# ------------------------------------------------------------------------------- one-line errors
+_stopped: dict[str, str] = {}  # a variable that a stopped cell would have set -> why that cell stopped
+
+
+def _unfinished_function(tb) -> str:
+    """`Class.method` or `function` where the NotImplementedError was raised (the innermost frame)."""
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    frame = tb.tb_frame
+    owner = frame.f_locals.get("self")
+    name = frame.f_code.co_name
+    return f"{type(owner).__name__}.{name}" if owner is not None and name != "<module>" else name
+
+
+def _assigned_names(source: str) -> set[str]:
+    """Names a cell binds at its top level or in its blocks (assignments, defs, imports, for targets)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return set()
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+    return names
+
+
+def _one_line(shell, etype, value, tb, tb_offset=None):
+    """IPython's handler for every exception of a cell: one line for an unfinished task, for the kit's
+    one-line errors (they define `_render_traceback_`) and for a name that such a stopped cell never
+    set; the normal traceback for everything else."""
+    if issubclass(etype, NotImplementedError):
+        where = _unfinished_function(tb)
+        why = f"`{where}` is not implemented yet"
+        stb = [f"\x1b[31mNotImplementedError\x1b[0m: {why}: fill in its cell (and run its test), "
+               "then run this cell again."]
+    elif hasattr(value, "_render_traceback_"):
+        why = f"of the {etype.__name__} above"
+        stb = value._render_traceback_()
+    elif issubclass(etype, NameError) and getattr(value, "name", None) in _stopped:
+        why = None
+        stb = [f"\x1b[31mNameError\x1b[0m: `{value.name}` was never set: the cell that sets it stopped because "
+               f"{_stopped[value.name]}. Fix that, then run the notebook again from that cell."]
+    else:
+        shell.showtraceback((etype, value, tb), tb_offset=tb_offset)
+        return None
+    if why:
+        history = shell.user_ns.get("In") or [""]  # IPython's input history; the last entry is this cell
+        _stopped.update(dict.fromkeys(_assigned_names(history[-1]), why))
+    shell._showtraceback(etype, value, stb)
+    return stb
+
+
+def _install_error_display() -> None:
+    ipython = sys.modules.get("IPython")  # imported already in any Jupyter kernel
+    shell = ipython.get_ipython() if ipython else None
+    if shell is None:  # plain Python, not a notebook
+        return
+    shell.set_custom_exc((Exception,), _one_line)
+
+
+def missing_checkpoint(path: str | os.PathLike, notebook: str = "04_captioning_transformer.ipynb") -> str:
+    """One line: why there is no trained model at `path`, and how to get one."""
+    path = Path(path).resolve()
+    advice = (f"no trained model at {path}: run {notebook} to its end in the course folder "
+              f"({course_folder()}) first, its training cell saves the checkpoint there.")
+    if in_colab():
+        advice += (" On Colab a new runtime starts with an empty /content, so 04's checkpoint survives only in "
+                   "Google Drive: run 04 with USE_DRIVE = True in its first cell (about a minute on a GPU), or "
+                   f"upload your {path.name} to {path.parent}.")
+    return advice

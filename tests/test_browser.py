@@ -1,0 +1,174 @@
+"""The student release works in a real browser: JupyterLab in Debian's Chromium runs the untouched
+notebook 01 (Run → Run All Cells) on the venv's `python3` kernel, and its first test cell shows the
+one-line `CheckFailed: ... not implemented yet ...` message, without a Python traceback, while the
+page raises no JavaScript error. The screenshot is left in build/browser/ for CI to keep.
+"""
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT
+
+CHROMIUM = Path("/usr/bin/chromium")
+NB = "01_scaled_dot_product_attention.ipynb"
+SCREENSHOT = ROOT / "build" / "browser" / "01_release.png"
+FIRST_TEST = 'check("loop/basic"'  # source text of the notebook's first test cell
+MESSAGE = "not implemented yet"  # starter.checks' message for a function that raises NotImplementedError
+
+
+def _needs(what: str) -> None:
+    if os.environ.get("CI"):
+        pytest.fail(f"{what} missing in CI (.ci/run installs it)")
+    pytest.skip(f"{what} is not installed")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _get_json(url: str):
+    with urllib.request.urlopen(url, timeout=5) as r:
+        return json.load(r)
+
+
+@pytest.fixture
+def chromium():
+    """Debian's Chromium driven by Playwright (never a downloaded browser)."""
+    if not CHROMIUM.exists():
+        _needs(f"Chromium ({CHROMIUM}, Debian package `chromium`)")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        _needs("playwright (Python package)")
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox"])
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+@pytest.fixture
+def lab(tmp_path):
+    """(base URL, token) of a fresh JupyterLab serving a folder that holds only the release notebook."""
+    import psutil
+
+    root, home = tmp_path / "root", tmp_path / "jupyter"
+    root.mkdir()
+    shutil.copy(ROOT / "notebooks" / NB, root / NB)
+    port, token = _free_port(), secrets.token_hex(16)
+    env = {k: v for k, v in os.environ.items() if k not in {"MPLBACKEND", "JUPYTER_PATH"}}
+    # private config, data, runtime, settings and workspace folders: no user-level kernelspec, setting
+    # or saved layout can change what is tested, so the kernel is the venv's (sys.prefix) `python3`
+    env.update({name: str(home / name.lower()) for name in (
+        "JUPYTER_CONFIG_DIR", "JUPYTER_DATA_DIR", "JUPYTER_RUNTIME_DIR",
+        "JUPYTERLAB_SETTINGS_DIR", "JUPYTERLAB_WORKSPACES_DIR")})
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    # "Never" for the news question, whose toast would cover part of the screenshot
+    news = Path(env["JUPYTERLAB_SETTINGS_DIR"], "@jupyterlab", "apputils-extension", "notification.jupyterlab-settings")
+    news.parent.mkdir(parents=True)
+    news.write_text('{"fetchNews": "false"}')
+    log = (tmp_path / "server.log").open("wb")
+    server = subprocess.Popen(
+        [sys.executable, "-m", "jupyterlab", "--no-browser", "--allow-root", "--ip=127.0.0.1", f"--port={port}",
+         "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}"],
+        cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            assert server.poll() is None, f"Jupyter server exited: {(tmp_path / 'server.log').read_text()[-2000:]}"
+            try:
+                _get_json(f"{base}/api/status?token={token}")
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "Jupyter server not up after 30 s"
+                time.sleep(0.3)
+        yield base, token
+    finally:
+        if server.poll() is None:
+            # kernels run in their own session, outside the server's process group: note them
+            # first, stop the server (SIGTERM shuts its kernels down), then kill whatever is left
+            kernels = psutil.Process(server.pid).children(recursive=True)
+            os.killpg(server.pid, signal.SIGTERM)
+            try:
+                server.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(server.pid, signal.SIGKILL)
+                server.wait(timeout=5)
+            for proc in psutil.wait_procs(kernels, timeout=5)[1]:
+                proc.kill()
+        log.close()
+
+
+def _open_and_run_all(page, url: str, output) -> None:
+    """Open the notebook, Run → Run All Cells, and wait until the first test cell has failed."""
+    page.goto(url)
+    # the status bar names the kernel and says Idle only once the kernel is connected and idle (the
+    # toolbar's execution indicator says idle from the start, and a Run All issued then is lost)
+    idle = page.locator("#jp-main-statusbar .jp-StatusBar-Item", has_text="Python 3 | Idle")
+    idle.wait_for(timeout=60_000)
+    page.get_by_role("menuitem", name="Run", exact=True).click()
+    page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
+    # the message first, then Idle again: Run All stops at this failing cell, so nothing is still
+    # running when the screenshot is taken
+    output.filter(has_text=MESSAGE).wait_for(timeout=120_000)
+    idle.wait_for(timeout=30_000)
+
+
+def test_release_notebook_runs_in_chromium(chromium, lab):
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    base, token = lab
+    spec = _get_json(f"{base}/api/kernelspecs?token={token}")["kernelspecs"]["python3"]["spec"]
+    assert spec["argv"][0].startswith(sys.prefix), f"python3 kernel is not the venv's: {spec['argv']}"
+
+    console_errors: list[str] = []
+    page_errors: list[str] = []
+    SCREENSHOT.unlink(missing_ok=True)  # no stale picture if this run fails before taking one
+    page = chromium.new_page(viewport={"width": 1400, "height": 1000})
+    page.set_default_timeout(30_000)
+
+    def on_console(m):
+        # errors located at another web site are failed loads of the notebook's external images
+        # (the "Open in Colab" badge): expected on a machine without internet, not Jupyter's fault
+        url = m.location.get("url", "")
+        if m.type == "error" and (url.startswith(base) or not url.startswith("http")):
+            console_errors.append(f"{m.text} ({url})")
+
+    page.on("console", on_console)
+    page.on("pageerror", lambda e: page_errors.append(e.stack or str(e)))
+
+    cell = page.locator(".jp-CodeCell", has_text=FIRST_TEST)
+    output = cell.locator(".jp-OutputArea-output")
+    try:
+        _open_and_run_all(page, f"{base}/lab/tree/{NB}?token={token}", output)
+        timed_out = None
+    except PlaywrightTimeout as e:
+        timed_out = e.message.splitlines()[0]
+    if cell.count():
+        cell.scroll_into_view_if_needed(timeout=5_000)
+    shown = "\n".join(output.all_text_contents())
+    SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOT), full_page=True)
+
+    seen = (f"\nscreenshot: {SCREENSHOT}\noutput of the first test cell: {shown!r}"
+            f"\nconsole errors: {console_errors}\npage errors: {page_errors}")
+    assert not timed_out, f"{timed_out}{seen}"
+    assert "CheckFailed" in shown and MESSAGE in shown, seen
+    assert "Traceback" not in shown, f"a traceback is shown instead of the one-line message{seen}"
+    assert not page_errors and not console_errors, f"JavaScript errors on the page{seen}"
