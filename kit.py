@@ -55,11 +55,12 @@ def setup() -> None:
     STAMP.write_text(_fingerprint())
 
 
-def _env() -> dict:
+def _env(command: str) -> dict:
     env = dict(os.environ)
     env["PATH"] = os.pathsep.join([str(BIN), env.get("PATH", "")])  # nbgrader calls `alembic`, kernels
     env["VIRTUAL_ENV"] = str(VENV)
-    env.setdefault("MPLBACKEND", "Agg")
+    if command == "test":  # pytest draws off screen; `run` leaves the backend alone, its kernels use inline
+        env.setdefault("MPLBACKEND", "Agg")
     return env
 
 
@@ -70,9 +71,9 @@ def main(argv: list[str]) -> int:
     command, rest = argv[0], argv[1:]
     setup()
     if command == "run":
-        return subprocess.call([str(PYTHON), "-m", "grading", "execute", *rest], cwd=ROOT, env=_env())
+        return subprocess.call([str(PYTHON), "-m", "grading", "execute", *rest], cwd=ROOT, env=_env("run"))
     if command == "test":
-        return subprocess.call([str(PYTHON), "-m", "pytest", *rest], cwd=ROOT, env=_env())
+        return subprocess.call([str(PYTHON), "-m", "pytest", *rest], cwd=ROOT, env=_env("test"))
     return 0
 
 

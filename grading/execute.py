@@ -1,13 +1,22 @@
 """Execute solution notebooks end to end: the maintainers' main job.
 
 Every notebook in `solutions/` runs top to bottom in a fresh kernel on the default data, with the
-hidden references available so hidden tests run too. Executed copies go to `build/executed/`, every
-figure to `build/figures/<notebook>/`, and one line per notebook reports time and pass/fail.
+hidden references available so hidden tests run too. Each executed copy goes to `build/executed/`
+as .ipynb and as .html (figures embedded), every figure as a PNG to `build/figures/<notebook>/`,
+and an index to `build/index.md` and `build/index.json`: per notebook its time, tests passed,
+figures, PASS/FAIL and the key numbers it printed (see `KEY_NUMBERS`).
+
+The kernels get their environment through jupyter_client (`start_kernel(env=...)`), never by changing
+this process's `os.environ`, and always use the inline matplotlib backend, whatever `MPLBACKEND` this
+process has (`kit.py test` sets Agg for pytest): with Agg, `plt.show()` emits no image at all.
 """
 from __future__ import annotations
 
 import base64
+import json
+import logging
 import os
+import re
 import time
 from pathlib import Path
 
@@ -18,6 +27,31 @@ from nbclient.exceptions import CellExecutionError
 from . import notebooks
 
 BUILD = notebooks.ROOT / "build"
+INLINE_BACKEND = "module://matplotlib_inline.backend_inline"  # what ipykernel picks when MPLBACKEND is unset
+
+# Key numbers, parsed from the text a notebook prints (stdout and text/plain results, in cell order;
+# the first match counts). Each pattern matches one print of a solution notebook (examples from a run):
+#   04, training cell (starter.training.train's last line): "training on cpu (CPU, 2 threads): 700 steps in 85 s",
+#       or "...: 420 of 700 steps in 185 s (time budget 180 s: ...)" when a busy machine ran out of time
+#   04, evaluation cell: "greedy, 500 validation images (4.7 s):" then `format_scores`:
+#       "BLEU-1 0.995  BLEU-2 0.988  BLEU-3 0.975  BLEU-4 0.954  CIDEr 7.536  ROUGE-L 0.972"
+#       (the first BLEU-4 printed is this whole-validation evaluation; the greedy/beam comparison on the
+#       first 100 images prints later)
+#   04, an exact-match print, should the notebook add one: "exact match: 74.4% ..."
+#   05: "localisation accuracy, last layer, mean of heads, exact cell: 65.7%   (chance 2.0%)"
+#       and the same "within 1 cell (3 x 3 block)"
+#   05: "128 of 500 validation captions (26%) match no reference" -> exact match 74.4% of 500
+_NUM = r"(\d+(?:\.\d+)?)"
+KEY_NUMBERS: dict[str, re.Pattern] = {
+    "train_steps": re.compile(r"^training on [^:]*: (\d+)(?: of (\d+))? steps in \d+ s\b", re.M),
+    "eval_images": re.compile(r"^greedy, (\d+) validation images", re.M),
+    "BLEU-4": re.compile(rf"\bBLEU-4 {_NUM}\b"),
+    "CIDEr": re.compile(rf"\bCIDEr {_NUM}\b"),
+    "exact_match": re.compile(rf"^exact[ -]match:? {_NUM}%", re.M | re.I),
+    "localisation": re.compile(rf"localisation accuracy, last layer, mean of heads, exact cell: {_NUM}%\s+\(chance {_NUM}%\)"),
+    "localisation_3x3": re.compile(rf"localisation accuracy, last layer, mean of heads, within 1 cell[^:]*: {_NUM}%\s+\(chance {_NUM}%\)"),
+    "no_reference": re.compile(r"^(\d+) of (\d+) validation captions \([^)]*\) match no reference", re.M),
+}
 
 
 def _select(names: list[str] | None) -> list[Path]:
@@ -44,27 +78,115 @@ def save_figures(nb, folder: Path) -> int:
     return count
 
 
-def execute_notebook(path: Path, out_dir: Path, timeout: int = 1200) -> dict:
-    """Run one notebook; return {name, seconds, ok, errors, tests_passed, tests}."""
+def printed_text(nb) -> str:
+    """Everything the code cells printed (stdout) or returned as text, in order."""
+    parts = []
+    for cell in nb.cells:
+        for output in cell.get("outputs", []):
+            if output.get("output_type") == "stream" and output.get("name") == "stdout":
+                parts.append(output.get("text", ""))
+            elif output.get("output_type") in ("execute_result", "display_data"):
+                parts.append(output.get("data", {}).get("text/plain", ""))
+    return "\n".join(parts)
+
+
+def key_numbers(text: str) -> dict[str, float]:
+    """The numbers of `KEY_NUMBERS` found in `text`; percentages as fractions (45.3% -> 0.453)."""
+    found: dict[str, float] = {}
+    for name, pattern in KEY_NUMBERS.items():
+        m = pattern.search(text)
+        if not m:
+            continue
+        if name in ("localisation", "localisation_3x3"):
+            found[name], found[name.replace("localisation", "chance")] = (round(float(g) / 100, 6) for g in m.groups())
+        elif name == "exact_match":
+            found[name] = round(float(m.group(1)) / 100, 6)
+        elif name == "eval_images":
+            found[name] = int(m.group(1))
+        elif name == "train_steps":
+            found[name] = int(m.group(1))
+            if m.group(2):
+                found["train_steps_planned"] = int(m.group(2))
+        elif name == "no_reference":
+            wrong, total = int(m.group(1)), int(m.group(2))
+            if "exact_match" not in found:  # a notebook's own exact-match print wins
+                found["exact_match"], found["exact_match_images"] = round((total - wrong) / total, 6), total
+        else:
+            found[name] = float(m.group(1))
+    return found
+
+
+def format_numbers(n: dict[str, float]) -> str:
+    parts = []
+    if "BLEU-4" in n:
+        context = []
+        if "eval_images" in n:
+            context.append(f"{n['eval_images']} val images")
+        if "train_steps" in n:
+            planned = f" of {n['train_steps_planned']}" if "train_steps_planned" in n else ""
+            context.append(f"{n['train_steps']}{planned} training steps")
+        parts.append(f"BLEU-4 {n['BLEU-4']:.3f}" + (f", CIDEr {n['CIDEr']:.3f}" if "CIDEr" in n else "")
+                     + (f" ({', '.join(context)})" if context else ""))
+    if "exact_match" in n:
+        parts.append(f"exact-match {n['exact_match']:.1%}"
+                     + (f" of {n['exact_match_images']:.0f}" if "exact_match_images" in n else ""))
+    if "localisation" in n:
+        parts.append(f"localisation {n['localisation']:.1%} vs chance {n['chance']:.1%}"
+                     + (f" (3x3: {n['localisation_3x3']:.1%} vs {n['chance_3x3']:.1%})" if "localisation_3x3" in n else ""))
+    return "; ".join(parts) or "-"
+
+
+def kernel_env(base: dict | None = None) -> dict:
+    """The kernel's environment: this one, plus the hidden references and the inline backend."""
+    env = dict(os.environ if base is None else base)
+    env["COURSE_HIDDEN_REFERENCES"] = str(notebooks.HIDDEN_REFERENCES)
+    env["COURSE_NOTEBOOKS_DIR"] = str(notebooks.SOLUTIONS)  # "your" layers of 02/03, for 04 and 05
+    env["MPLBACKEND"] = INLINE_BACKEND  # not an inherited Agg: figures must become outputs
+    env.pop("NBGRADER_EXECUTION", None)
+    return env
+
+
+def _launch_options() -> dict:
+    """Kernel-start options beyond env. ipykernel warns on stderr ("Kernel is running over TCP without
+    encryption") unless the manager gives it CurveZMQ keys: ask for them where jupyter_client, pyzmq and
+    the kernelspec support it ('auto' quietly does without when the kernelspec does not declare it)."""
+    from jupyter_client.manager import KernelManager
+    try:
+        import zmq
+        curve = zmq.has("curve")
+    except Exception:  # noqa: BLE001 - no zmq build information: leave the default
+        curve = False
+    if curve and KernelManager.class_traits().get("transport_encryption") is not None:
+        return {"transport_encryption": "auto"}
+    return {}
+
+
+def write_html(nb, path: Path, source_dir: Path) -> Path:
+    """The executed notebook as one self-contained HTML file (outputs' images are data URIs)."""
+    from nbconvert import HTMLExporter
+    log = logging.getLogger("grading.execute.html")  # nbconvert's "Alternative text is missing" warnings
+    log.setLevel(logging.ERROR)
+    body, _ = HTMLExporter(embed_images=True, log=log).from_notebook_node(
+        nb, resources={"metadata": {"path": str(source_dir), "name": path.stem}})
+    path.write_text(body, encoding="utf-8")
+    return path
+
+
+def execute_notebook(path: Path, out_dir: Path, timeout: int = 1200, figures_dir: Path | None = None) -> dict:
+    """Run one notebook; write out_dir/<name>.ipynb and .html and the PNGs (figures_dir, default
+    build/figures/<name>); return {name, seconds, ok, errors, tests_passed, tests, figures, numbers, html}."""
     nb = notebooks.read(path)
     out_dir.mkdir(parents=True, exist_ok=True)
-    env_backup = dict(os.environ)
-    os.environ["COURSE_HIDDEN_REFERENCES"] = str(notebooks.HIDDEN_REFERENCES)
-    os.environ["COURSE_NOTEBOOKS_DIR"] = str(notebooks.SOLUTIONS)  # "your" layers of 02/03, for 04 and 05
-    os.environ.pop("NBGRADER_EXECUTION", None)
     start = time.perf_counter()
     error = None
     try:
         client = NotebookClient(nb, timeout=timeout, kernel_name="python3", allow_errors=True,
                                 resources={"metadata": {"path": str(out_dir)}})
-        client.execute()
+        client.execute(env=kernel_env(), **_launch_options())  # both go to KernelManager.start_kernel
     except CellExecutionError as exc:  # pragma: no cover - allow_errors keeps going
         error = str(exc).splitlines()[0]
     except Exception as exc:  # noqa: BLE001 - e.g. a dead kernel or timeout
         error = f"{type(exc).__name__}: {exc}"
-    finally:
-        os.environ.clear()
-        os.environ.update(env_backup)
     seconds = time.perf_counter() - start
     errors = []
     tests = passed = 0
@@ -79,26 +201,69 @@ def execute_notebook(path: Path, out_dir: Path, timeout: int = 1200) -> dict:
             errors.append(f"cell {index}: {failed[0].get('ename')}: {str(failed[0].get('evalue'))[:160]}")
     if error:
         errors.append(error)
-    out_dir.mkdir(parents=True, exist_ok=True)
     nbformat.write(nb, str(out_dir / path.name))
-    figures = save_figures(nb, BUILD / "figures" / path.stem)
+    html = out_dir / f"{path.stem}.html"
+    try:
+        write_html(nb, html, path.parent)
+    except Exception as exc:  # noqa: BLE001 - the run itself still counts; say why there is no HTML
+        errors.append(f"HTML export: {type(exc).__name__}: {exc}")
+        html = None
+    figures = save_figures(nb, (figures_dir or BUILD / "figures" / path.stem))
     return {"name": path.stem, "seconds": seconds, "ok": not errors, "errors": errors,
-            "tests": tests, "tests_passed": passed, "figures": figures}
+            "tests": tests, "tests_passed": passed, "figures": figures,
+            "numbers": key_numbers(printed_text(nb)), "html": str(html) if html else None}
 
 
-def execute_all(names: list[str] | None = None, out: Path | None = None) -> bool:
+def _row(r: dict) -> str:
+    return (f"{r['name']:<33} {r['seconds']:>6.1f} s  {r['tests_passed']:>3}/{r['tests']:<3} {r['figures']:>7}  "
+            f"{'PASS' if r['ok'] else 'FAIL':<6}  {format_numbers(r['numbers'])}")
+
+
+HEADER = f"{'notebook':<33} {'time':>8}  {'tests':>7} {'figures':>7}  result  key numbers"
+
+
+def write_index(results: list[dict], index: Path, out: Path, figures: Path) -> None:
+    """index.md (a table) and index.json (the same, with every parsed number) for a later read."""
+    index.parent.mkdir(parents=True, exist_ok=True)
+    lines = ["# Solution notebooks, executed", "",
+             f"Run of {time.strftime('%Y-%m-%d %H:%M')}: executed copies (.ipynb, .html) in `{out}`, figures in `{figures}`.",
+             "", "| notebook | time (s) | tests | figures | result | key numbers |", "|---|---:|---:|---:|---|---|"]
+    for r in results:
+        lines.append(f"| {r['name']} | {r['seconds']:.1f} | {r['tests_passed']}/{r['tests']} | {r['figures']} | "
+                     f"{'PASS' if r['ok'] else 'FAIL'} | {format_numbers(r['numbers'])} |")
+    errors = [f"- {r['name']}: {e}" for r in results for e in r["errors"]]
+    if errors:
+        lines += ["", "## Errors", "", *errors]
+    index.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    index.with_suffix(".json").write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
+
+
+def execute_all(names: list[str] | None = None, out: Path | None = None, figures: Path | None = None,
+                index: Path | None = None) -> bool:
+    """Run the chosen solution notebooks (all by default); print a header, one index row per notebook
+    as it finishes (errors one line each under it) and a summary; write the index. True if all passed."""
     out = out or BUILD / "executed"
+    figures = figures or BUILD / "figures"
+    index = index or BUILD / "index.md"
+    paths = _select(names)
+    print(f"executing {len(paths)} solution notebook{'s' * (len(paths) != 1)}, each in a fresh kernel", flush=True)
+    print(HEADER, flush=True)
     results = []
-    print(f"{'notebook':<40} {'time':>8}  {'tests':>7}  result")
-    for path in _select(names):
-        r = execute_notebook(path, out)
+    for path in paths:
+        r = execute_notebook(path, out, figures_dir=figures / path.stem)
         results.append(r)
-        status = "PASS" if r["ok"] else "FAIL"
-        print(f"{r['name']:<40} {r['seconds']:>7.1f}s  {r['tests_passed']:>3}/{r['tests']:<3}  {status}"
-              f"  ({r['figures']} figures)", flush=True)
+        print(_row(r), flush=True)
         for e in r["errors"]:
-            print(f"    {e}")
+            print(f"    {e}", flush=True)
+    write_index(results, index, out, figures)
     total = sum(r["seconds"] for r in results)
-    print(f"{len([r for r in results if r['ok']])}/{len(results)} notebooks passed in {total:.1f} s; "
-          f"executed copies in {out}, figures in {BUILD / 'figures'}")
+    n_figures = sum(r["figures"] for r in results)
+
+    def rel(p: Path) -> str:
+        try:
+            return str(p.resolve().relative_to(Path.cwd().resolve()))
+        except ValueError:
+            return str(p)
+    print(f"{sum(r['ok'] for r in results)}/{len(results)} notebooks passed in {total:.0f} s; executed copies and "
+          f"HTML in {rel(out)}, {n_figures} figure{'s' * (n_figures != 1)} in {rel(figures)}, index in {rel(index)}")
     return all(r["ok"] for r in results)

@@ -1,0 +1,95 @@
+"""The main job's runner (grading.execute): figures come out as PNG and in the HTML, key numbers are parsed,
+and an Agg backend in the parent's environment does not reach the kernels. One tiny notebook, tmp paths."""
+from __future__ import annotations
+
+import base64
+import importlib.util
+import json
+import os
+
+import nbformat
+import pytest
+
+from conftest import ROOT
+from grading import execute
+
+FIGURE = "import matplotlib.pyplot as plt\nplt.plot([0, 1, 4])\nplt.title('tiny')\nplt.show()"
+PRINTS = ("import os\nprint('backend', os.environ.get('MPLBACKEND'))\n"
+          "print('hidden', os.environ.get('COURSE_HIDDEN_REFERENCES'))\nprint('BLEU-4 0.95')")
+
+
+@pytest.fixture
+def tiny(tmp_path, monkeypatch):
+    monkeypatch.setenv("MPLBACKEND", "Agg")  # what `kit.py test` gives pytest: must not reach the kernel
+    monkeypatch.delenv("COURSE_HIDDEN_REFERENCES", raising=False)
+    path = tmp_path / "src" / "07_tiny.ipynb"
+    path.parent.mkdir()
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(FIGURE), nbformat.v4.new_code_cell(PRINTS)])
+    nbformat.write(nb, str(path))
+    return path
+
+
+def test_execute_notebook_writes_png_html_and_numbers(tiny, tmp_path):
+    environ_before = dict(os.environ)
+    r = execute.execute_notebook(tiny, tmp_path / "executed", timeout=60, figures_dir=tmp_path / "figures")
+    assert r["ok"], r["errors"]
+    assert dict(os.environ) == environ_before  # the kernel's environment never passes through os.environ
+    assert r["figures"] == 1
+    (png,) = (tmp_path / "figures").glob("*.png")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    html = tmp_path / "executed" / "07_tiny.html"
+    assert r["html"] == str(html)
+    assert base64.b64encode(png.read_bytes()).decode()[:200] in html.read_text(encoding="utf-8")
+    assert (tmp_path / "executed" / "07_tiny.ipynb").exists()
+    assert r["numbers"] == {"BLEU-4": 0.95}
+    printed = execute.printed_text(nbformat.read(str(tmp_path / "executed" / "07_tiny.ipynb"), 4))
+    assert f"backend {execute.INLINE_BACKEND}" in printed
+    assert f"hidden {execute.notebooks.HIDDEN_REFERENCES}" in printed
+
+
+def test_execute_all_prints_the_index_and_writes_it(tiny, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(execute.notebooks, "solution_notebooks", lambda: [tiny])
+    index = tmp_path / "index.md"
+    assert execute.execute_all(None, tmp_path / "executed", tmp_path / "figures", index)
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 4, lines  # what it runs, the header, one row, the summary: nothing else
+    assert lines[1].split()[:2] == ["notebook", "time"]
+    assert lines[2].startswith("07_tiny") and "PASS" in lines[2] and "BLEU-4 0.950" in lines[2]
+    assert lines[3].startswith("1/1 notebooks passed") and "1 figure in" in lines[3]
+    assert (tmp_path / "figures" / "07_tiny").is_dir()
+    assert "| 07_tiny |" in index.read_text()
+    (saved,) = json.loads(index.with_suffix(".json").read_text())
+    assert saved["figures"] == 1 and saved["numbers"] == {"BLEU-4": 0.95}
+
+
+def test_key_numbers_of_the_solution_prints():
+    """The lines notebooks 04 and 05 print (as in an executed copy); the first BLEU-4 is the full evaluation."""
+    text = ("overfit 8 captions for 150 steps: loss 3.739 -> 0.0026 (0.8 s) ✓ passed\n"
+            "training on cpu (CPU, 2 threads): 700 steps in 85 s\n"
+            "greedy, 500 validation images (4.7 s):\n"
+            "BLEU-1 0.995  BLEU-2 0.988  BLEU-3 0.975  BLEU-4 0.954  CIDEr 7.536  ROUGE-L 0.972\n"
+            "greedy      (  0.9 s): BLEU-1 0.996  BLEU-2 0.985  BLEU-3 0.967  BLEU-4 0.939  CIDEr 7.432  ROUGE-L 0.969\n")
+    n = execute.key_numbers(text)
+    assert n == {"train_steps": 700, "eval_images": 500, "BLEU-4": 0.954, "CIDEr": 7.536}
+    assert execute.format_numbers(n) == "BLEU-4 0.954, CIDEr 7.536 (500 val images, 700 training steps)"
+    cut = "training on cpu (CPU, 2 threads): 420 of 700 steps in 185 s (time budget 180 s: the schedule was compressed)"
+    assert execute.key_numbers(cut) == {"train_steps": 420, "train_steps_planned": 700}
+    text = ("localisation accuracy, last layer, mean of heads, exact cell: 65.7%   (chance 2.0%)\n"
+            "localisation accuracy, last layer, mean of heads, within 1 cell (3 x 3 block): 77.7%   (chance 18.4%)\n"
+            "128 of 500 validation captions (26%) match no reference\n")
+    n = execute.key_numbers(text)
+    assert n == pytest.approx({"localisation": 0.657, "chance": 0.02, "localisation_3x3": 0.777, "chance_3x3": 0.184,
+                               "exact_match": 0.744, "exact_match_images": 500})
+    assert execute.format_numbers(n) == ("exact-match 74.4% of 500; localisation 65.7% vs chance 2.0% "
+                                         "(3x3: 77.7% vs 18.4%)")
+    assert execute.key_numbers("exact match: 87.5% of validation captions\n") == {"exact_match": 0.875}
+    assert execute.key_numbers("nothing to see\n") == {} and execute.format_numbers({}) == "-"
+
+
+def test_kit_run_leaves_the_backend_to_the_kernels(monkeypatch):
+    spec = importlib.util.spec_from_file_location("kit", ROOT / "kit.py")
+    kit = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(kit)
+    monkeypatch.delenv("MPLBACKEND", raising=False)
+    assert "MPLBACKEND" not in kit._env("run")
+    assert kit._env("test")["MPLBACKEND"] == "Agg"
