@@ -6,6 +6,7 @@ import shutil
 import sys
 
 import nbformat
+import torch
 import pytest
 from nbclient import NotebookClient
 
@@ -84,3 +85,24 @@ def test_unfinished_tasks_show_one_line_and_do_not_cascade():
     assert "LayerLoadError" in one_line[6][0] and "`layers` was never set" in one_line[8][0]
     assert len(errors[5][0].traceback) > 1 and errors[5][0].ename == "NameError"
     assert not [o for c in nb.cells for o in c.outputs if o.output_type == "stream" and o.name == "stderr"]
+
+
+def _plain_tensor_attributes(module) -> list[str]:
+    """Tensors held as plain attributes: `.to(device)` would leave them behind (a GPU run then fails)."""
+    return [f"{type(m).__name__}.{k}" for m in module.modules() for k, v in vars(m).items()
+            if isinstance(v, torch.Tensor)]
+
+
+def test_every_tensor_of_the_models_moves_with_to(monkeypatch):
+    """The GPU path: parameters and buffers only, so that `model.to(device)` moves everything."""
+    plain = torch.nn.Module()
+    plain.table = torch.zeros(3)  # the bug this looks for: a table that stays on the CPU
+    assert _plain_tensor_attributes(plain) == ["Module.table"]
+    monkeypatch.setenv(runtime.NOTEBOOKS_ENV, str(nbs.SOLUTIONS))  # "mine" = the reference solutions
+    monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
+    captioner = load_definitions("04_captioning_transformer.ipynb", ["CaptioningTransformer"])["CaptioningTransformer"]
+    for layers in ("mine", "torch"):
+        model = captioner(vocab_size=11, feature_dim=6, num_regions=4, layers=layers)
+        assert not _plain_tensor_attributes(model), (layers, _plain_tensor_attributes(model))
+        model.to(torch.float64)
+        assert {t.dtype for t in [*model.parameters(), *model.buffers()]} == {torch.float64}, layers
