@@ -39,6 +39,14 @@ def test_every_test_cell_fails_on_the_untouched_release(stem, tmp_path):
         assert errors, f"{stem}: test cell {nbs.nbgrader_meta(cell)['grade_id']} passes without any student code"
         assert "not implemented yet" in errors[0].evalue, errors[0].evalue
         assert not [o for o in cell.outputs if o.output_type == "stream" and o.name == "stderr"]
+    # a beginner sees one line per stopped cell, never a traceback, and no cascade of unrelated errors
+    for index, cell in enumerate(nb.cells):
+        for out in cell.get("outputs", []):
+            if out.output_type == "error":
+                assert len(out.traceback) == 1, f"{stem} cell {index}: a {out.ename} traceback: {out.traceback[-1][:200]}"
+                assert out.ename in {"CheckFailed", "NotImplementedError", "LayerLoadError", "NotebookLoadError",
+                                     "CheckpointNotFound", "NameError"}, \
+                    f"{stem} cell {index}: {out.ename}: {out.evalue[:200]}"
 
 
 def test_release_is_up_to_date(tmp_path):
