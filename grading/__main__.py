@@ -28,6 +28,8 @@ def main(argv: list[str] | None = None) -> int:
     ag.add_argument("--workers", type=int, default=1, help="parallel graders (more than 1 needs --db)")
     ag.add_argument("--resume", action="store_true", help="keep students finished by an interrupted run")
     ag.add_argument("--timeout", type=float, default=900, help="seconds one student may take")
+    ag.add_argument("--no-sandbox", action="store_true",
+                    help="run student code without bubblewrap (where it cannot be installed); every row is flagged")
     pb = sub.add_parser("publish", help="copy the student-facing files into an empty folder")
     pb.add_argument("dest", type=Path)
     pb.add_argument("--repo", default=None, help="GitHub OWNER/NAME of the student repository, for the notebooks' "
@@ -47,9 +49,18 @@ def main(argv: list[str] | None = None) -> int:
             print(f"wrote {public} and {hidden}")
     elif args.command == "autograde":
         from .autograde import autograde
-        results = autograde(args.submissions, args.out.resolve(),
-                            args.course.resolve() if args.course else None, args.db, args.student,
-                            workers=args.workers, resume=args.resume, student_timeout=args.timeout)
+        from .sandbox import SandboxUnavailable
+        if args.no_sandbox:
+            print("warning: grading WITHOUT the sandbox: student code runs as you, with your files; "
+                  "every row is flagged for review", file=sys.stderr)
+        try:
+            results = autograde(args.submissions, args.out.resolve(),
+                                args.course.resolve() if args.course else None, args.db, args.student,
+                                workers=args.workers, resume=args.resume, student_timeout=args.timeout,
+                                sandbox=not args.no_sandbox)
+        except SandboxUnavailable as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
         print(f"graded {sum(r.status == 'graded' for r in results)} of {len(results)} students; "
               f"grades in {args.out / 'grades.csv'}")
     elif args.command == "publish":

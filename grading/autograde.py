@@ -325,11 +325,17 @@ def write_failure_summary(out: Path, grades_csv: Path) -> tuple[Path, Path]:
 
 def autograde(submissions: Path, out: Path, course_dir: Path | None = None, db_url: str | None = None,
               students: list[str] | None = None, workers: int = 1, resume: bool = False,
-              student_timeout: float = 900, cell_timeout: int = course.CELL_TIMEOUT) -> list[StudentResult]:
+              student_timeout: float = 900, cell_timeout: int = course.CELL_TIMEOUT,
+              sandbox: bool = True) -> list[StudentResult]:
     """Grade every student in `submissions` (folder or zip). Returns one result per student folder.
 
-    resume=True keeps the results of students graded by an earlier, interrupted run.
+    resume=True keeps the results of students graded by an earlier, interrupted run. sandbox=False
+    runs student code without isolation (only where bubblewrap cannot be had): every row is flagged.
     """
+    if sandbox:
+        from .sandbox import require_bwrap
+
+        require_bwrap()  # before any work: without it, say how to get it
     out.mkdir(parents=True, exist_ok=True)
     root = course_dir or (notebooks.ROOT / "grading" / "work" / "course")
     if db_url is None and workers > 1:
@@ -337,7 +343,7 @@ def autograde(submissions: Path, out: Path, course_dir: Path | None = None, db_u
     status = root / "status"
     if not resume and status.exists():
         shutil.rmtree(status)
-    course.prepare_grading_course(root, db_url, cell_timeout)
+    course.prepare_grading_course(root, db_url, cell_timeout, isolate=sandbox)
     db_url = db_url or f"sqlite:///{root / 'gradebook.db'}"
     known = {p.name[:2]: p.stem for p in notebooks.solution_notebooks()}
     results: list[StudentResult] = []

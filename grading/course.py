@@ -27,19 +27,34 @@ c.CourseDirectory.db_url = {db_url!r}
 c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedback", ".DS_Store"]
 c.ClearSolutions.code_stub = {{"python": "# YOUR CODE HERE\\nraise NotImplementedError()"}}
 c.ClearSolutions.enforce_metadata = True
-c.Execute.timeout = {timeout}
-c.Execute.interrupt_on_timeout = True
-c.Execute.extra_arguments = ["--HistoryManager.hist_file=:memory:",
-                             "--IPKernelApp.exec_lines=['import grading.kernel_guard']"]
 c.LimitOutput.max_lines = 200
 c.LimitOutput.max_traceback = 20
 c.Autograde.create_student = True
-# Feedback: grades and student code, never the source or tracebacks of hidden tests.
+# Autograde: nbgrader's own steps, with Execute replaced by the sandbox and the judge scoring the test
+# cells from what the sandbox recorded, before SaveAutoGrades writes the scores to the gradebook.
+c.Autograde.autograde_preprocessors = [
+    "grading.sandbox.SandboxedExecute",
+    "nbgrader.preprocessors.IgnorePattern",
+    "nbconvert.preprocessors.ClearMetadataPreprocessor",
+    "nbgrader.preprocessors.LimitOutput",
+    "grading.judge.Judge",
+    "nbgrader.preprocessors.SaveAutoGrades",
+    "nbgrader.preprocessors.AssignLatePenalties",
+    "nbgrader.preprocessors.CheckCellMetadata",
+]
+c.SandboxedExecute.isolate = {isolate!r}
+c.SandboxedExecute.case_inputs = {case_inputs!r}
+c.SandboxedExecute.data_dir = {data_dir!r}
+c.SandboxedExecute.cell_timeout = {timeout}
+c.Judge.reference_dirs = {reference_dirs!r}
+c.Judge.records_dir = {records!r}
+# Feedback: grades, the student's code and outputs, the judge's lines; never hidden sources or names.
 c.GenerateFeedback.preprocessors = [
     "nbgrader.preprocessors.GetGrades",
     "grading.feedback.RedactHiddenTests",
     "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
 ]
+c.RedactHiddenTests.hidden_dir = {hidden!r}
 """
 
 
@@ -47,22 +62,24 @@ class NbgraderError(RuntimeError):
     pass
 
 
-def write_config(root: Path, db_url: str | None = None, timeout: int = CELL_TIMEOUT) -> None:
+def write_config(root: Path, db_url: str | None = None, timeout: int = CELL_TIMEOUT, isolate: bool = True) -> None:
+    from data.common import default_data_dir
+
     db_url = db_url or f"sqlite:///{root / 'gradebook.db'}"
-    (root / "nbgrader_config.py").write_text(CONFIG.format(root=str(root), db_url=db_url, timeout=timeout))
+    (root / "nbgrader_config.py").write_text(CONFIG.format(
+        root=str(root), db_url=db_url, timeout=timeout, isolate=isolate, case_inputs=str(root / "case_inputs"),
+        data_dir=str(default_data_dir()), records=str(root / "records"), hidden=str(notebooks.HIDDEN_REFERENCES),
+        reference_dirs=[str(notebooks.PUBLIC_REFERENCES), str(notebooks.HIDDEN_REFERENCES)]))
 
 
-def populate_source(root: Path, with_hidden: bool) -> Path:
-    """Copy the solution notebooks (and, for grading only, the hidden references) into source/."""
+def populate_source(root: Path) -> Path:
+    """Copy the solution notebooks (nothing else: no data file ever goes through nbgrader) into source/."""
     source = root / "source" / ASSIGNMENT
     if source.exists():
         shutil.rmtree(source)
     source.mkdir(parents=True)
     for nb in notebooks.solution_notebooks():
         shutil.copy2(nb, source / nb.name)
-    if with_hidden and notebooks.HIDDEN_REFERENCES.is_dir():
-        shutil.copytree(notebooks.HIDDEN_REFERENCES, source / "hidden_references",
-                        ignore=shutil.ignore_patterns("*.tmp"))
     return source
 
 
@@ -106,7 +123,7 @@ def release(dest: Path = notebooks.RELEASE) -> list[Path]:
     with tempfile.TemporaryDirectory(prefix="release-") as tmp:
         root = Path(tmp)
         write_config(root)
-        populate_source(root, with_hidden=False)
+        populate_source(root)
         run_nbgrader(root, "generate_assignment", ASSIGNMENT, "--force", "--no-db")
         out_dir = root / "release" / ASSIGNMENT
         dest.mkdir(parents=True, exist_ok=True)
@@ -121,9 +138,19 @@ def release(dest: Path = notebooks.RELEASE) -> list[Path]:
         return written
 
 
-def prepare_grading_course(root: Path, db_url: str | None = None, timeout: int = CELL_TIMEOUT) -> None:
-    """Lay out a course directory for autograding and record the assignment in the gradebook."""
+def prepare_grading_course(root: Path, db_url: str | None = None, timeout: int = CELL_TIMEOUT,
+                           isolate: bool = True) -> None:
+    """Lay out a course directory for autograding and record the assignment in the gradebook: the
+    source notebooks, the hidden cases' inputs for the sandboxes, and the dataset notebook 04 loads."""
+    from starter.data import load_dataset
+
+    from .sandbox import write_case_inputs
+
     root.mkdir(parents=True, exist_ok=True)
-    write_config(root, db_url, timeout)
-    populate_source(root, with_hidden=True)
+    write_config(root, db_url, timeout, isolate)
+    populate_source(root)
+    if (root / "case_inputs").exists():
+        shutil.rmtree(root / "case_inputs")
+    write_case_inputs(notebooks.HIDDEN_REFERENCES, root / "case_inputs")
+    load_dataset("shapes")  # built once here: the sandboxes see the data folder read-only
     run_nbgrader(root, "generate_assignment", ASSIGNMENT, "--force", timeout=600)

@@ -1,12 +1,17 @@
-"""Feedback that shows grades and the student's own code, never the hidden tests."""
+"""Feedback that shows grades, the student's own code and outputs and the judge's lines, and nothing
+hidden: no hidden-test source, no hidden case name (the student's code ran next to the hidden test
+cells and could have printed them), no tracebacks in test cells, and at most MAX_OUTPUT characters
+of outputs per notebook."""
 from __future__ import annotations
 
 import re
 
 from nbgrader.preprocessors import NbGraderPreprocessor
+from traitlets import Unicode
 
 HIDDEN = re.compile(r"^[ \t]*### BEGIN HIDDEN TESTS.*?^[ \t]*### END HIDDEN TESTS[^\n]*", re.S | re.M)
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
+MAX_OUTPUT = 1_000_000  # characters of outputs per feedback page
 
 
 def redact_source(source: str) -> str:
@@ -19,8 +24,32 @@ def short_error(output) -> str:
     return ANSI.sub("", text).strip().splitlines()[0] if text.strip() else "Error"
 
 
+def hidden_case_names(folder) -> set[str]:
+    import h5py
+    from pathlib import Path
+
+    names: set[str] = set()
+    for path in Path(folder).glob("*.h5") if folder else []:
+        with h5py.File(path, "r") as f:
+            f.visititems(lambda n, o: names.add(n) if isinstance(o, h5py.Group) and "target" in o.attrs else None)
+    return names
+
+
 class RedactHiddenTests(NbGraderPreprocessor):
-    """For graded test cells: hide hidden-test source and reduce errors to one line."""
+    """Hidden-test source out of test cells, hidden case names out of every output, outputs capped."""
+
+    hidden_dir = Unicode("", help="folder of the hidden reference files (for their case names)").tag(config=True)
+
+    def preprocess(self, nb, resources):
+        names = sorted(hidden_case_names(self.hidden_dir), key=len, reverse=True)
+        self._pattern = re.compile("|".join(re.escape(n) for n in names)) if names else None
+        self._budget = MAX_OUTPUT
+        return super().preprocess(nb, resources)
+
+    def _scrub(self, text):
+        if not isinstance(text, str):
+            text = "".join(text) if isinstance(text, list) else str(text)
+        return self._pattern.sub("(hidden)", text) if self._pattern else text
 
     def preprocess_cell(self, cell, resources, cell_index):
         meta = cell.get("metadata", {}).get("nbgrader", {})
@@ -28,6 +57,24 @@ class RedactHiddenTests(NbGraderPreprocessor):
             cell.source = redact_source(cell.source)
             for output in cell.get("outputs", []):
                 if output.get("output_type") == "error":
-                    line = short_error(output)
-                    output["traceback"] = [line]
+                    output["traceback"] = [short_error(output)]
+        kept = []
+        for output in cell.get("outputs", []) if cell.cell_type == "code" else []:
+            for key in ("text", "evalue"):
+                if key in output:
+                    output[key] = self._scrub(output[key])
+            if "traceback" in output:
+                output["traceback"] = [self._scrub(line) for line in output["traceback"]]
+            for mime, value in list(output.get("data", {}).items()):
+                if mime.startswith("text/"):
+                    output["data"][mime] = self._scrub(value)
+            size = len(str(output))
+            if size > self._budget:
+                kept.append({"output_type": "stream", "name": "stdout", "text": "[output removed: too long]\n"})
+                self._budget = 0
+                break
+            self._budget -= size
+            kept.append(output)
+        if cell.cell_type == "code":
+            cell.outputs = kept
         return cell, resources

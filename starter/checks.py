@@ -8,6 +8,13 @@ implementations) in an HDF5 file built by ``python -m grading references``. Publ
 A failed check raises ``CheckFailed`` whose message is one line that says what is wrong and the
 likely cause. In Jupyter it is shown without a traceback. Checks write nothing to stderr: nbgrader
 gives zero points to a test cell that does.
+
+A check is two steps with plain data between them: ``observe`` runs the student's code on the case's
+inputs and records what came out (an ``Observation``: arrays, dtype names, an error message), and
+``verdict`` compares that with the expected outputs. In a notebook both run here. While grading,
+the student's code runs in a sandbox that holds only the cases' *inputs*: ``check`` there records
+the observation (``$COURSE_RESULTS_DIR``) and the grader's judge, outside the sandbox, calls the
+same ``verdict`` on it. One implementation, so the grade and the student's message always agree.
 """
 from __future__ import annotations
 
@@ -15,6 +22,7 @@ import contextlib
 import io
 import json
 import os
+import sys
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,7 +45,8 @@ _dtype_of, _grad_of, _requires_grad_of = _TB.dtype.__get__, _TB.grad.__get__, _T
 
 PUBLIC_DIR = Path(__file__).resolve().parent / "references"
 HIDDEN_ENV = "COURSE_HIDDEN_REFERENCES"  # a folder of hidden reference files (grading only)
-HIDDEN_DIRNAME = "hidden_references"  # copied next to each notebook by the autograder
+RESULTS_ENV = "COURSE_RESULTS_DIR"  # grading sandbox: record observations there instead of judging
+CASE_INPUTS_ENV = "COURSE_CASE_INPUTS"  # grading sandbox: a folder of hidden cases without expected outputs
 
 
 class CheckFailed(AssertionError):
@@ -79,15 +88,12 @@ class Case:
 # Finding and reading cases
 
 def reference_dirs() -> list[Path]:
-    dirs = [PUBLIC_DIR]
-    if os.environ.get(HIDDEN_ENV):
-        dirs.append(Path(os.environ[HIDDEN_ENV]))
-    dirs.append(Path.cwd() / HIDDEN_DIRNAME)
+    dirs = [PUBLIC_DIR] + [Path(os.environ[env]) for env in (HIDDEN_ENV, CASE_INPUTS_ENV) if os.environ.get(env)]
     return [d for d in dirs if d.is_dir()]
 
 
-def _case_file(name: str) -> Path | None:
-    for d in reference_dirs():
+def _case_file(name: str, dirs: list[Path] | None = None) -> Path | None:
+    for d in reference_dirs() if dirs is None else dirs:
         for path in sorted(d.glob("*.h5")):
             try:
                 with h5py.File(path, "r") as f:
@@ -102,12 +108,13 @@ def _read_group(group) -> dict[str, np.ndarray]:
     return {key: group[key][()] for key in group} if group is not None else {}
 
 
-def load_case(name: str) -> Case:
+def load_case(name: str, dirs: list[Path] | None = None) -> Case:
     """Load a stored reference case by name, e.g. ``load_case("sdpa/basic")``.
 
-    Useful for debugging: ``case.inputs``, ``case.expected`` are numpy arrays.
+    Useful for debugging: ``case.inputs``, ``case.expected`` are numpy arrays. `dirs`: the folders
+    to look in (default: the public references, and the hidden ones while grading).
     """
-    path = _case_file(name)
+    path = _case_file(name, dirs)
     if path is None:
         raise CheckFailed(
             f"reference case '{name}' not found. Hidden cases exist only while grading; "
@@ -262,22 +269,6 @@ def _failed(message: str, error: BaseException) -> CheckFailed:
     return failed
 
 
-def _check_raises(case: Case, what: str, fn: Callable, prop: list) -> None:
-    """Property ["raises", "ValueError", "when ..."]: the call must fail with that exception."""
-    expected = prop[1]
-    when = f" {prop[2]}" if len(prop) > 2 and prop[2] else ""
-    try:
-        _call(case, fn, False)
-    except CheckFailed as failed:
-        error = getattr(failed, "error", None)
-        if error is None or isinstance(error, NotImplementedError):
-            raise
-        if any(c.__name__ == expected for c in type(error).__mro__):
-            return
-        raise CheckFailed(f"{what} raised {type(error).__name__} ({error}); expected a clear {expected}{when}.") from None
-    raise CheckFailed(f"{what} returned normally; it should raise a {expected}{when}.")
-
-
 def _load_params(case: Case, module) -> None:
     own = dict(module.named_parameters())
     missing = sorted(set(case.params) - set(own))
@@ -382,89 +373,229 @@ def _property_message(case: Case, got: dict[str, np.ndarray]) -> str | None:
     return None
 
 
-def check(name: str, fn: Callable) -> None:
-    """Run the stored case `name` against the student's function or module class `fn`.
+@dataclass
+class Observation:
+    """What the student's code did on one case: plain data only, nothing that runs code when read.
 
-    Prints one line on success; raises CheckFailed with a one-line diagnosis otherwise.
+    `error`: a one-line message when the code could not produce outputs (an exception, None, a wrong
+    type or count); `raised`: for cases that expect an exception, the class names of the exception
+    raised (its MRO), [] when the call returned normally; `outputs`/`grads`: arrays; `dtypes`: the
+    outputs' torch dtype names; `grad_error`: why no gradient could be taken.
     """
-    case = load_case(name)
-    what = f"{name}: `{case.target}`"
-    raises = next((p for p in case.properties if p[0] == "raises"), None)
-    if raises is not None:
-        _check_raises(case, what, fn, raises)
-        print(f"\u2713 {name} passed")
-        return
-    need_grad = bool(case.grad_wrt)
-    outs, inputs, module = _call(case, fn, need_grad)
 
-    got = {}
-    for out_name, value in outs.items():
-        want = case.expected[out_name]
-        shape = _tuple(_TB.size(value))
-        if shape != want.shape:
-            raise CheckFailed(_shape_message(what, out_name, shape, want.shape))
-        want_dtype = _dtype_of(_from_numpy(np.zeros(0, dtype=want.dtype)))
-        if _dtype_of(value) != want_dtype:
-            hint = ""
-            if want_dtype.is_floating_point:
-                hint = " (don't hard-code a dtype: create new tensors with the inputs' dtype, e.g. `dtype=q.dtype`)"
-            elif want_dtype == torch.bool:
-                hint = " (return a boolean tensor, e.g. from a comparison or `.bool()`)"
-            raise CheckFailed(f"{what}: `{out_name}` has dtype {_dtype_of(value)}, expected {want_dtype}{hint}.")
-        got[out_name] = _numpy(value)
-
-    mismatched = [n for n in case.outputs if not _close(got[n], case.expected[n], case.rtol, case.atol)]
-    if mismatched:
-        for vname, (message, vouts) in case.variants.items():
-            if all(n in vouts and _close(got[n], vouts[n], case.rtol, case.atol) for n in mismatched):
-                raise CheckFailed(f"{what}: {message}")
-        prop = _property_message(case, got)
-        if prop:
-            raise CheckFailed(f"{what}: {prop}")
-        n = mismatched[0]
-        a, b = got[n].astype(np.float64), case.expected[n].astype(np.float64)
-        if a.dtype == bool or case.expected[n].dtype == bool:
-            bad = np.argwhere(got[n] != case.expected[n])
-            raise CheckFailed(f"{what}: `{n}` differs from the reference at {len(bad)} entries, first at index "
-                              f"{tuple(int(i) for i in bad[0])}. {case.hint}".rstrip())
-        err = np.abs(a - b)
-        err = np.where(np.isnan(err), np.inf, err)
-        idx = tuple(int(i) for i in np.unravel_index(int(np.argmax(err)), err.shape)) if err.size else ()
-        frac = float(np.mean(err > case.atol + case.rtol * np.abs(b))) if err.size else 0.0
-        raise CheckFailed(
-            f"{what}: `{n}` differs from the reference at {frac:.0%} of entries "
-            f"(largest error {float(err.max()):.3g} at index {idx}). {case.hint}".rstrip()
-        )
-
-    if need_grad:
-        _check_grads(case, what, outs, inputs, module)
-    print(f"\u2713 {name} passed")
+    case: str
+    error: str = ""
+    raised: list[str] | None = None
+    raised_text: str = ""
+    outputs: dict[str, np.ndarray] = field(default_factory=dict)
+    dtypes: dict[str, str] = field(default_factory=dict)
+    grads: dict[str, np.ndarray] = field(default_factory=dict)
+    grad_error: str = ""
 
 
-def _check_grads(case: Case, what: str, outs: dict, inputs: dict, module) -> None:
+def _array(t) -> np.ndarray:
+    try:
+        return _numpy(t)
+    except TypeError:  # a dtype NumPy lacks (bfloat16): its values in float32; the dtype is kept by name
+        return _TB.numpy(_TB.float(_TB.cpu(_TB.detach(t))))
+
+
+def observe(case: Case, fn: Callable) -> Observation:
+    """Run the student's `fn` on the case's inputs (CPU, eval mode, quiet) and record what it did."""
+    if any(p[0] == "raises" for p in case.properties):
+        try:
+            _call(case, fn, False)
+        except CheckFailed as failed:
+            error = getattr(failed, "error", None)
+            if error is None or isinstance(error, NotImplementedError):
+                return Observation(case.name, error=str(failed))
+            return Observation(case.name, raised=[c.__name__ for c in type(error).__mro__],
+                               raised_text=f"{type(error).__name__} ({error})")
+        return Observation(case.name, raised=[])
+    try:
+        outs, inputs, module = _call(case, fn, bool(case.grad_wrt))
+    except CheckFailed as failed:
+        return Observation(case.name, error=str(failed))
+    obs = Observation(case.name, outputs={n: _array(v) for n, v in outs.items()},
+                      dtypes={n: str(_dtype_of(v)) for n, v in outs.items()})
+    if case.grad_wrt:
+        try:
+            obs.grads = _observe_grads(case, outs, inputs, module)
+        except CheckFailed as failed:
+            obs.grad_error = str(failed)
+    return obs
+
+
+def _observe_grads(case: Case, outs: dict, inputs: dict, module) -> dict[str, np.ndarray]:
     loss = 0.0
     for out_name, w in case.grad_weights.items():
         value = outs[out_name]
         if not _requires_grad_of(value):
-            raise CheckFailed(f"{what}: `{out_name}` is not connected to the inputs' graph "
+            raise CheckFailed(f"`{case.target}`: `{out_name}` is not connected to the inputs' graph "
                               "(don't use .detach(), .data, .item() or NumPy inside the function).")
         loss = loss + _sum(_mul(value, _TB.to(_from_numpy(np.asarray(w)), _dtype_of(value))))
     with _quiet():
         try:
             _backward(loss)
         except Exception as exc:  # noqa: BLE001
-            raise CheckFailed(_describe_exception(f"{what}: backward pass", exc)) from None
+            raise CheckFailed(_describe_exception(f"`{case.target}`: backward pass", exc)) from None
+    grads = {}
     for key in case.grad_wrt:
-        if key in inputs:
-            grad = _grad_of(inputs[key])
-        else:
-            grad = _grad_of(dict(module.named_parameters())[key])
+        grad = _grad_of(inputs[key]) if key in inputs else _grad_of(dict(module.named_parameters())[key])
         if grad is None:
-            raise CheckFailed(f"{what}: no gradient reaches `{key}`: it must be used through differentiable torch ops.")
-        if not _close(_numpy(grad), case.grads[key], case.rtol * 10, case.atol * 10):
-            raise CheckFailed(f"{what}: outputs are right but the gradient w.r.t. `{key}` is wrong: part of the "
-                              "computation is hidden from autograd (.detach(), .data, torch.no_grad, NumPy) or "
-                              "edited in place; use out-of-place ops such as `masked_fill`.")
+            raise CheckFailed(f"`{case.target}`: no gradient reaches `{key}`: it must be used through "
+                              "differentiable torch ops.")
+        grads[key] = _array(grad)
+    return grads
+
+
+def verdict(case: Case, obs: Observation) -> str | None:
+    """None if the observation matches the case's expected outputs (and gradients); otherwise the
+    one-line diagnosis, without the case's name (the caller adds it where the name may be shown)."""
+    what = f"`{case.target}`"
+    if obs.error:
+        return obs.error
+    raises = next((p for p in case.properties if p[0] == "raises"), None)
+    if raises is not None:
+        expected, when = raises[1], (f" {raises[2]}" if len(raises) > 2 and raises[2] else "")
+        if not obs.raised:
+            return f"{what} returned normally; it should raise a {expected}{when}."
+        if expected in obs.raised:
+            return None
+        return f"{what} raised {obs.raised_text}; expected a clear {expected}{when}."
+    got = {}
+    for out_name in case.outputs:
+        want = case.expected[out_name]
+        if out_name not in obs.outputs:
+            return f"{what}: no `{out_name}` was recorded."
+        value = obs.outputs[out_name]
+        if value.shape != want.shape:
+            return _shape_message(what, out_name, value.shape, want.shape)
+        want_dtype = str(_dtype_of(_from_numpy(np.zeros(0, dtype=want.dtype))))
+        if obs.dtypes.get(out_name) != want_dtype:
+            hint = ""
+            if want.dtype.kind == "f":
+                hint = " (don't hard-code a dtype: create new tensors with the inputs' dtype, e.g. `dtype=q.dtype`)"
+            elif want.dtype == bool:
+                hint = " (return a boolean tensor, e.g. from a comparison or `.bool()`)"
+            return f"{what}: `{out_name}` has dtype {obs.dtypes.get(out_name)}, expected {want_dtype}{hint}."
+        got[out_name] = value
+
+    mismatched = [n for n in case.outputs if not _close(got[n], case.expected[n], case.rtol, case.atol)]
+    if mismatched:
+        for vname, (message, vouts) in case.variants.items():
+            if all(n in vouts and _close(got[n], vouts[n], case.rtol, case.atol) for n in mismatched):
+                return f"{what}: {message}"
+        prop = _property_message(case, got)
+        if prop:
+            return f"{what}: {prop}"
+        n = mismatched[0]
+        a, b = got[n].astype(np.float64), case.expected[n].astype(np.float64)
+        if got[n].dtype == bool or case.expected[n].dtype == bool:
+            bad = np.argwhere(got[n] != case.expected[n])
+            return (f"{what}: `{n}` differs from the reference at {len(bad)} entries, first at index "
+                    f"{tuple(int(i) for i in bad[0])}. {case.hint}").rstrip()
+        err = np.abs(a - b)
+        err = np.where(np.isnan(err), np.inf, err)
+        idx = tuple(int(i) for i in np.unravel_index(int(np.argmax(err)), err.shape)) if err.size else ()
+        frac = float(np.mean(err > case.atol + case.rtol * np.abs(b))) if err.size else 0.0
+        return (f"{what}: `{n}` differs from the reference at {frac:.0%} of entries "
+                f"(largest error {float(err.max()):.3g} at index {idx}). {case.hint}").rstrip()
+
+    if case.grad_wrt:
+        if obs.grad_error:
+            return obs.grad_error
+        for key in case.grad_wrt:
+            grad = obs.grads.get(key)
+            if grad is None or not _close(grad, case.grads[key], case.rtol * 10, case.atol * 10):
+                return (f"{what}: outputs are right but the gradient w.r.t. `{key}` is wrong: part of the "
+                        "computation is hidden from autograd (.detach(), .data, torch.no_grad, NumPy) or "
+                        "edited in place; use out-of-place ops such as `masked_fill`.")
+    return None
+
+
+def check(name: str, fn: Callable) -> None:
+    """Run the stored case `name` against the student's function or module class `fn`.
+
+    Prints one line on success; raises CheckFailed with a one-line diagnosis otherwise. While
+    grading (``$COURSE_RESULTS_DIR`` set) it only records what `fn` did: the judge decides.
+    """
+    case = load_case(name)
+    obs = observe(case, fn)
+    if os.environ.get(RESULTS_ENV):
+        record(obs, Path(os.environ[RESULTS_ENV]))
+        # on stderr, so that a test cell not rescored by the judge would earn nothing (nbgrader gives 0 to
+        # a cell that writes to stderr): grading fails closed
+        print(f"{name}: recorded for the judge", file=sys.stderr)
+        return
+    message = verdict(case, obs)
+    if message:
+        raise CheckFailed(f"{name}: {message}")
+    print(f"\u2713 {name} passed")
+
+
+# --------------------------------------------------------------------------------------------------
+# Observations as files: how results leave the grading sandbox (JSON + .npz, never a pickle)
+
+MAX_RESULT_BYTES = 32 * 2**20  # one observation's arrays; larger is recorded as an error
+_META_FIELDS = {"case": str, "error": str, "raised": (list, type(None)), "raised_text": str, "dtypes": dict,
+                "grad_error": str, "outputs": list, "grads": list}
+
+
+def record(obs: Observation, folder: Path) -> Path:
+    """Write `obs` as NNNN.json (+ NNNN.npz) in `folder`; later files win for the same case."""
+    folder.mkdir(parents=True, exist_ok=True)
+    stem = folder / f"{_len(list(folder.glob('*.json'))):04d}"
+    arrays = {f"out:{k}": v for k, v in obs.outputs.items()} | {f"grad:{k}": v for k, v in obs.grads.items()}
+    if sum(a.nbytes for a in arrays.values()) > MAX_RESULT_BYTES:
+        obs, arrays = Observation(obs.case, error="the outputs are too large to grade."), {}
+    meta = {"case": obs.case, "error": obs.error, "raised": obs.raised, "raised_text": obs.raised_text,
+            "dtypes": obs.dtypes, "grad_error": obs.grad_error, "outputs": list(obs.outputs), "grads": list(obs.grads)}
+    if arrays:
+        np.savez(f"{stem}.npz", **arrays)
+    Path(f"{stem}.json").write_text(json.dumps(meta))
+    return Path(f"{stem}.json")
+
+
+def read_observations(folder: Path, max_files: int = 2000) -> tuple[dict[str, Observation], list[str]]:
+    """The observations in `folder` by case (the last one of a case wins), and the problems found.
+
+    Written by untrusted code: every file is size-capped, parsed as plain JSON or as .npz with
+    pickles refused, and type-checked; anything else is reported and ignored."""
+    found: dict[str, Observation] = {}
+    problems: list[str] = []
+    files = sorted(folder.glob("*.json")) if folder.is_dir() else []
+    for meta_path in files[:max_files]:
+        try:
+            if meta_path.is_symlink() or meta_path.stat().st_size > 2**20:
+                raise ValueError("not a plain file under 1 MB")
+            meta = json.loads(meta_path.read_text())
+            if not isinstance(meta, dict) or any(not isinstance(meta.get(k), t) for k, t in _META_FIELDS.items()):
+                raise ValueError("unexpected fields")
+            arrays: dict[str, np.ndarray] = {}
+            npz = meta_path.with_suffix(".npz")
+            if meta["outputs"] or meta["grads"]:
+                if npz.is_symlink() or npz.stat().st_size > MAX_RESULT_BYTES + 2**20:
+                    raise ValueError("arrays: not a plain file, or too large")
+                with np.load(npz, allow_pickle=False) as data:
+                    arrays = {k: data[k] for k in data.files}
+            for key, arr in arrays.items():
+                if arr.dtype.kind not in "biuf":
+                    raise ValueError(f"{key} has dtype {arr.dtype}")
+            obs = Observation(
+                case=meta["case"], error=meta["error"][:2000], raised=meta["raised"],
+                raised_text=meta["raised_text"][:500], dtypes={str(k): str(v) for k, v in meta["dtypes"].items()},
+                grad_error=meta["grad_error"][:2000],
+                outputs={str(k): arrays[f"out:{k}"] for k in meta["outputs"]},
+                grads={str(k): arrays[f"grad:{k}"] for k in meta["grads"]})
+            if obs.raised is not None and not all(isinstance(x, str) for x in obs.raised):
+                raise ValueError("raised is not a list of names")
+            found[obs.case] = obs
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            problems.append(f"{meta_path.name}: unreadable result ({type(exc).__name__}: {str(exc)[:100]})")
+    if len(files) > max_files:
+        problems.append(f"{len(files)} result files; only the first {max_files} were read")
+    return found, problems
 
 
 def summary(fn_cases: dict[str, Callable]) -> None:
@@ -476,7 +607,8 @@ def summary(fn_cases: dict[str, Callable]) -> None:
             print(f"\u2717 {exc}")
 
 
-__all__ = ["check", "load_case", "CheckFailed", "Case", "summary"]
+__all__ = ["check", "load_case", "CheckFailed", "Case", "summary", "Observation", "observe", "verdict", "record",
+           "read_observations"]
 
 
 class _ReadOnlyChecks(type(contextlib)):

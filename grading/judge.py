@@ -1,0 +1,161 @@
+"""The judge: a student's scores from what the sandbox recorded, compared with the expected outputs.
+
+It never imports or runs student code. Its inputs are plain data: the observations the checks wrote
+in the sandbox (read by `starter.checks.read_observations`: JSON and .npz, size-capped, no pickles)
+and the stored references, hidden ones included, which never enter the sandbox. Each test cell's
+cases are the `check("case", ...)` calls of its source as nbgrader restored it (hidden tests
+included); each case is compared by `starter.checks.verdict`, the comparison the student's public
+check runs, so a grade and the message the student saw can't disagree.
+
+A test cell scores its points times the share of its cases that pass (partial credit). Its outputs
+become the judge's: one line per case (hidden cases by number, never by name) and the score, which
+nbgrader's SaveAutoGrades records. The per-case records also go to `records/<student>/<notebook>.json`
+for the grades table and the class report.
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import nbformat
+from traitlets import List, Unicode
+
+from nbgrader.preprocessors import NbGraderPreprocessor
+
+from starter.checks import PUBLIC_DIR, CheckFailed, Observation, load_case, verdict
+
+from . import notebooks
+
+CHECK_CALL = re.compile(r"""\bcheck\(\s*["']([^"']+)["']""")
+
+
+@dataclass
+class CaseResult:
+    case: str  # the case's name (for the instructor's records; never shown for a hidden case)
+    label: str  # what the student sees: the public name, or "hidden case N"
+    public: bool
+    passed: bool
+    message: str  # one line, without the case's name
+
+
+@dataclass
+class CellResult:
+    grade_id: str
+    points: float
+    max_points: float
+    cases: list[CaseResult] = field(default_factory=list)
+
+    def lines(self) -> list[str]:
+        return [f"\u2713 {c.label} passed" if c.passed else f"\u2717 {c.label}: {c.message}" for c in self.cases]
+
+
+@dataclass
+class NotebookRecord:
+    student: str
+    notebook: str
+    sandbox: str  # how the sandbox run ended
+    sandbox_message: str
+    isolated: bool
+    seconds: float
+    problems: list[str]
+    cells: list[CellResult]
+
+
+def public_case_names() -> set[str]:
+    import h5py
+
+    names: set[str] = set()
+    for path in PUBLIC_DIR.glob("*.h5"):
+        with h5py.File(path, "r") as f:
+            f.visititems(lambda n, o: names.add(n) if isinstance(o, h5py.Group) and "target" in o.attrs else None)
+    return names
+
+
+def judge_cell(grade_id: str, source: str, max_points: float, observations: dict[str, Observation],
+               reference_dirs: list[Path], public: set[str], not_run: str) -> CellResult:
+    """Score one test cell from the observations of the cases its source checks."""
+    results = []
+    hidden = 0
+    for name in CHECK_CALL.findall(source):
+        is_public = name in public
+        if not is_public:
+            hidden += 1
+        label = name if is_public else f"hidden case {hidden}"
+        obs = observations.get(name)
+        if obs is None:
+            results.append(CaseResult(name, label, is_public, False, not_run))
+            continue
+        try:
+            message = verdict(load_case(name, reference_dirs), obs)
+        except CheckFailed as exc:  # the reference itself is missing: the grader's fault, said plainly
+            message = f"not graded: {exc}"
+        except Exception as exc:  # noqa: BLE001 - malformed observation (shapes/dtypes nonsense)
+            message = f"the recorded result could not be compared ({type(exc).__name__})"
+        results.append(CaseResult(name, label, is_public, message is None, message or ""))
+    passed = sum(r.passed for r in results)
+    points = max_points * passed / len(results) if results else 0.0
+    return CellResult(grade_id, round(points, 4), max_points, results)
+
+
+def judge_notebook(nb, observations: dict[str, Observation], reference_dirs: list[Path],
+                   not_run: str = "did not run (the notebook stopped before this test)") -> list[CellResult]:
+    public = public_case_names()
+    cells = []
+    for cell in notebooks.test_cells(nb):
+        meta = notebooks.nbgrader_meta(cell)
+        cells.append(judge_cell(meta["grade_id"], cell.source, float(meta.get("points", 0)), observations,
+                                reference_dirs, public, not_run))
+    return cells
+
+
+def _not_run_message(sandbox) -> str:
+    if sandbox is None:
+        return "did not run"
+    if sandbox.status == "time limit":
+        return f"did not run: {sandbox.message}"
+    if sandbox.status in ("stopped", "killed"):
+        return f"did not run: the notebook stopped before this test ({sandbox.message})"
+    return "did not run (the test cell was not reached or raised before checking)"
+
+
+class Judge(NbGraderPreprocessor):
+    """After SandboxedExecute: replaces each test cell's outputs by the judge's lines and score."""
+
+    reference_dirs = List(Unicode(), help="folders of reference files with expected outputs").tag(config=True)
+    records_dir = Unicode("", help="where to write records/<student>/<notebook>.json").tag(config=True)
+
+    def preprocess(self, nb, resources):
+        sandbox = resources.get("sandbox")
+        observations = sandbox.observations if sandbox is not None else {}
+        dirs = [Path(d) for d in self.reference_dirs] or [notebooks.PUBLIC_REFERENCES, notebooks.HIDDEN_REFERENCES]
+        cells = {c.grade_id: c for c in judge_notebook(nb, observations, dirs, _not_run_message(sandbox))}
+        for cell in notebooks.test_cells(nb):
+            result = cells[notebooks.nbgrader_meta(cell)["grade_id"]]
+            cell.outputs = [
+                nbformat.v4.new_output("stream", name="stdout", text="\n".join(result.lines()) + "\n"),
+                nbformat.v4.new_output("execute_result", data={"text/plain": repr(result.points)}, execution_count=None),
+            ]
+        info = resources.get("nbgrader", {})
+        student, notebook = info.get("student", "?"), info.get("notebook", "?")
+        record = NotebookRecord(
+            student=student, notebook=notebook, sandbox=getattr(sandbox, "status", "not run"),
+            sandbox_message=getattr(sandbox, "message", ""), isolated=getattr(sandbox, "isolated", False),
+            seconds=round(getattr(sandbox, "seconds", 0.0), 2), problems=getattr(sandbox, "problems", []),
+            cells=list(cells.values()))
+        resources["judge"] = record
+        if self.records_dir:
+            path = Path(self.records_dir) / student / f"{notebook}.json"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(asdict(record), indent=1))
+        return nb, resources
+
+
+def read_records(records_dir: Path, student: str) -> list[NotebookRecord]:
+    out = []
+    for path in sorted((records_dir / student).glob("*.json")):
+        raw = json.loads(path.read_text())
+        raw["cells"] = [CellResult(**{**c, "cases": [CaseResult(**k) for k in c["cases"]]}) for c in raw["cells"]]
+        out.append(NotebookRecord(**raw))
+    return out

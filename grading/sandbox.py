@@ -1,0 +1,281 @@
+"""Run a student's notebook in a sandbox: the only place where student code ever runs while grading.
+
+bubblewrap (Debian package `bubblewrap`) builds the sandbox from nothing and lets in only what the
+notebook needs, read-only: the system's programs and libraries (/usr, /bin, /lib, /etc), the Python
+environment, the kit's `starter/` and `data/` (public references and the dataset), and the hidden
+cases' *inputs* (never their expected outputs). The notebook runs as an unprivileged uid in new
+user, pid, network, IPC and UTS namespaces (no network, no view of any other process), with a
+private writable /tmp; solutions, hidden references, the gradebook, the course folder and other
+students' files do not exist in there. Limits: memory and process count (a cgroup, where the
+machine lets us make one), file size and core dumps (rlimits), a per-cell timeout, and a hard kill
+of the whole sandbox at the notebook's time limit. When the sandbox's first process ends, the kernel
+kills everything else it started: nothing outlives the grading of that notebook.
+
+`SandboxedExecute` is nbgrader's `Execute` step done this way; what the checks recorded is read
+back as plain data (`starter.checks.read_observations`) for the judge.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nbformat
+from traitlets import Bool, Integer, Unicode
+
+from nbgrader.preprocessors import NbGraderPreprocessor
+
+from starter.checks import CASE_INPUTS_ENV, RESULTS_ENV, Observation, read_observations
+
+from . import notebooks
+
+SCRATCH = "/tmp/work"  # the notebook's folder inside the sandbox (writable, private)
+RUNNER = Path(__file__).with_name("sandbox_runner.py")  # mounted at /tmp/runner.py, read-only
+CASES = "/tmp/cases"  # the hidden cases' inputs inside the sandbox (read-only)
+NOBODY = 65534
+MAX_EXECUTED_BYTES = 64 * 2**20  # an executed notebook larger than this is not read back
+
+
+@dataclass
+class Limits:
+    cell_seconds: int = 30
+    notebook_seconds: int = 600
+    memory_mb: int = 4096
+    processes: int = 512
+    file_mb: int = 256
+
+
+@dataclass
+class SandboxResult:
+    """How the run ended, the executed notebook (None if it could not be read) and the records."""
+
+    status: str  # "finished" | "stopped" (a cell timed out, the kernel died) | "time limit" | "killed" | "failed"
+    message: str = ""
+    seconds: float = 0.0
+    notebook: nbformat.NotebookNode | None = None
+    observations: dict[str, Observation] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+    isolated: bool = True
+
+
+def bwrap() -> str | None:
+    return shutil.which("bwrap")
+
+
+class SandboxUnavailable(RuntimeError):
+    pass
+
+
+def require_bwrap() -> str:
+    path = bwrap()
+    if path is None:
+        raise SandboxUnavailable(
+            "bubblewrap (bwrap) is not installed, so student code cannot be isolated: install it "
+            "(Debian/Ubuntu: `sudo apt-get install bubblewrap`), or grade with --no-sandbox (flagged for review).")
+    return path
+
+
+def _python_roots() -> list[str]:
+    """Folders the interpreter needs: the environment (sys.prefix) and the base installation."""
+    roots = {os.path.realpath(sys.prefix), os.path.realpath(sys.base_prefix),
+             os.path.dirname(os.path.dirname(os.path.realpath(sys.executable)))}
+    return sorted(r for r in roots if not r.startswith(("/usr", "/bin", "/lib")))
+
+
+def sandbox_argv(scratch: Path, case_inputs: Path | None, data_dir: Path | None) -> list[str]:
+    argv = [require_bwrap(), "--unshare-all", "--die-with-parent", "--new-session",
+            "--uid", str(NOBODY), "--gid", str(NOBODY), "--cap-drop", "ALL", "--hostname", "grading",
+            "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+    for path in ("/usr", "/bin", "/lib", "/lib64", "/lib32", "/sbin", "/etc"):
+        argv += ["--ro-bind-try", path, path]
+    for path in _python_roots():
+        argv += ["--ro-bind", path, path]
+    kit = str(notebooks.ROOT)
+    for part in ("starter", "data"):  # the kit, as a student has it; the rest of the checkout stays out
+        argv += ["--ro-bind", f"{kit}/{part}", f"{kit}/{part}"]
+    if data_dir is not None and data_dir.is_dir():
+        argv += ["--ro-bind", str(data_dir), "/tmp/data"]
+    if case_inputs is not None:
+        argv += ["--ro-bind", str(case_inputs), CASES]
+    argv += ["--ro-bind", str(RUNNER), "/tmp/runner.py", "--bind", str(scratch), SCRATCH, "--chdir", SCRATCH]
+    return argv
+
+
+def _sandbox_env(data_dir: Path | None, isolate: bool, scratch: Path) -> dict:
+    """A clean environment: nothing of the grader's (no database URL, no paths to hidden files)."""
+    home = SCRATCH if isolate else str(scratch)
+    env = {"PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin", "HOME": home,
+           "LANG": "C.UTF-8", "MPLBACKEND": "Agg", "OMP_NUM_THREADS": "1", "PYTHONDONTWRITEBYTECODE": "1",
+           "PYTHONWARNINGS": "ignore", "NBGRADER_EXECUTION": "autograde", RESULTS_ENV: f"{home}/results"}
+    if data_dir is not None:
+        env["COURSE_DATA_DIR"] = "/tmp/data" if isolate else str(data_dir)
+    return env
+
+
+@contextlib.contextmanager
+def _cgroup(limits: Limits):
+    """Files to write the sandbox's pid into, one per controller (memory, pids); [] where the machine
+    gives us no cgroup (not root, or a read-only hierarchy): then only the rlimits apply."""
+    name = f"grading-{uuid.uuid4().hex[:12]}"
+    made: list[Path] = []
+    procs: list[str] = []
+    settings = {"memory": {"memory.limit_in_bytes": limits.memory_mb * 2**20},
+                "pids": {"pids.max": limits.processes}}
+    unified = {"memory.max": limits.memory_mb * 2**20, "memory.swap.max": 0, "pids.max": limits.processes}
+    try:
+        if Path("/sys/fs/cgroup/cgroup.controllers").exists():  # cgroup v2 only
+            group = Path("/sys/fs/cgroup") / name
+            group.mkdir()
+            made.append(group)
+            for key, value in unified.items():
+                with contextlib.suppress(OSError):
+                    (group / key).write_text(str(value))
+            procs.append(str(group / "cgroup.procs"))
+        else:  # cgroup v1 (or hybrid): one hierarchy per controller
+            for controller, values in settings.items():
+                group = Path("/sys/fs/cgroup") / controller / name
+                group.mkdir()
+                made.append(group)
+                for key, value in values.items():
+                    (group / key).write_text(str(value))
+                procs.append(str(group / "cgroup.procs"))
+    except OSError:
+        procs = []
+    try:
+        yield procs
+    finally:
+        for group in made:
+            for _ in range(50):  # the processes are gone a moment after the kill
+                try:
+                    group.rmdir()
+                    break
+                except OSError:
+                    time.sleep(0.05)
+
+
+def _limit_child(procs: list[str], limits: Limits):
+    def apply() -> None:  # runs in the child between fork and exec
+        for path in procs:
+            with open(path, "w") as f:
+                f.write(str(os.getpid()))
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limits.file_mb * 2**20,) * 2)
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    return apply
+
+
+def run_notebook(nb, case_inputs: Path | None, limits: Limits = Limits(), isolate: bool = True,
+                 data_dir: Path | None = None) -> SandboxResult:
+    """Execute `nb` in a fresh sandbox and read back the executed notebook and the checks' records."""
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="sandbox-") as tmp:
+        scratch = Path(tmp)
+        os.chmod(scratch, 0o777)  # the sandbox's unprivileged uid writes here
+        nbformat.write(nb, str(scratch / "in.ipynb"))
+        runner = [sys.executable, "/tmp/runner.py" if isolate else str(RUNNER), "in.ipynb", "out.ipynb",
+                  str(limits.cell_seconds)]
+        env = _sandbox_env(data_dir, isolate, scratch)
+        if isolate:
+            argv = sandbox_argv(scratch, case_inputs, data_dir) + runner
+            env[CASE_INPUTS_ENV] = CASES
+        else:
+            argv = runner
+            if case_inputs is not None:
+                env[CASE_INPUTS_ENV] = str(case_inputs)
+            env["PYTHONPATH"] = str(notebooks.ROOT)
+        status, message = "finished", ""
+        with _cgroup(limits) as procs:
+            proc = subprocess.Popen(argv, cwd=scratch, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.PIPE, start_new_session=True,
+                                    preexec_fn=_limit_child(procs if isolate else [], limits))
+            try:
+                _, err = proc.communicate(timeout=limits.notebook_seconds)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)  # the sandbox, and with it all it started
+                _, err = proc.communicate()
+                status, message = "time limit", f"stopped at the notebook's time limit ({limits.notebook_seconds} s)"
+            if status == "finished" and proc.returncode != 0:
+                status = "killed"
+                message = (f"the run ended with exit code {proc.returncode}"
+                           + (" (killed: out of memory or too many processes?)" if proc.returncode < 0
+                              or proc.returncode == 137 else "")
+                           + (f": {err.strip().splitlines()[-1][:200]}" if err.strip() else ""))
+        executed = None
+        out = scratch / "out.ipynb"
+        if out.is_file() and not out.is_symlink() and out.stat().st_size <= MAX_EXECUTED_BYTES:
+            try:
+                executed = nbformat.read(str(out), as_version=4)
+            except Exception as exc:  # noqa: BLE001 - written by untrusted code
+                message = message or f"the executed notebook could not be read ({type(exc).__name__})"
+        if executed is not None:
+            stopped = (executed.metadata.get("grading_run") or {}).get("stopped")
+            if stopped and status == "finished":
+                status, message = "stopped", str(stopped)[:300]
+        observations, problems = read_observations(scratch / "results")
+    return SandboxResult(status=status, message=message, seconds=time.perf_counter() - start, notebook=executed,
+                         observations=observations, problems=problems, isolated=isolate)
+
+
+class SandboxedExecute(NbGraderPreprocessor):
+    """nbgrader's Execute step, run in the sandbox. Puts the SandboxResult in resources["sandbox"]."""
+
+    isolate = Bool(True, help="run in bubblewrap (False: --no-sandbox, for machines without it)").tag(config=True)
+    case_inputs = Unicode("", help="folder of the hidden cases without expected outputs").tag(config=True)
+    data_dir = Unicode("", help="the datasets folder, read-only inside").tag(config=True)
+    cell_timeout = Integer(30).tag(config=True)
+    notebook_timeout = Integer(600).tag(config=True)
+    memory_mb = Integer(4096).tag(config=True)
+
+    def preprocess(self, nb, resources):
+        limits = Limits(cell_seconds=self.cell_timeout, notebook_seconds=self.notebook_timeout,
+                        memory_mb=self.memory_mb)
+        result = run_notebook(nb, Path(self.case_inputs) if self.case_inputs else None, limits, self.isolate,
+                              Path(self.data_dir) if self.data_dir else None)
+        resources["sandbox"] = result
+        if result.notebook is None:  # nothing came back: the notebook as submitted, with no outputs
+            for cell in nb.cells:
+                if cell.cell_type == "code":
+                    cell.outputs = []
+            return nb, resources
+        # keep nbgrader's cell metadata as it was restored, take only the outputs from the sandbox
+        executed = result.notebook.cells
+        for cell, ran in zip(nb.cells, executed):
+            if cell.cell_type == "code" and ran.get("cell_type") == "code":
+                cell.outputs = ran.get("outputs", [])
+                cell.execution_count = ran.get("execution_count")
+        return nb, resources
+
+
+def write_case_inputs(hidden_dir: Path, dest: Path) -> Path:
+    """Copies of the hidden reference files without what the student must not see: expected outputs,
+    expected gradients and the outputs of known bugs. This is all of the hidden data a sandbox gets."""
+    import h5py
+
+    dest.mkdir(parents=True, exist_ok=True)
+    for path in sorted(hidden_dir.glob("*.h5")):
+        with h5py.File(path, "r") as src, h5py.File(dest / path.name, "w") as out:
+            for name, group in _case_groups(src):
+                target = out.require_group(name)
+                for key, value in group.attrs.items():
+                    target.attrs[key] = value
+                for key in group:
+                    if key not in ("expected", "grads", "variants"):
+                        src.copy(group[key], target, name=key)
+    return dest
+
+
+def _case_groups(f):
+    found = []
+    f.visititems(lambda n, o: found.append((n, o)) if hasattr(o, "attrs") and "target" in o.attrs else None)
+    return found
+
+
