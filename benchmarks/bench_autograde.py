@@ -1,15 +1,20 @@
-"""Autograde throughput: seconds per submission, 1 worker (SQLite) vs 2 workers (PostgreSQL).
+"""Autograde throughput: the kit (sandbox + judge, on Dask) against plain nbgrader, and 1 vs 2 workers.
 
-    python benchmarks/bench_autograde.py [--students 20]
+    python benchmarks/bench_autograde.py [--students 4]
 
 Each canned submission holds every notebook, filled with the reference answers (every other student
-with one bug). Both runs grade the same submissions on this machine, one after the other. Prints
-seconds per submission, the speed-up of 2 workers over 1, and a projection for 500 submissions on a
-16-core machine (assuming the 2-worker parallel efficiency holds per pair of cores).
+with one bug in notebook 01). In one run, on this machine, one after the other:
+- plain nbgrader: `autograde` + `generate_feedback` of the same submissions through its API, with
+  its own Execute step (student code in the grader's kernel, checks judged in there);
+- the kit, 1 worker (SQLite) and 2 workers (PostgreSQL, if its binaries are installed).
+Prints seconds per submission for each, the kit/plain ratio, the speed-up of 2 workers over 1, and a
+projection for 500 submissions on 16 cores.
 """
 from __future__ import annotations
 
 import argparse
+import os
+import shutil
 import sys
 import tempfile
 import time
@@ -24,57 +29,82 @@ from grading.autograde import autograde  # noqa: E402
 import postgres  # noqa: E402
 
 BUG = {"causal_mask": "def causal_mask(T, device=None):\n    return torch.ones(T, T, dtype=torch.bool).tril(-1)\n"}
+PLAIN = """
+c.Autograde.autograde_preprocessors = [
+    "nbgrader.preprocessors.Execute", "nbgrader.preprocessors.IgnorePattern",
+    "nbconvert.preprocessors.ClearMetadataPreprocessor", "nbgrader.preprocessors.LimitOutput",
+    "nbgrader.preprocessors.SaveAutoGrades", "nbgrader.preprocessors.AssignLatePenalties",
+    "nbgrader.preprocessors.CheckCellMetadata"]
+c.Execute.timeout = 30
+"""
 
 
-def make_class(folder: Path, n: int) -> None:
+def make_class(folder: Path, n: int) -> list[str]:
     stems = [p.stem for p in notebooks.solution_notebooks()]
     for i in range(n):
         for stem in stems:
             overrides = BUG if (i % 2 and stem.startswith("01")) else None
             write_nb(filled_submission(stem, overrides), folder / f"student{i:03d}" / f"{stem}.ipynb")
+    return [f"student{i:03d}" for i in range(n)]
 
 
-def timed_run(subs: Path, tmp: Path, name: str, db_url=None, workers=1) -> tuple[float, float]:
-    root = tmp / f"course-{name}"
+def plain_nbgrader(subs: Path, tmp: Path, students: list[str]) -> float:
+    """Seconds per submission of nbgrader's own autograde + feedback (no sandbox, no judge)."""
+    from grading.worker import _api
+
+    root = tmp / "course-plain"
+    course.prepare_grading_course(root)
+    with open(root / "nbgrader_config.py", "a") as f:
+        f.write(PLAIN)
+    for student in students:
+        shutil.copytree(subs / student, root / "submitted" / student / notebooks.ASSIGNMENT)
+    os.environ["COURSE_HIDDEN_REFERENCES"] = str(notebooks.HIDDEN_REFERENCES)  # checks judge in the kernel
+    api = _api(root)
     start = time.perf_counter()
-    course.prepare_grading_course(root, db_url)
-    prep = time.perf_counter() - start
+    for student in students:
+        api.autograde(notebooks.ASSIGNMENT, student, force=True, create=True)
+        api.generate_feedback(notebooks.ASSIGNMENT, student, force=True)
+    seconds = (time.perf_counter() - start) / len(students)
+    del os.environ["COURSE_HIDDEN_REFERENCES"]
+    return seconds
+
+
+def kit(subs: Path, tmp: Path, name: str, n: int, db_url=None, workers=1) -> float:
+    root = tmp / f"course-{name}"
+    course.prepare_grading_course(root, db_url)  # timed apart: done once per run, not per submission
     start = time.perf_counter()
     results = autograde(subs, tmp / f"out-{name}", course_dir=root, db_url=db_url, workers=workers)
     total = time.perf_counter() - start
     bad = [r.student for r in results if r.status != "graded"]
     if bad:
         raise SystemExit(f"{name}: not graded: {bad}")
-    return prep, total
+    return total / n
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--students", type=int, default=20)
+    parser.add_argument("--students", type=int, default=4)
     args = parser.parse_args()
     n = args.students
     with tempfile.TemporaryDirectory() as t:
         tmp = Path(t)
-        make_class(tmp / "subs", n)
-        nbs = len(notebooks.solution_notebooks())
-        print(f"{n} submissions x {nbs} notebooks")
-        prep, one = timed_run(tmp / "subs", tmp, "1worker")
-        per_one = (one - prep) / n
-        print(f"1 worker, SQLite:      {one:7.1f} s total, {per_one:5.1f} s per submission "
-              f"(course set-up {prep:.1f} s)")
+        students = make_class(tmp / "subs", n)
+        print(f"{n} submissions x {len(notebooks.solution_notebooks())} notebooks, {os.cpu_count()} cores")
+        plain = plain_nbgrader(tmp / "subs", tmp, students)
+        print(f"plain nbgrader autograde + feedback: {plain:6.1f} s per submission")
+        one = kit(tmp / "subs", tmp, "1worker", n)
+        print(f"kit, 1 worker (SQLite):             {one:6.1f} s per submission  "
+              f"(kit / plain nbgrader = {one / plain:.2f})")
         if not postgres.available():
             print("PostgreSQL not available: 2-worker run skipped")
             return
         with postgres.server() as url:
-            prep2, two = timed_run(tmp / "subs", tmp, "2workers", url, workers=2)
-        per_two = (two - prep2) / n
-        speedup = per_one / per_two
-        print(f"2 workers, PostgreSQL: {two:7.1f} s total, {per_two:5.1f} s per submission")
-        print(f"speed-up of 2 workers over 1: {speedup:.2f}x")
-        efficiency = speedup / 2
-        projected = prep + 500 * per_one / (16 * efficiency)
-        print(f"projection, 500 submissions on 16 cores with 16 workers: {projected / 60:.1f} min "
-              f"(parallel efficiency {efficiency:.2f} assumed to hold)")
+            two = kit(tmp / "subs", tmp, "2workers", n, url, workers=2)
+        print(f"kit, 2 workers (PostgreSQL):        {two:6.1f} s per submission")
+        efficiency = one / two / 2
+        print(f"speed-up of 2 workers over 1: {one / two:.2f}x (parallel efficiency {efficiency:.2f})")
+        print(f"projection, 500 submissions on 16 cores with 16 workers: "
+              f"{500 * one / (16 * efficiency) / 60:.1f} min (that efficiency assumed to hold)")
 
 
 if __name__ == "__main__":

@@ -25,9 +25,11 @@ def main(argv: list[str] | None = None) -> int:
     ag.add_argument("--course", type=Path, default=None, help="nbgrader course folder (default grading/work/course)")
     ag.add_argument("--db", default=None, help="gradebook SQLAlchemy URL (default: SQLite in the course folder)")
     ag.add_argument("--student", action="append", help="grade only this student (repeatable)")
-    ag.add_argument("--workers", type=int, default=1, help="parallel graders (more than 1 needs --db)")
+    ag.add_argument("--workers", type=int, default=1, help="worker processes on this machine (more than 1 needs --db)")
+    ag.add_argument("--scheduler", default=None, help="tcp://HOST:PORT of a running Dask cluster to grade on (needs --db)")
     ag.add_argument("--resume", action="store_true", help="keep students finished by an interrupted run")
-    ag.add_argument("--timeout", type=float, default=900, help="seconds one student may take")
+    ag.add_argument("--timeout", type=int, default=600, help="seconds one notebook may run before its sandbox is killed")
+    ag.add_argument("--cell-timeout", type=int, default=30, help="seconds one cell may run before it is interrupted")
     ag.add_argument("--no-sandbox", action="store_true",
                     help="run student code without bubblewrap (where it cannot be installed); every row is flagged")
     pb = sub.add_parser("publish", help="copy the student-facing files into an empty folder")
@@ -56,8 +58,9 @@ def main(argv: list[str] | None = None) -> int:
         try:
             results = autograde(args.submissions, args.out.resolve(),
                                 args.course.resolve() if args.course else None, args.db, args.student,
-                                workers=args.workers, resume=args.resume, student_timeout=args.timeout,
-                                sandbox=not args.no_sandbox)
+                                workers=args.workers, resume=args.resume, notebook_timeout=args.timeout,
+                                cell_timeout=args.cell_timeout, sandbox=not args.no_sandbox,
+                                scheduler=args.scheduler, progress=True)
         except SandboxUnavailable as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2

@@ -1,12 +1,15 @@
-"""Autograde a folder or zip of student submissions with nbgrader, one student at a time.
+"""Autograde a folder or zip of student submissions: the whole flow, read top to bottom in `autograde`.
+
+1. intake (this module): unpack and stage each student's notebooks, rebuilt on the release;
+2. grade one student (`worker.grade_student`, one Dask task per student, `engine.run`): nbgrader's
+   autograde with the sandbox (`sandbox.py`) as its Execute step and the judge (`judge.py`) scoring
+   the test cells, then the feedback pages;
+3. record: nbgrader's SaveAutoGrades writes the judge's scores to the gradebook;
+4. report (this module): `grades.csv`, `failures.csv`/`.png`, the feedback pages, `report.json`.
 
 Layout of SUBMISSIONS (a folder, or a zip of one): one folder per student, holding that student's
 notebooks (any depth; names such as `01_scaled_dot_product_attention (1).ipynb` are recognised by
-their number). Each student is graded by its own nbgrader process, so a broken or malicious notebook
-cannot stop the others. Original files are only read, never moved or changed.
-
-Outputs in OUT: `grades.csv` (one row per student, one column per test cell, totals, and notes),
-`feedback/<student>/<notebook>.html` (no hidden tests), `report.json`, and `logs/<student>.log`.
+their number). Original files are only read, never moved or changed.
 """
 from __future__ import annotations
 
@@ -15,18 +18,15 @@ import json
 import os
 import re
 import shutil
-import signal
-import subprocess
-import sys
+import stat
 import tempfile
-import time
 import zipfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import nbformat
 
-from . import course, notebooks
+from . import course, engine, notebooks
 from .submission import read_any, rebuild
 from .notebooks import ASSIGNMENT
 
@@ -48,22 +48,41 @@ class StudentResult:
 # --------------------------------------------------------------------------------------------------
 # Reading submissions
 
-def unpack(path: Path, into: Path) -> Path:
-    """A folder of submissions from a folder or a zip (extracted safely into `into`)."""
+MAX_MEMBER_BYTES = 256 * 2**20  # one file of a zip
+
+
+def unpack(path: Path, into: Path) -> tuple[Path, list[tuple[str, str]]]:
+    """A folder of submissions from a folder or a zip, and the zip members refused: (name, why).
+
+    Members that would land outside `into` (absolute paths, `..`), symbolic links and oversized
+    files are not extracted; the student whose folder held one is refused with the reason (the rest
+    of the class is graded)."""
     if path.is_dir():
-        return path
+        return path, []
     if not zipfile.is_zipfile(path):
         raise ValueError(f"{path} is neither a folder nor a zip file")
+    refused = []
     with zipfile.ZipFile(path) as zf:
         total = sum(i.file_size for i in zf.infolist())
         if total > MAX_ZIP_BYTES:
             raise ValueError(f"{path} unpacks to {total / 1e9:.1f} GB; refusing")
+        root = into.resolve()
         for info in zf.infolist():
             target = (into / info.filename).resolve()
-            if not str(target).startswith(str(into.resolve())):
-                raise ValueError(f"{path}: unsafe path in zip: {info.filename}")
-        zf.extractall(into)
-    return into
+            mode = info.external_attr >> 16
+            if info.filename.startswith("/") or not target.is_relative_to(root) or ".." in Path(info.filename).parts:
+                refused.append((info.filename, "a path outside the submission (absolute or with ..)"))
+            elif stat.S_ISLNK(mode):
+                refused.append((info.filename, "a symbolic link"))
+            elif info.file_size > MAX_MEMBER_BYTES:
+                refused.append((info.filename, f"a file of {info.file_size / 2**20:.0f} MB"))
+            elif info.is_dir():
+                target.mkdir(parents=True, exist_ok=True)
+            else:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                with zf.open(info) as src, open(target, "wb") as dst:
+                    shutil.copyfileobj(src, dst)
+    return into, refused
 
 
 def submission_root(folder: Path) -> Path:
@@ -93,13 +112,27 @@ def read_submission(path: Path):
         return None, f"corrupt notebook ({type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:120]})"
 
 
+def _files(folder: Path, result: StudentResult) -> list[Path]:
+    """The regular files under `folder`; symbolic links are noted and never followed (a link could
+    point at the instructor's solution or at another student's work)."""
+    found = []
+    for dirpath, dirnames, filenames in os.walk(folder, followlinks=False):
+        for name in sorted(dirnames + filenames):
+            path = Path(dirpath) / name
+            if path.is_symlink():
+                result.notes.append(f"{path.relative_to(folder)}: ignored (a symbolic link)")
+            elif name in filenames and path.is_file():
+                found.append(path)
+    return sorted(found)
+
+
 def collect(student_dir: Path, known: dict[str, str], result: StudentResult, dest: Path) -> None:
     """Copy the student's gradable notebooks to `dest/<notebook>.ipynb`; note every other file."""
     candidates: dict[str, list[Path]] = {}
-    for path in sorted(student_dir.rglob("*")):
-        if any(part in JUNK for part in path.relative_to(student_dir).parts) or path.is_dir():
-            continue
+    for path in _files(student_dir, result):
         rel = path.relative_to(student_dir)
+        if any(part in JUNK for part in rel.parts):
+            continue
         if path.suffix != ".ipynb":
             result.notes.append(f"{rel}: ignored (not a notebook)")
             continue
@@ -127,89 +160,7 @@ def collect(student_dir: Path, known: dict[str, str], result: StudentResult, des
 
 
 # --------------------------------------------------------------------------------------------------
-# Grading
-
-def _die_with_parent() -> None:
-    """In the worker (Linux): be killed when the grading run that started it dies."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-
-
-def _spawn(root: Path, students: list[str]) -> subprocess.Popen:
-    # its own process group, so a stuck worker is killed together with its kernels
-    return subprocess.Popen([sys.executable, "-m", "grading.worker", str(root), *students], cwd=root,
-                            env=course.nbgrader_env(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True,
-                            preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None)
-
-
-def _kill(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)  # the worker and the kernels it started
-    except ProcessLookupError:
-        pass
-    proc.wait()
-
-
-def run_workers(root: Path, students: list[str], workers: int = 1, student_timeout: float = 900) -> dict[str, dict]:
-    """Grade `students` with up to `workers` worker processes; return each student's status record.
-
-    A worker that makes no progress for `student_timeout` seconds is killed and the student it was on
-    is recorded as failed. A worker that dies otherwise (killed from outside, out of memory) gets
-    its student retried once by a new worker; a second death records the student as failed. A new
-    worker takes the remaining students either way. Students that already have a status record
-    (from an interrupted earlier run) are not graded again.
-    """
-    status = root / "status"
-    status.mkdir(exist_ok=True)
-
-    def done(s: str) -> bool:
-        return (status / f"{s}.json").exists()
-
-    queue = [s for s in students if not done(s)]
-    chunks = [queue[i::workers] for i in range(workers)] if queue else []
-    retried: set[str] = set()
-    running: list[tuple[subprocess.Popen, list[str], float, int]] = []
-    for chunk in filter(None, chunks):
-        running.append((_spawn(root, chunk), chunk, time.monotonic(), 0))
-    while running:
-        time.sleep(0.2)
-        still = []
-        for proc, chunk, last_progress, finished in running:
-            now_finished = sum(done(s) for s in chunk)
-            if now_finished != finished:
-                last_progress, finished = time.monotonic(), now_finished
-            exited = proc.poll() is not None
-            stuck = time.monotonic() - last_progress > student_timeout
-            if not exited and not stuck:
-                still.append((proc, chunk, last_progress, finished))
-                continue
-            if stuck:
-                _kill(proc)
-            stderr = proc.stderr.read() if proc.stderr else ""
-            remaining = [s for s in chunk if not done(s)]
-            if remaining:
-                current = next((s for s in remaining if (status / f"{s}.started").exists()), remaining[0])
-                (status / f"{current}.started").unlink(missing_ok=True)
-                rest = [s for s in remaining if s != current]
-                if not stuck and current not in retried:
-                    retried.add(current)
-                    rest.insert(0, current)
-                else:
-                    reason = (f"grading took longer than {student_timeout:.0f} s (infinite loop?)" if stuck else
-                              "the grader process died twice: "
-                              + (stderr.strip().splitlines() or ["no message"])[-1][:300])
-                    (status / f"{current}.json").write_text(
-                        json.dumps({"student": current, "ok": False, "error": reason}))
-                if rest:
-                    still.append((_spawn(root, rest), rest, time.monotonic(), 0))
-        running = still
-    return {s: json.loads((status / f"{s}.json").read_text()) for s in students}
-
+# Grading and reporting
 
 def stage_student(root: Path, student_dir: Path, known: dict[str, str]) -> StudentResult:
     """Copy one student's gradable notebooks into the course's submitted/ folder."""
@@ -325,12 +276,13 @@ def write_failure_summary(out: Path, grades_csv: Path) -> tuple[Path, Path]:
 
 def autograde(submissions: Path, out: Path, course_dir: Path | None = None, db_url: str | None = None,
               students: list[str] | None = None, workers: int = 1, resume: bool = False,
-              student_timeout: float = 900, cell_timeout: int = course.CELL_TIMEOUT,
-              sandbox: bool = True) -> list[StudentResult]:
+              cell_timeout: int = course.CELL_TIMEOUT, notebook_timeout: int = course.NOTEBOOK_TIMEOUT,
+              sandbox: bool = True, scheduler: str | None = None, progress: bool = False) -> list[StudentResult]:
     """Grade every student in `submissions` (folder or zip). Returns one result per student folder.
 
     resume=True keeps the results of students graded by an earlier, interrupted run. sandbox=False
     runs student code without isolation (only where bubblewrap cannot be had): every row is flagged.
+    `workers` worker processes on this machine, or the Dask cluster at `scheduler` (grading/engine.py).
     """
     if sandbox:
         from .sandbox import require_bwrap
@@ -338,28 +290,44 @@ def autograde(submissions: Path, out: Path, course_dir: Path | None = None, db_u
         require_bwrap()  # before any work: without it, say how to get it
     out.mkdir(parents=True, exist_ok=True)
     root = course_dir or (notebooks.ROOT / "grading" / "work" / "course")
-    if db_url is None and workers > 1:
+    if db_url is None and (workers > 1 or scheduler):
         raise ValueError("the SQLite gradebook allows one writer: use --workers 1, or --db with a PostgreSQL URL")
     status = root / "status"
     if not resume and status.exists():
         shutil.rmtree(status)
-    course.prepare_grading_course(root, db_url, cell_timeout, isolate=sandbox)
+    course.prepare_grading_course(root, db_url, cell_timeout, isolate=sandbox, notebook_timeout=notebook_timeout)
     db_url = db_url or f"sqlite:///{root / 'gradebook.db'}"
     known = {p.name[:2]: p.stem for p in notebooks.solution_notebooks()}
     results: list[StudentResult] = []
     with tempfile.TemporaryDirectory(prefix="submissions-") as tmp:
-        folder = submission_root(unpack(Path(submissions), Path(tmp)))
+        unpacked, refused = unpack(Path(submissions), Path(tmp))
+        folder = submission_root(unpacked)
         loose = [p.name for p in folder.iterdir() if p.is_file() and p.name not in JUNK]
-        for student_dir in sorted(p for p in folder.iterdir() if p.is_dir() and p.name not in JUNK):
+        for student_dir in sorted(p for p in folder.iterdir() if p.name not in JUNK and not p.is_file()):
             if students and student_dir.name not in students:
                 continue
-            if not STUDENT_ID.match(student_dir.name):
+            if student_dir.is_symlink() or not STUDENT_ID.match(student_dir.name):
+                why = "a symbolic link, not a folder" if student_dir.is_symlink() else "not a usable student id"
+                results.append(StudentResult(student=student_dir.name, status="failed", notes=[f"folder: {why}"]))
+                continue
+            bad = [f"{name}: {why}" for name, why in refused if student_dir.name in Path(name).parts]
+            if bad:
                 results.append(StudentResult(student=student_dir.name, status="failed",
-                                             notes=["folder name is not a usable student id"]))
+                                             notes=["refused: the zip holds " + "; ".join(bad[:3])]))
                 continue
             results.append(stage_student(root, student_dir, known))
+        # a student whose only files were refused has no folder: a row all the same
+        depth = len(folder.relative_to(unpacked).parts)
+        for name, why in refused:
+            parts = Path(name).parts
+            student = parts[depth] if len(parts) > depth + 1 and parts[depth] != ".." else None
+            if student is None:
+                loose.append(f"{name} (refused: {why})")
+            elif not any(r.student == student for r in results) and (not students or student in students):
+                results.append(StudentResult(student=student, status="failed",
+                                             notes=[f"refused: the zip holds {name}: {why}"]))
     gradable = [r.student for r in results if r.status != "failed"]
-    records = run_workers(root, gradable, workers, student_timeout)
+    records = engine.run(root, gradable, workers=workers, scheduler=scheduler, progress=progress)
     for r in results:
         record = records.get(r.student)
         if record is None:

@@ -46,6 +46,7 @@ c.SandboxedExecute.isolate = {isolate!r}
 c.SandboxedExecute.case_inputs = {case_inputs!r}
 c.SandboxedExecute.data_dir = {data_dir!r}
 c.SandboxedExecute.cell_timeout = {timeout}
+c.SandboxedExecute.notebook_timeout = {notebook_timeout}
 c.Judge.reference_dirs = {reference_dirs!r}
 c.Judge.records_dir = {records!r}
 # Feedback: grades, the student's code and outputs, the judge's lines; never hidden sources or names.
@@ -62,12 +63,17 @@ class NbgraderError(RuntimeError):
     pass
 
 
-def write_config(root: Path, db_url: str | None = None, timeout: int = CELL_TIMEOUT, isolate: bool = True) -> None:
+NOTEBOOK_TIMEOUT = 600  # seconds for a whole notebook in the sandbox, then it is killed
+
+
+def write_config(root: Path, db_url: str | None = None, timeout: int = CELL_TIMEOUT, isolate: bool = True,
+                 notebook_timeout: int = NOTEBOOK_TIMEOUT) -> None:
     from data.common import default_data_dir
 
     db_url = db_url or f"sqlite:///{root / 'gradebook.db'}"
     (root / "nbgrader_config.py").write_text(CONFIG.format(
         root=str(root), db_url=db_url, timeout=timeout, isolate=isolate, case_inputs=str(root / "case_inputs"),
+        notebook_timeout=notebook_timeout,
         data_dir=str(default_data_dir()), records=str(root / "records"), hidden=str(notebooks.HIDDEN_REFERENCES),
         reference_dirs=[str(notebooks.PUBLIC_REFERENCES), str(notebooks.HIDDEN_REFERENCES)]))
 
@@ -139,7 +145,7 @@ def release(dest: Path = notebooks.RELEASE) -> list[Path]:
 
 
 def prepare_grading_course(root: Path, db_url: str | None = None, timeout: int = CELL_TIMEOUT,
-                           isolate: bool = True) -> None:
+                           isolate: bool = True, notebook_timeout: int = NOTEBOOK_TIMEOUT) -> None:
     """Lay out a course directory for autograding and record the assignment in the gradebook: the
     source notebooks, the hidden cases' inputs for the sandboxes, and the dataset notebook 04 loads."""
     from starter.data import load_dataset
@@ -147,7 +153,7 @@ def prepare_grading_course(root: Path, db_url: str | None = None, timeout: int =
     from .sandbox import write_case_inputs
 
     root.mkdir(parents=True, exist_ok=True)
-    write_config(root, db_url, timeout, isolate)
+    write_config(root, db_url, timeout, isolate, notebook_timeout)
     populate_source(root)
     if (root / "case_inputs").exists():
         shutil.rmtree(root / "case_inputs")

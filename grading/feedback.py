@@ -10,6 +10,7 @@ from nbgrader.preprocessors import NbGraderPreprocessor
 from traitlets import Unicode
 
 HIDDEN = re.compile(r"^[ \t]*### BEGIN HIDDEN TESTS.*?^[ \t]*### END HIDDEN TESTS[^\n]*", re.S | re.M)
+HIDDEN_ANYWHERE = re.compile(r"### BEGIN HIDDEN TESTS.*?### END HIDDEN TESTS", re.S)  # e.g. printed as JSON
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 MAX_OUTPUT = 1_000_000  # characters of outputs per feedback page
 
@@ -49,6 +50,7 @@ class RedactHiddenTests(NbGraderPreprocessor):
     def _scrub(self, text):
         if not isinstance(text, str):
             text = "".join(text) if isinstance(text, list) else str(text)
+        text = HIDDEN_ANYWHERE.sub("(hidden tests)", text)
         return self._pattern.sub("(hidden)", text) if self._pattern else text
 
     def preprocess_cell(self, cell, resources, cell_index):

@@ -7,7 +7,8 @@ cases are the `check("case", ...)` calls of its source as nbgrader restored it (
 included); each case is compared by `starter.checks.verdict`, the comparison the student's public
 check runs, so a grade and the message the student saw can't disagree.
 
-A test cell scores its points times the share of its cases that pass (partial credit). Its outputs
+A test cell scores its points times the share of its hidden cases that pass (partial credit; all its
+cases where it has no hidden one): public cases' expected outputs ship with the kit. Its outputs
 become the judge's: one line per case (hidden cases by number, never by name) and the score, which
 nbgrader's SaveAutoGrades records. The per-case records also go to `records/<student>/<notebook>.json`
 for the grades table and the class report.
@@ -48,7 +49,9 @@ class CellResult:
     cases: list[CaseResult] = field(default_factory=list)
 
     def lines(self) -> list[str]:
-        return [f"\u2713 {c.label} passed" if c.passed else f"\u2717 {c.label}: {c.message}" for c in self.cases]
+        scored = any(not c.public for c in self.cases)
+        return [(f"\u2713 {c.label} passed" if c.passed else f"\u2717 {c.label}: {c.message}")
+                + (" (public example, not scored)" if c.public and scored else "") for c in self.cases]
 
 
 @dataclass
@@ -94,8 +97,10 @@ def judge_cell(grade_id: str, source: str, max_points: float, observations: dict
         except Exception as exc:  # noqa: BLE001 - malformed observation (shapes/dtypes nonsense)
             message = f"the recorded result could not be compared ({type(exc).__name__})"
         results.append(CaseResult(name, label, is_public, message is None, message or ""))
-    passed = sum(r.passed for r in results)
-    points = max_points * passed / len(results) if results else 0.0
+    # Scored on the hidden cases where there are any: a public case's expected output ships with the kit,
+    # so a submission could replay it; the hidden ones it can only earn by computing them.
+    counted = [r for r in results if not r.public] or results
+    points = max_points * sum(r.passed for r in counted) / len(counted) if counted else 0.0
     return CellResult(grade_id, round(points, 4), max_points, results)
 
 

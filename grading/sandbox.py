@@ -58,7 +58,7 @@ class Limits:
 class SandboxResult:
     """How the run ended, the executed notebook (None if it could not be read) and the records."""
 
-    status: str  # "finished" | "stopped" (a cell timed out, the kernel died) | "time limit" | "killed" | "failed"
+    status: str  # "finished" | "timed out" (cells interrupted) | "stopped" (the kernel died) | "time limit" | "killed"
     message: str = ""
     seconds: float = 0.0
     notebook: nbformat.NotebookNode | None = None
@@ -216,10 +216,13 @@ def run_notebook(nb, case_inputs: Path | None, limits: Limits = Limits(), isolat
                 executed = nbformat.read(str(out), as_version=4)
             except Exception as exc:  # noqa: BLE001 - written by untrusted code
                 message = message or f"the executed notebook could not be read ({type(exc).__name__})"
-        if executed is not None:
-            stopped = (executed.metadata.get("grading_run") or {}).get("stopped")
-            if stopped and status == "finished":
-                status, message = "stopped", str(stopped)[:300]
+        if executed is not None and status == "finished":
+            run = executed.metadata.get("grading_run") or {}
+            if run.get("stopped"):
+                status, message = "stopped", str(run["stopped"])[:300]
+            elif run.get("timeouts"):
+                status = "timed out"
+                message = f"cells {run['timeouts'][:10]} took longer than {limits.cell_seconds} s and were interrupted"
         observations, problems = read_observations(scratch / "results")
     return SandboxResult(status=status, message=message, seconds=time.perf_counter() - start, notebook=executed,
                          observations=observations, problems=problems, isolated=isolate)

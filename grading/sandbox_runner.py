@@ -62,15 +62,25 @@ def main(src: str, dest: str, cell_timeout: int) -> int:
     from nbclient.exceptions import CellTimeoutError, DeadKernelError
 
     nb = nbformat.read(src, as_version=4)
+    # a cell over its time is interrupted and marked with this error; the next cells still run
+    timed_out = {"ename": "CellTimeoutError", "evalue": f"the cell took longer than {cell_timeout} s", "traceback": []}
+    timeouts = []
+
+    def note_timeout(cell, cell_index, execute_reply):  # the timeout's reply is not an output: add one
+        if (execute_reply or {}).get("content", {}).get("ename") == "CellTimeoutError":
+            timeouts.append(cell_index)
+            cell.outputs.append(nbformat.v4.new_output("error", **timed_out))
+
     client = NotebookClient(
         nb, kernel_name="python3", timeout=cell_timeout, allow_errors=True, interrupt_on_timeout=True,
+        error_on_timeout=timed_out, on_cell_executed=note_timeout,
         extra_arguments=["--HistoryManager.hist_file=:memory:", f"--IPKernelApp.exec_lines={REFUSE_EXIT!r}"])
     stopped = ""
     try:
         client.execute()
     except (DeadKernelError, CellTimeoutError, RuntimeError) as exc:
         stopped = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
-    nb.metadata["grading_run"] = {"stopped": stopped}
+    nb.metadata["grading_run"] = {"stopped": stopped, "timeouts": timeouts}
     cap_outputs(nb)
     nbformat.write(nb, dest)
     return 0

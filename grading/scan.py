@@ -1,7 +1,8 @@
-"""Spot student code that could tamper with the checks, so the clean-room re-check runs for it.
+"""Spot student code that reaches for the checks, the interpreter or the system, for an instructor's look.
 
-Over-inclusive on purpose: a false alarm only costs one clean-room run (a few seconds), while honest
-notebook code (functions, classes, `self.x = ...`, tensor maths) raises none.
+It decides nothing: scores come from the judge, which compares recorded outputs with expected ones
+that never enter the sandbox, so such code cannot gain points. The findings go to the `review`
+column. Honest notebook code (functions, classes, `self.x = ...`, tensor maths) raises none.
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ def _root_name(node) -> str | None:
 
 
 def suspicious(source: str) -> list[str]:
-    """Reasons to re-check this code in a clean room (empty for ordinary code)."""
+    """Reasons to look at this code (empty for ordinary code)."""
     try:
         tree = ast.parse(source)
     except SyntaxError:

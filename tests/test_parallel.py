@@ -1,19 +1,24 @@
-"""Parallel autograde on a real PostgreSQL gradebook, and resuming an interrupted run."""
+"""Grading on Dask: parallel workers on a real PostgreSQL gradebook, a real multi-process cluster on
+localhost, a worker killed mid-run, the parent killed and resumed, and dynamic scheduling."""
 from __future__ import annotations
 
 import csv
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
+import nbformat
 import pytest
 
 import postgres
 from conftest import filled_submission, write_nb
+from grading import engine
 from grading import notebooks as nbs
 from grading.autograde import autograde, graded_columns
 
@@ -23,6 +28,8 @@ CAUSAL_BUG = '''
 def causal_mask(T, device=None):
     return torch.ones(T, T, dtype=torch.bool, device=device).tril(-1)
 '''
+needs_postgres = pytest.mark.skipif(not postgres.available() and not os.environ.get("CI"),
+                                    reason="no PostgreSQL server binaries")
 
 
 def _class(folder: Path, n: int) -> dict[str, float]:
@@ -41,17 +48,23 @@ def _totals(out: Path) -> dict[str, float]:
         return {r["student"]: float(r[f"{NB}:total"]) for r in csv.DictReader(f) if r["student"] != "(max points)"}
 
 
-@pytest.mark.skipif(not postgres.available() and not os.environ.get("CI"), reason="no PostgreSQL server binaries")
+def _wait_for_status(status: Path, proc=None, timeout: float = 300) -> None:
+    deadline = time.monotonic() + timeout
+    while not (status.is_dir() and list(status.glob("*.json"))):
+        assert time.monotonic() < deadline and (proc is None or proc.poll() is None), "no student ever finished"
+        time.sleep(0.2)
+
+
+@needs_postgres
 def test_two_workers_on_postgres(tmp_path):
     expected = _class(tmp_path / "subs", 4)
     with postgres.server() as url:
         results = autograde(tmp_path / "subs", tmp_path / "out", course_dir=tmp_path / "course", db_url=url, workers=2)
         assert {r.student: r.status for r in results} == {s: "graded" for s in expected}
         assert _totals(tmp_path / "out") == expected
-        # the gradebook really is the PostgreSQL one
         from nbgrader.api import Gradebook
 
-        with Gradebook(url) as gb:
+        with Gradebook(url) as gb:  # the gradebook really is the PostgreSQL one
             assert sorted(s.id for s in gb.students) == sorted(expected)
 
 
@@ -61,6 +74,43 @@ def test_more_workers_need_a_real_database(tmp_path):
         autograde(tmp_path / "subs", tmp_path / "out", course_dir=tmp_path / "course", workers=2)
 
 
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@needs_postgres
+def test_an_existing_cluster_grades_the_same_and_survives_a_killed_worker(tmp_path):
+    """`dask scheduler` and two `dask worker` processes on localhost; one worker is killed with -9
+    while grading: its student is retried on the other, and every student gets the grade it earns."""
+    expected = _class(tmp_path / "subs", 4)
+    address = f"tcp://127.0.0.1:{_free_port()}"
+    env = engine.worker_env()
+    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL, "env": env, "cwd": tmp_path}
+    procs = [subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", "127.0.0.1",
+                               "--port", address.rsplit(":", 1)[1], "--no-dashboard"], **quiet)]
+    try:
+        workers = [subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_worker", address, "--nthreads", "1",
+                                     "--no-nanny", "--no-dashboard", "--name", f"w{i}"], **quiet) for i in range(2)]
+        procs += workers
+        with postgres.server() as url:
+            done: dict = {}
+            run = threading.Thread(target=lambda: done.update(results=autograde(
+                tmp_path / "subs", tmp_path / "out", course_dir=tmp_path / "course", db_url=url, scheduler=address)))
+            run.start()
+            _wait_for_status(tmp_path / "course" / "status")
+            workers[0].send_signal(signal.SIGKILL)  # mid-run: at most one student finished so far
+            run.join(timeout=600)
+            assert not run.is_alive()
+            assert {r.student: r.status for r in done["results"]} == {s: "graded" for s in expected}
+            assert _totals(tmp_path / "out") == expected
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+
+
 def test_interrupted_run_resumes_without_regrading(tmp_path):
     expected = _class(tmp_path / "subs", 3)
     course, out = tmp_path / "course", tmp_path / "out"
@@ -68,14 +118,10 @@ def test_interrupted_run_resumes_without_regrading(tmp_path):
            "--course", str(course)]
     proc = subprocess.Popen(cmd, cwd=nbs.ROOT, start_new_session=True, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
-    status = course / "status"
-    deadline = time.monotonic() + 300
-    while not (status.is_dir() and list(status.glob("*.json"))):
-        assert time.monotonic() < deadline and proc.poll() is None, "first student never finished"
-        time.sleep(0.2)
-    os.killpg(proc.pid, signal.SIGKILL)  # the whole run dies: the parent, its worker, the kernels
+    _wait_for_status(course / "status", proc)
+    os.killpg(proc.pid, signal.SIGKILL)  # the whole run dies: the parent, its cluster, the sandboxes
     proc.wait()
-    finished = {p.stem: p.stat().st_mtime_ns for p in status.glob("*.json")}
+    finished = {p.stem: p.stat().st_mtime_ns for p in (course / "status").glob("*.json")}
     assert 1 <= len(finished) < 3, "the interruption came too late to test anything"
     shutil.rmtree(out, ignore_errors=True)
 
@@ -83,5 +129,22 @@ def test_interrupted_run_resumes_without_regrading(tmp_path):
     assert {r.student: r.status for r in results} == {s: "graded" for s in expected}
     assert _totals(out) == expected
     for student, mtime in finished.items():  # not graded again
-        assert (status / f"{student}.json").stat().st_mtime_ns == mtime
+        assert (course / "status" / f"{student}.json").stat().st_mtime_ns == mtime
     assert (out / "failures.csv").exists() and (out / "failures.png").exists()
+
+
+@needs_postgres
+def test_a_slow_student_does_not_hold_up_the_others(tmp_path):
+    """Dynamic scheduling: while one worker is busy with a slow student, the other takes everyone else
+    (asserted on the order in which students finish, not on wall time)."""
+    expected = _class(tmp_path / "subs", 4)
+    slow = filled_submission(NB)
+    slow.cells.append(nbformat.v4.new_code_cell("import time\ntime.sleep(45)"))
+    write_nb(slow, tmp_path / "subs" / "a_slow" / f"{NB}.ipynb")  # first in line
+    with postgres.server() as url:
+        autograde(tmp_path / "subs", tmp_path / "out", course_dir=tmp_path / "course", db_url=url, workers=2,
+                  cell_timeout=60)
+    status = tmp_path / "course" / "status"
+    order = sorted(status.glob("*.json"), key=lambda p: p.stat().st_mtime_ns)
+    assert order[-1].stem == "a_slow", [p.stem for p in order]
+    assert _totals(tmp_path / "out") == {**expected, "a_slow": FULL}

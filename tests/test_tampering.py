@@ -1,22 +1,20 @@
-"""Whatever students hand in, the batch finishes and each gets the grade their real code earns.
+"""Hostile and broken submissions: each earns what its real code earns, and harms no one else.
 
-One autograde run over a class of canned submissions, each built from the correct solution of
-notebook 01 plus one kind of trouble. Decisions (also in the README):
-- structural edits (tests edited, deleted, duplicated, points changed, metadata stripped, nbformat
-  4.0 from Colab): repaired by rebuilding on the release template, graded normally, noted;
-- tampering with the checks (rebinding `check`, patching `starter.checks`, `torch.allclose`,
-  `numpy.allclose`, `torch.testing.assert_close`): the clean-room re-check decides; a test that
-  passed only thanks to the tampering scores 0 and the student is flagged for manual review;
-- an infinite loop: that cell times out, the tests that need it fail, the rest count;
-- megabytes of output: truncated, graded normally;
-- exiting the kernel: refused inside the kernel (the cell errors), graded normally otherwise;
-- an exception at import (top level of a cell): the tests that need what the cell defines fail.
+One autograde run over a class built from notebook 01. Most attackers hand in a *wrong*
+`causal_mask` (the diagonal excluded) plus the attack in an extra cell, so their honest score is
+the full mark less `test_causal_mask`; any gain from an attack shows up there. Controls: the
+solution, the same notebook from Colab (nbformat 4.0), renamed copies, structural edits. After the
+run: the scores, the review flags, the classmates' files, no process left behind, and no hidden
+material in any feedback page.
 """
 from __future__ import annotations
 
 import copy
 import csv
 import json
+import os
+import subprocess
+import zipfile
 
 import nbformat
 import pytest
@@ -24,97 +22,170 @@ import pytest
 from conftest import filled_submission, write_nb
 from grading import notebooks as nbs
 from grading.autograde import autograde, graded_columns
+from grading.feedback import hidden_case_names
 
 NB = "01_scaled_dot_product_attention"
 POINTS = {g: p for s, g, p in graded_columns() if s == NB}
 FULL = sum(POINTS.values())
-CAUSAL_OK = '''
+WRONG_MASK = '''
 def causal_mask(T, device=None):
-    return torch.ones(T, T, dtype=torch.bool, device=device).tril()
+    return torch.ones(T, T, dtype=torch.bool, device=device).tril(-1)
 '''
+MARKER = "tampering-test-4b1d"  # in every attacker's background processes, to find survivors
 
 
-def _with_extra(nb, code: str, after_solution: str = "causal_mask"):
-    idx = next(i for i, c in enumerate(nb.cells) if nbs.nbgrader_meta(c).get("grade_id") == after_solution)
-    nb.cells.insert(idx + 1, nbformat.v4.new_code_cell(code))
+def _wrong(extra: str = ""):
+    """Notebook 01 with the wrong causal_mask and `extra` as a cell of its own after it."""
+    nb = filled_submission(NB, {"causal_mask": WRONG_MASK})
+    if extra:
+        idx = next(i for i, c in enumerate(nb.cells) if nbs.nbgrader_meta(c).get("grade_id") == "causal_mask")
+        nb.cells.insert(idx + 1, nbformat.v4.new_code_cell(extra))
     return nb
 
 
-def _edited_tests():
-    nb = filled_submission(NB)
-    tests = [c for c in nb.cells if nbs.is_test(c)]
-    tests[0].source = "pass"
-    nb.cells.remove(tests[1])
+def _at_end(code: str):
+    nb = _wrong()
+    nb.cells.append(nbformat.v4.new_code_cell(code))
     return nb
 
 
-def _repointed():
-    nb = filled_submission(NB)
-    for c in nb.cells:
-        if nbs.is_test(c):
-            c.metadata.nbgrader["points"] = 100
-    return nb
-
-
-def _duplicated():
-    nb = filled_submission(NB)
-    nb.cells += [copy.deepcopy(c) for c in nb.cells if nbs.is_test(c)][:2]
-    return nb
-
-
-def _stripped():
-    nb = filled_submission(NB)
-    for c in nb.cells:
-        c.metadata = {}
-    return nb
-
-
-REBIND_CHECK = '''
-import starter.checks
-check = lambda *args, **kwargs: print("passed")
-try:
-    starter.checks.check = check  # refused: the module's public names are read-only
-except AttributeError:
+# -- the attacks (each a cell of student code) -----------------------------------------------------
+LYING_TENSOR = '''
+class Liar(torch.Tensor):
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        if getattr(func, "__name__", "") in ("allclose", "equal", "eq", "__eq__", "isclose", "all"):
+            return True
+        return super().__torch_function__(func, types, args, kwargs or {})
+_mask = causal_mask
+def causal_mask(T, device=None):
+    return _mask(T, device).as_subclass(Liar)
+'''
+PATCH_CHECKER = '''
+import base64, gc, sys
+payload = base64.b64encode(b"""
+m = sys.modules["starter.checks"]
+m.__dict__["verdict"] = lambda *a, **k: None
+for obj in gc.get_objects():
+    if getattr(obj, "__name__", "") == "_close":
+        obj.__globals__["_close"] = lambda *a, **k: True
+import builtins
+builtins.bool = lambda *a: True
+""")
+exec(base64.b64decode(payload).decode())
+'''
+SABOTAGE_RECORDING = '''
+import sys
+sys.modules["starter.checks"].__dict__["check"] = lambda *a, **k: print("passed")
+'''
+READ_HIDDEN = '''
+import glob, h5py
+_files = [p for p in glob.glob("/**/*.h5", recursive=True)]
+def causal_mask(T, device=None):
+    for path in _files:  # replay any stored expected output of the right shape
+        try:
+            with h5py.File(path, "r") as f:
+                found = []
+                f.visititems(lambda n, o: found.append(o[()]) if n.endswith("expected/mask") else None)
+        except OSError:
+            continue
+        for value in found:
+            if value.shape == (T, T):
+                return torch.from_numpy(value)
+    return torch.ones(T, T, dtype=torch.bool, device=device).tril(-1)
+'''
+RUN_OTHERS = '''
+import glob, json
+_seen = glob.glob("/**/solutions/*.ipynb", recursive=True) + glob.glob("/**/submitted/**/*.ipynb", recursive=True)
+for _p in _seen:
+    for _c in json.load(open(_p))["cells"]:
+        if "def causal_mask" in "".join(_c["source"]) and "tril()" in "".join(_c["source"]):
+            exec("".join(_c["source"]).replace("### BEGIN SOLUTION", "").replace("### END SOLUTION", ""))
+print("found", len(_seen))
+'''
+BACKGROUND = f'''
+import subprocess, sys
+subprocess.Popen(["/bin/sh", "-c", "sleep 300 # {MARKER}"], start_new_session=True)
+subprocess.Popen([sys.executable, "-c", "import os, time; os.setsid(); time.sleep(300)  # {MARKER}"])
+'''
+WRITE_ELSEWHERE = '''
+import glob, os
+_hits = []
+for _pattern in ("/work/**/*.ipynb", "/tmp/**/*.ipynb", "/root/**/*", "/**/gradebook.db", "/**/grades.csv"):
+    for _p in glob.glob(_pattern, recursive=True):
+        if not _p.startswith("/tmp/work"):
+            try:
+                with open(_p, "w") as _f:
+                    _f.write("overwritten")
+                _hits.append(_p)
+            except OSError:
+                pass
+print("overwrote", _hits)
+'''
+KILL_EVERYTHING = '''
+import os, signal, subprocess
+subprocess.run(["kill", "-9", "-1"])  # every process this code can see
+'''
+IGNORE_SIGNALS_FOREVER = '''
+import signal
+for _s in (signal.SIGINT, signal.SIGALRM, signal.SIGTERM):
+    signal.signal(_s, signal.SIG_IGN)
+while True:
     pass
 '''
-PATCH_CHECK = '''
-import starter.checks
-vars(starter.checks)["check"] = lambda *args, **kwargs: print("passed")  # past the read-only guard
-'''
-PATCH_ALLCLOSE = '''
-import numpy, torch, torch.testing
-torch.allclose = lambda *a, **k: True
-numpy.allclose = lambda *a, **k: True
-torch.testing.assert_close = lambda *a, **k: None
+PRINT_SECRETS = '''
+import glob
+print(open("in.ipynb").read())  # the notebook as the grader restored it, hidden tests included
+for _p in glob.glob("/**/*.ipynb", recursive=True):
+    print(_p)
+print("x" * 50_000_000)
 '''
 
+
+def _structural():
+    edited = filled_submission(NB)
+    tests = [c for c in edited.cells if nbs.is_test(c)]
+    tests[0].source = "pass"
+    edited.cells.remove(tests[1])
+    repointed = filled_submission(NB)
+    for c in repointed.cells:
+        if nbs.is_test(c):
+            c.metadata.nbgrader["points"] = 100
+    duplicated = filled_submission(NB)
+    duplicated.cells += [copy.deepcopy(c) for c in duplicated.cells if nbs.is_test(c)][:2]
+    stripped = filled_submission(NB)
+    for c in stripped.cells:
+        c.metadata = {}
+    return {"edits_tests": edited, "changes_points": repointed, "duplicates_cells": duplicated,
+            "strips_metadata": stripped}
+
+
+HONEST_WRONG = {"test_causal_mask": 0}
+# name: (notebook, expected points per test cell (missing = full), expected review flag substring or None)
 STUDENTS = {
-    # name: (notebook, expected points per test cell (missing = full), expect a review flag)
-    "edits_tests": (_edited_tests, {}, False),
-    "changes_points": (_repointed, {}, False),
-    "duplicates_cells": (_duplicated, {}, False),
-    "strips_metadata": (_stripped, {}, False),
-    # a wrong causal_mask and `check` rebound: test cells re-import the real `check`, so no gain
-    "rebinds_check": (lambda: _with_extra(filled_submission(NB, {"causal_mask": CAUSAL_OK.replace(
-        ".tril()", ".tril(-1)")}), REBIND_CHECK), {"test_causal_mask": 0}, False),
-    # a wrong causal_mask, hidden behind a patched `check`: every test passes in the notebook
-    "patches_check": (lambda: _with_extra(filled_submission(NB, {"causal_mask": CAUSAL_OK.replace(
-        ".tril()", ".tril(-1)")}), PATCH_CHECK), {"test_causal_mask": 0}, True),
-    # stubs left in place, comparison functions patched: nothing to gain
-    "patches_allclose": (lambda: _with_extra(nbs.read(nbs.RELEASE / f"{NB}.ipynb"), PATCH_ALLCLOSE, "SelfAttention"),
-                         {g: 0 for g in POINTS}, False),
-    "loops_forever": (lambda: filled_submission(NB, {"causal_mask": CAUSAL_OK.replace(
-        "    return", "    while True:\n        pass\n    return")}), {"test_causal_mask": 0}, False),
-    "prints_megabytes": (lambda: _with_extra(filled_submission(NB), "print('x' * 100 + '\\n') \n" * 1
-                                             + "for _ in range(50000):\n    print('spam ' * 20)"), {}, False),
-    "exits_kernel": (lambda: _with_extra(filled_submission(NB), "import os\nos._exit(0)"), {}, False),
-    "calls_exit": (lambda: _with_extra(filled_submission(NB), "exit()"), {}, False),
-    "raises_at_import": (lambda: filled_submission(NB, {"causal_mask": "raise RuntimeError('boom')\n" + CAUSAL_OK}),
-                         {"test_causal_mask": 0}, False),
+    "solution": (filled_submission(NB), {}, None),
+    **{name: (nb, {}, None) for name, nb in _structural().items()},
+    "lying_tensor": (_wrong(LYING_TENSOR), HONEST_WRONG, None),
+    "patches_checker": (_wrong(PATCH_CHECKER), HONEST_WRONG, "reaches for the checks"),
+    "reads_references": (_wrong(READ_HIDDEN), HONEST_WRONG, None),
+    "runs_others_work": (_wrong(RUN_OTHERS), HONEST_WRONG, None),
+    "background_process": (_wrong(BACKGROUND), HONEST_WRONG, None),
+    "writes_elsewhere": (_wrong(WRITE_ELSEWHERE), HONEST_WRONG, None),
+    "kills_everything": (_at_end(KILL_EVERYTHING), HONEST_WRONG, "killed"),
+    "ignores_signals": (_at_end(IGNORE_SIGNALS_FOREVER), HONEST_WRONG, "timed out"),
+    "prints_secrets": (_at_end(PRINT_SECRETS), HONEST_WRONG, None),
+    # sabotaging the recording can only cost the student: the tests after it record nothing, earn nothing
+    "sabotages_recording": (_wrong(SABOTAGE_RECORDING), {"test_causal_mask": 0, "test_self_attention": 0},
+                            "reaches for the checks"),
+    "exits_kernel": (_wrong("import os\nos._exit(0)"), HONEST_WRONG, None),
+    "loops_forever": (filled_submission(NB, {"causal_mask": WRONG_MASK.replace(
+        "    return", "    while True:\n        pass\n    return")}), HONEST_WRONG, None),
+    "raises_at_import": (filled_submission(NB, {"causal_mask": "raise RuntimeError('boom')\n" + WRONG_MASK}),
+                         HONEST_WRONG, None),
 }
 
 
-def _colab_40(tmp_path):
+def _colab_40():
     raw = json.loads(nbformat.writes(filled_submission(NB)))
     raw["nbformat_minor"] = 0
     raw["metadata"] = {"colab": {"provenance": []}, "kernelspec": {"name": "python3", "display_name": "Python 3"}}
@@ -124,35 +195,98 @@ def _colab_40(tmp_path):
     return json.dumps(raw)
 
 
+def _survivors() -> list[str]:
+    ps = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
+    return [line for line in ps.splitlines() if MARKER in line and "ps -eo" not in line]
+
+
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory, grading_db):
     subs = tmp_path_factory.mktemp("tampering")
-    for name, (make, _, _) in STUDENTS.items():
-        write_nb(make(), subs / name / f"{NB}.ipynb")
+    for name, (nb, _, _) in STUDENTS.items():
+        write_nb(nb, subs / name / f"{NB}.ipynb")
     (subs / "colab_40").mkdir()
-    (subs / "colab_40" / f"{NB}.ipynb").write_text(_colab_40(subs))
+    (subs / "colab_40" / f"Copy of {NB}.ipynb").write_text(_colab_40())
+    # a classmate's work next to the attackers', and a link to the instructor's solution
+    (subs / "symlinks_solution").mkdir()
+    (subs / "symlinks_solution" / f"{NB}.ipynb").symlink_to(nbs.SOLUTIONS / f"{NB}.ipynb")
+    (subs / "big_files").mkdir()
+    write_nb(filled_submission(NB), subs / "big_files" / f"{NB} (1).ipynb")
+    with open(subs / "big_files" / "dataset.bin", "wb") as f:
+        f.truncate(300 * 2**20)
+    before = {p: p.read_bytes() for p in (subs / "solution").rglob("*.ipynb")}
     out = tmp_path_factory.mktemp("out")
+    course_dir = tmp_path_factory.mktemp("course")
     db_url, workers = grading_db
-    results = autograde(subs, out, course_dir=tmp_path_factory.mktemp("course"), cell_timeout=20,
-                        db_url=db_url, workers=workers)
+    results = autograde(subs, out, course_dir=course_dir, cell_timeout=10, notebook_timeout=120, db_url=db_url,
+                        workers=workers)
     with open(out / "grades.csv") as f:
         rows = {r["student"]: r for r in csv.DictReader(f)}
-    return {r.student: r for r in results}, rows
+    return {"results": {r.student: r for r in results}, "rows": rows, "out": out, "subs": subs,
+            "before": before, "course": course_dir}
 
 
-@pytest.mark.parametrize("student", sorted(STUDENTS) + ["colab_40"])
-def test_graded_as_decided(graded, student):
-    results, rows = graded
-    _, expected, flagged = STUDENTS.get(student, (None, {}, False))
-    row = rows[student]
+@pytest.mark.parametrize("student", sorted(STUDENTS))
+def test_each_earns_what_its_code_earns(graded, student):
+    _, expected, flag = STUDENTS[student]
+    row = graded["rows"][student]
     assert row["status"] == "graded", (row["status"], row["notes"])
-    for grade_id, points in POINTS.items():
-        want = expected.get(grade_id, points)
-        assert float(row[f"{NB}:{grade_id}"]) == want, (grade_id, row["review"], row["notes"])
-    assert bool(row["review"]) == flagged, row["review"]
+    got = {g: float(row[f"{NB}:{g}"]) for g in POINTS}
+    want = {g: float(expected.get(g, p)) for g, p in POINTS.items()}
+    assert got == want, (row["review"], row["notes"])
+    if flag:
+        assert flag in row["review"], row["review"]
 
 
-def test_the_whole_class_is_in_the_csv(graded):
-    results, rows = graded
-    assert set(STUDENTS) | {"colab_40"} == set(results) == set(rows) - {"(max points)"}
-    assert float(rows["(max points)"]["total"]) == sum(p for *_, p in graded_columns())
+def test_honest_variants_grade_in_full(graded):
+    rows = graded["rows"]
+    assert float(rows["colab_40"][f"{NB}:total"]) == FULL, rows["colab_40"]["notes"]
+    assert float(rows["big_files"][f"{NB}:total"]) == FULL and "dataset.bin" in rows["big_files"]["notes"]
+    assert not rows["solution"]["review"] and not rows["colab_40"]["review"]
+
+
+def test_a_link_to_the_solution_is_not_followed(graded):
+    row = graded["rows"]["symlinks_solution"]
+    assert float(row["total"]) == 0.0 and "symbolic link" in row["notes"], row
+
+
+def test_nothing_outlives_grading_and_classmates_are_untouched(graded):
+    assert not _survivors(), _survivors()
+    for path, content in graded["before"].items():
+        assert path.read_bytes() == content
+    staged = graded["course"] / "submitted" / "solution"
+    assert all("overwritten" not in p.read_text() for p in staged.rglob("*.ipynb"))
+    assert not list(graded["course"].rglob("pwned"))
+
+
+def test_feedback_holds_nothing_hidden(graded):
+    names = hidden_case_names(nbs.HIDDEN_REFERENCES)
+    for page in (graded["out"] / "feedback").rglob("*.html"):
+        html = page.read_text()
+        assert page.stat().st_size < 3 * 2**20, f"{page}: {page.stat().st_size} bytes"
+        leaked = [n for n in names if n in html]
+        assert not leaked, f"{page}: hidden case names {leaked[:3]}"
+        assert "BEGIN HIDDEN TESTS" not in html, page
+    secrets = (graded["out"] / "feedback" / "prints_secrets" / f"{NB}.html").read_text()
+    assert "solutions/" not in secrets and "[output truncated]" in secrets
+
+
+def test_every_student_has_a_row(graded):
+    assert set(graded["rows"]) - {"(max points)"} == set(STUDENTS) | {"colab_40", "symlinks_solution", "big_files"}
+
+
+def test_a_bad_zip_member_refuses_only_its_student(tmp_path):
+    archive = tmp_path / "class.zip"
+    with zipfile.ZipFile(archive, "w") as zf:
+        zf.writestr(f"class/honest/{NB}.ipynb", nbformat.writes(filled_submission(NB)))
+        zf.writestr(f"class/sneaky/{NB}.ipynb", nbformat.writes(filled_submission(NB)))
+        zf.writestr("class/sneaky/../../escaped.txt", "out of the folder")
+        link = zipfile.ZipInfo(f"class/linky/{NB}.ipynb")
+        link.external_attr = (0o120777 << 16)  # a symbolic link
+        zf.writestr(link, str(nbs.SOLUTIONS / f"{NB}.ipynb"))
+    results = {r.student: r for r in autograde(archive, tmp_path / "out", course_dir=tmp_path / "course",
+                                               cell_timeout=10)}
+    assert results["honest"].status == "graded"
+    assert results["sneaky"].status == "failed" and "outside the submission" in " ".join(results["sneaky"].notes)
+    assert results["linky"].status == "failed" and "symbolic link" in " ".join(results["linky"].notes)
+    assert not (tmp_path / "escaped.txt").exists() and not os.path.exists("escaped.txt")

@@ -1,0 +1,100 @@
+"""Where grading runs: a Dask cluster, one task per student.
+
+By default a `LocalCluster` on this machine, one worker process per core (`workers`); with
+`scheduler="tcp://HOST:PORT"` the tasks go to a running cluster instead, whose workers were started
+with `dask worker tcp://HOST:PORT` on machines that have this kit installed and see the course
+folder at the same path (a shared file system) and the same PostgreSQL gradebook.
+
+Scheduling is dynamic: a worker that finishes takes the next student, so nobody waits behind a slow
+student. A task whose worker dies (killed, out of memory, machine lost) is retried once on another
+worker, then recorded as failed with the reason; an exception in grading is recorded as it is and
+never retried (it would fail the same way). Every student ends with a record, and a record is
+written (`status/<student>.json`, by the task itself) as soon as that student is done, so a run
+whose parent was killed continues with `resume=True` where it stopped.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+
+RETRIES_AFTER_A_DEAD_WORKER = 1
+
+
+def _status_dir(root: Path) -> Path:
+    path = root / "status"
+    path.mkdir(exist_ok=True)
+    return path
+
+
+def finished(root: Path) -> dict[str, dict]:
+    """Records of the students an earlier run finished."""
+    out = {}
+    for path in _status_dir(root).glob("*.json"):
+        try:
+            out[path.stem] = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+def _failed(root: Path, student: str, reason: str) -> dict:
+    record = {"student": student, "ok": False, "error": reason, "notes": [], "flags": []}
+    (_status_dir(root) / f"{student}.json").write_text(json.dumps(record))
+    return record
+
+
+def run(root: Path, students: list[str], workers: int = 1, scheduler: str | None = None,
+        progress: bool = True) -> dict[str, dict]:
+    """Grade `students` (those without a record yet) on a cluster; return every student's record."""
+    import dask
+    from dask.distributed import Client, LocalCluster, as_completed
+    from distributed.scheduler import KilledWorker
+    from tqdm.auto import tqdm
+
+    from .worker import grade_student
+
+    records = {s: r for s, r in finished(root).items() if s in students}
+    todo = [s for s in students if s not in records]
+    if not todo:
+        return records
+    with dask.config.set({"distributed.scheduler.allowed-failures": RETRIES_AFTER_A_DEAD_WORKER,
+                          "distributed.worker.daemon": False,  # a worker starts processes (sandboxes)
+                          "distributed.logging.distributed": "error"}):
+        if scheduler:
+            cluster, client = None, Client(scheduler, timeout=30)
+        else:
+            cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                                   dashboard_address=None, silence_logs=logging.ERROR,
+                                   env={"OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore",
+                                        "MPLBACKEND": "Agg"})
+            client = Client(cluster)
+        try:
+            futures = {client.submit(grade_student, str(root), s, key=f"grade-{s}", pure=False): s for s in todo}
+            bar = tqdm(total=len(futures), desc="grading", unit="student", disable=not progress)
+            for future in as_completed(futures):
+                student = futures[future]
+                try:
+                    records[student] = future.result()
+                except KilledWorker:
+                    records[student] = _failed(root, student, "the grading worker died twice on this student "
+                                                              "(out of memory, or killed)")
+                except Exception as exc:  # noqa: BLE001 - the grader's own failure on this student
+                    records[student] = _failed(root, student, f"{type(exc).__name__}: {exc}"[:400])
+                bar.update(1)
+            bar.close()
+        finally:
+            client.close()
+            if cluster is not None:
+                cluster.close()
+    return records
+
+
+def worker_env() -> dict:
+    """Environment for `dask worker` processes started by hand or by tests: the kit importable."""
+    from . import notebooks
+
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(notebooks.ROOT), env.get("PYTHONPATH", "")]))
+    return env

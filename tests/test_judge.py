@@ -1,0 +1,101 @@
+"""The pieces of grading one at a time: the sandbox's walls, the observations that cross them, the judge."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import h5py
+import nbformat
+import numpy as np
+import pytest
+
+from grading import notebooks as nbs
+from grading import sandbox
+from grading.judge import judge_cell, public_case_names
+from starter.checks import Observation, load_case, observe, read_observations, record, verdict
+
+HIDDEN_CASE = "causal/17"  # a hidden case of notebook 01
+DIRS = [nbs.PUBLIC_REFERENCES, nbs.HIDDEN_REFERENCES]
+
+
+def _causal(off: int):
+    import torch
+
+    return lambda T, device=None: torch.ones(T, T, dtype=torch.bool, device=device).tril(off)
+
+
+def test_the_judge_says_what_the_public_check_says():
+    case = load_case("causal/5")
+    wrong = verdict(case, observe(case, _causal(-1)))
+    assert wrong and "off by one" in wrong and "causal/5" not in wrong  # no case name in the judge's line
+    assert verdict(case, observe(case, _causal(0))) is None
+
+
+def test_observations_round_trip_and_hostile_files_are_refused(tmp_path):
+    case = load_case(HIDDEN_CASE, DIRS)
+    record(observe(case, _causal(0)), tmp_path)
+    (tmp_path / "0001.json").write_text(json.dumps({"case": "x", "error": 3}))  # wrong types
+    meta = {"case": "y", "error": "", "raised": None, "raised_text": "", "dtypes": {"mask": "torch.bool"},
+            "grad_error": "", "outputs": ["mask"], "grads": []}
+    (tmp_path / "0002.json").write_text(json.dumps(meta))
+    np.savez(tmp_path / "0002.npz", **{"out:mask": np.array([object()], dtype=object)})  # a pickle inside
+    (tmp_path / "0003.json").symlink_to(tmp_path / "0000.json")
+    found, problems = read_observations(tmp_path)
+    assert set(found) == {HIDDEN_CASE} and verdict(case, found[HIDDEN_CASE]) is None
+    assert len(problems) == 3, problems
+
+
+def test_partial_credit_counts_hidden_cases_and_never_names_them():
+    source = 'check("causal/5", causal_mask)\n### BEGIN HIDDEN TESTS\ncheck("causal/1", causal_mask)\n' \
+             'check("causal/17", causal_mask)\n### END HIDDEN TESTS'
+    good, bad = _causal(0), _causal(-1)
+    observations = {"causal/5": observe(load_case("causal/5"), bad),  # the public case fails: not scored
+                    "causal/1": observe(load_case("causal/1", DIRS), good)}  # causal/17 never ran
+    cell = judge_cell("test_causal_mask", source, 2.0, observations, DIRS, public_case_names(), "did not run")
+    assert cell.points == 1.0  # one of two hidden cases
+    lines = "\n".join(cell.lines())
+    assert "causal/1" not in lines and "causal/17" not in lines and "hidden case 2: did not run" in lines
+    assert "causal/5" in lines and "not scored" in lines
+
+
+def test_case_inputs_hold_no_expected_outputs(tmp_path):
+    sandbox.write_case_inputs(nbs.HIDDEN_REFERENCES, tmp_path)
+    keys = []
+    for path in tmp_path.glob("*.h5"):
+        with h5py.File(path, "r") as f:
+            f.visit(keys.append)
+    assert keys and not [k for k in keys if k.split("/")[-1] in ("expected", "grads", "variants")]
+    assert any(k.endswith("/inputs") for k in keys)
+
+
+def test_without_bubblewrap_grading_stops_and_says_how_to_get_it(monkeypatch):
+    monkeypatch.setattr(sandbox.shutil, "which", lambda name: None)
+    with pytest.raises(sandbox.SandboxUnavailable, match="apt-get install bubblewrap"):
+        sandbox.require_bwrap()
+
+
+@pytest.mark.skipif(sandbox.bwrap() is None, reason="bubblewrap is not installed")
+def test_inside_the_sandbox(tmp_path):
+    probe = f"""
+import json, os, socket
+seen = {{p: os.path.exists(p) for p in {[str(nbs.HIDDEN_REFERENCES), str(nbs.SOLUTIONS), str(tmp_path),
+                                        str(nbs.ROOT / "grading"), str(Path.home() / ".cache")]!r}}}
+try:
+    socket.create_connection(("127.0.0.1", 22), timeout=1)
+    net = "connected"
+except OSError as exc:
+    net = type(exc).__name__
+try:
+    open({str(nbs.ROOT / "starter" / "x")!r}, "w")
+    wrote = True
+except OSError:
+    wrote = False
+print(json.dumps({{"seen": seen, "net": net, "uid": os.getuid(), "pids": len(os.listdir("/proc")), "wrote": wrote}}))
+"""
+    (tmp_path / "secret.txt").write_text("the grader's own file")
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(probe)])
+    result = sandbox.run_notebook(nb, None, sandbox.Limits(cell_seconds=30, notebook_seconds=120))
+    assert result.status == "finished", result.message
+    report = json.loads(result.notebook.cells[0].outputs[0]["text"])
+    assert not any(report["seen"].values()), report["seen"]
+    assert report["net"] != "connected" and report["uid"] == sandbox.NOBODY and not report["wrote"]
