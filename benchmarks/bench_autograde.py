@@ -50,8 +50,6 @@ def make_class(folder: Path, n: int) -> list[str]:
 
 def plain_nbgrader(subs: Path, tmp: Path, students: list[str]) -> float:
     """Seconds per submission of nbgrader's own autograde + feedback (no sandbox, no judge)."""
-    from grading.worker import _api
-
     root = tmp / "course-plain"
     course.prepare_grading_course(root)
     with open(root / "nbgrader_config.py", "a") as f:
@@ -59,7 +57,7 @@ def plain_nbgrader(subs: Path, tmp: Path, students: list[str]) -> float:
     for student in students:
         shutil.copytree(subs / student, root / "submitted" / student / notebooks.ASSIGNMENT)
     os.environ["COURSE_HIDDEN_REFERENCES"] = str(notebooks.HIDDEN_REFERENCES)  # checks judge in the kernel
-    api = _api(root)
+    api = course.api(root)
     start = time.perf_counter()
     for student in students:
         api.autograde(notebooks.ASSIGNMENT, student, force=True, create=True)

@@ -1,15 +1,14 @@
-"""An nbgrader course directory built from `solutions/`, and the nbgrader commands run in it.
+"""An nbgrader course directory built from `solutions/`, and nbgrader's API on it.
 
 The repository keeps notebooks flat (`solutions/01_….ipynb`, `notebooks/01_….ipynb`); nbgrader wants
 `source/<assignment>/…`. This module lays out that course directory (in a temporary or work folder),
-writes its `nbgrader_config.py`, and runs nbgrader there as a subprocess.
+writes its `nbgrader_config.py` (the kit's steps are preprocessors in nbgrader's own pipelines), and
+drives nbgrader through its Python API (`api(root)`), never through a subprocess and its log.
 """
 from __future__ import annotations
 
 import os
-import re
 import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -89,39 +88,40 @@ def populate_source(root: Path) -> Path:
     return source
 
 
-def nbgrader_env() -> dict:
-    env = dict(os.environ)
-    # the grading package must be importable by nbgrader (feedback preprocessor), whatever the cwd
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(notebooks.ROOT), env.get("PYTHONPATH", "")]))
-    env.pop(  # hidden references come from the copied folder, not from a maintainer's env
-        "COURSE_HIDDEN_REFERENCES", None)
-    env.setdefault("MPLBACKEND", "Agg")
-    env.setdefault("OMP_NUM_THREADS", "1")  # tiny tensors: threads only fight the other grading processes
-    env["PYTHONWARNINGS"] = "ignore"
-    # nbgrader runs `alembic` (and kernels) from PATH: put this interpreter's scripts first
-    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
-    return env
+_apis: dict[str, object] = {}
 
 
-def run_nbgrader(root: Path, *args: str, timeout: float | None = None, log: Path | None = None) -> str:
-    """Run `nbgrader ARGS` in the course directory; return its output, raise NbgraderError on failure."""
-    cmd = [sys.executable, "-m", "nbgrader", *args]
-    try:
-        proc = subprocess.run(cmd, cwd=root, env=nbgrader_env(), capture_output=True, text=True, timeout=timeout,
-                              stdin=subprocess.DEVNULL)
-    except subprocess.TimeoutExpired:
-        raise NbgraderError(f"nbgrader {args[0]} took longer than {timeout:.0f} s") from None
-    output = proc.stdout + proc.stderr
-    if log is not None:
-        log.parent.mkdir(parents=True, exist_ok=True)
-        log.write_text(output)
-    if proc.returncode != 0:
-        lines = output.splitlines()
-        causes = [ln.strip() for ln in lines if re.match(r"^\s*[\w.]+(Error|Exception|Exit)\b.*:", ln)]
-        errors = [ln.strip() for ln in lines if "| ERROR]" in ln and "see the" not in ln]
-        reason = (causes or errors or [output.strip()[-300:] or f"exit code {proc.returncode}"])[-1]
-        raise NbgraderError(f"nbgrader {args[0]} failed: {reason[:400]}")
-    return output
+def api(root: Path):
+    """nbgrader's API for the course at `root` with its nbgrader_config.py, made once per process."""
+    if str(root) not in _apis:
+        from nbgrader.apps import NbGraderAPI
+        from nbgrader.coursedir import CourseDirectory
+        from traitlets.config.loader import PyFileConfigLoader
+
+        # nbgrader runs the `alembic` command when it creates a gradebook: this interpreter's scripts first
+        bin_dir = str(Path(sys.executable).parent)
+        if bin_dir not in os.environ.get("PATH", "").split(os.pathsep):
+            os.environ["PATH"] = os.pathsep.join([bin_dir, os.environ.get("PATH", "")])
+        config = PyFileConfigLoader("nbgrader_config.py", path=str(root)).load_config()
+        coursedir = CourseDirectory(config=config)
+        coursedir.root = str(root)
+        _apis[str(root)] = NbGraderAPI(coursedir, config=config)
+    return _apis[str(root)]
+
+
+def last_error(result: dict) -> str:
+    """The line that says what went wrong, from an API call's result (its traceback and its log)."""
+    text = (result.get("error") or "") + "\n" + (result.get("log") or "")
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and "see the error log" not in ln.lower()]
+    causes = [ln for ln in lines if ln.split(":")[0].endswith(("Error", "Exception", "Exit"))]
+    errors = [ln for ln in lines if ln.startswith("[ERROR]")]
+    return ((causes or errors or lines or ["unknown error"])[-1])[:400]
+
+
+def generate_assignment(root: Path) -> None:
+    result = api(root).generate_assignment(ASSIGNMENT, force=True, create=True)
+    if not result.get("success"):
+        raise NbgraderError(f"nbgrader generate_assignment failed: {last_error(result)}")
 
 
 def release(dest: Path = notebooks.RELEASE) -> list[Path]:
@@ -129,8 +129,10 @@ def release(dest: Path = notebooks.RELEASE) -> list[Path]:
     with tempfile.TemporaryDirectory(prefix="release-") as tmp:
         root = Path(tmp)
         write_config(root)
+        with open(root / "nbgrader_config.py", "a") as f:
+            f.write("c.GenerateAssignment.no_database = True\nc.SaveCells.enabled = False\n")  # no gradebook
         populate_source(root)
-        run_nbgrader(root, "generate_assignment", ASSIGNMENT, "--force", "--no-db")
+        generate_assignment(root)
         out_dir = root / "release" / ASSIGNMENT
         dest.mkdir(parents=True, exist_ok=True)
         written = []
@@ -159,4 +161,5 @@ def prepare_grading_course(root: Path, db_url: str | None = None, timeout: int =
         shutil.rmtree(root / "case_inputs")
     write_case_inputs(notebooks.HIDDEN_REFERENCES, root / "case_inputs")
     load_dataset("shapes")  # built once here: the sandboxes see the data folder read-only
-    run_nbgrader(root, "generate_assignment", ASSIGNMENT, "--force", timeout=600)
+    _apis.pop(str(root), None)  # the configuration was just written
+    generate_assignment(root)

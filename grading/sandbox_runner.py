@@ -10,7 +10,6 @@ is refused (it would lose every later cell), and outputs are capped before the n
 """
 from __future__ import annotations
 
-import os
 import sys
 
 MAX_TEXT = 20_000  # characters of text kept per output

@@ -3,7 +3,7 @@
 `grade_student(root, student)` is the task the engine (grading/engine.py) runs on a Dask worker. The
 course's configuration makes nbgrader's Execute step the sandbox (grading/sandbox.py) and adds the
 judge (grading/judge.py) before SaveAutoGrades records the scores, so this process never runs
-student code itself. The API (importing nbgrader costs seconds) is made once per worker process.
+student code itself. The API (importing nbgrader costs seconds) is made once per worker process (`course.api`).
 The student's record goes to `status/<student>.json` as soon as it is done, for `--resume`.
 """
 from __future__ import annotations
@@ -14,35 +14,11 @@ import time
 import traceback
 from pathlib import Path
 
+from . import course
 from .judge import read_records
 from .notebooks import ASSIGNMENT
 from .scan import suspicious
 from starter.notebook_loader import python_source, read_cells
-
-_apis: dict[str, object] = {}
-
-
-def _api(root: Path):
-    """nbgrader's API for the course at `root`, made once per process."""
-    if str(root) not in _apis:
-        from nbgrader.apps import NbGraderAPI
-        from nbgrader.coursedir import CourseDirectory
-        from traitlets.config.loader import PyFileConfigLoader
-
-        config = PyFileConfigLoader("nbgrader_config.py", path=str(root)).load_config()
-        coursedir = CourseDirectory(config=config)
-        coursedir.root = str(root)
-        _apis[str(root)] = NbGraderAPI(coursedir, config=config)
-    return _apis[str(root)]
-
-
-def _last_error(result: dict) -> str:
-    text = (result.get("error") or "") + "\n" + (result.get("log") or "")
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    causes = [ln for ln in lines if ln.split(":")[0].endswith(("Error", "Exception"))]
-    errors = [ln for ln in lines if ln.startswith("[ERROR]") and "see the" not in ln]
-    return ((causes or errors or lines or ["unknown error"])[-1])[:400]
-
 
 def student_code(path: Path) -> str:
     """The student's own code in a submitted (rebuilt) notebook: answer cells and extra cells."""
@@ -75,7 +51,7 @@ def review_flags(root: Path, student: str) -> list[str]:
 def grade_student(root: str | Path, student: str) -> dict:
     """Autograde `student` and write the feedback; returns (and writes) the student's record."""
     root = Path(root)
-    api = _api(root)
+    api = course.api(root)
     start = time.perf_counter()
     record = {"student": student, "ok": False, "notes": [], "flags": []}
     shutil.rmtree(root / "records" / student, ignore_errors=True)  # the judge's records of an earlier run
@@ -85,9 +61,9 @@ def grade_student(root: str | Path, student: str) -> dict:
             record["ok"] = True
             feedback = api.generate_feedback(ASSIGNMENT, student, force=True)
             if not feedback.get("success"):
-                record["notes"].append(f"no feedback page: {_last_error(feedback)}")
+                record["notes"].append(f"no feedback page: {course.last_error(feedback)}")
         else:
-            record["error"] = _last_error(result)
+            record["error"] = course.last_error(result)
         record["flags"] = review_flags(root, student)
     except Exception as exc:  # noqa: BLE001 - recorded for this student, the others go on
         record["error"] = f"{type(exc).__name__}: {exc}"

@@ -12,7 +12,7 @@ import pytest
 from grading import notebooks as nbs
 from grading import sandbox
 from grading.judge import judge_cell, public_case_names
-from starter.checks import Observation, load_case, observe, read_observations, record, verdict
+from starter.checks import load_case, observe, read_observations, record, verdict
 
 HIDDEN_CASE = "causal/17"  # a hidden case of notebook 01
 DIRS = [nbs.PUBLIC_REFERENCES, nbs.HIDDEN_REFERENCES]

@@ -1,0 +1,198 @@
+"""Intake: a folder or zip of submissions becomes one staged folder of notebooks per student.
+
+Symbolic links are never followed; a zip member that would land outside its folder, is a link or
+is too big refuses that one student (with the reason), and the rest of the class goes on. Each
+notebook is rebuilt on the release (`grading/submission.py`). Submissions are only read.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import stat
+import tempfile
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nbformat
+
+from . import notebooks
+from .notebooks import ASSIGNMENT
+from .submission import read_any, rebuild
+
+STUDENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}$")
+JUNK = {"__MACOSX", ".ipynb_checkpoints", ".DS_Store"}
+MAX_ZIP_BYTES = 2 * 1024**3
+
+
+@dataclass
+class StudentResult:
+    student: str
+    notebooks: dict[str, str] = field(default_factory=dict)  # notebook stem -> file graded
+    notes: list[str] = field(default_factory=list)  # what was wrong with the submission, per file
+    flags: list[str] = field(default_factory=list)  # for manual review (suspected tampering)
+    status: str = "pending"  # graded | failed | no notebooks
+    seconds: float = 0.0
+
+
+# --------------------------------------------------------------------------------------------------
+# Reading submissions
+
+MAX_MEMBER_BYTES = 256 * 2**20  # one file of a zip
+
+
+def unpack(path: Path, into: Path) -> tuple[Path, list[tuple[str, str]]]:
+    """A folder of submissions from a folder or a zip, and the zip members refused: (name, why).
+
+    Members that would land outside `into` (absolute paths, `..`), symbolic links and oversized
+    files are not extracted; the student whose folder held one is refused with the reason (the rest
+    of the class is graded)."""
+    if path.is_dir():
+        return path, []
+    if not zipfile.is_zipfile(path):
+        raise ValueError(f"{path} is neither a folder nor a zip file")
+    refused = []
+    with zipfile.ZipFile(path) as zf:
+        total = sum(i.file_size for i in zf.infolist())
+        if total > MAX_ZIP_BYTES:
+            raise ValueError(f"{path} unpacks to {total / 1e9:.1f} GB; refusing")
+        root = into.resolve()
+        for info in zf.infolist():
+            target = (into / info.filename).resolve()
+            mode = info.external_attr >> 16
+            if info.filename.startswith("/") or not target.is_relative_to(root) or ".." in Path(info.filename).parts:
+                refused.append((info.filename, "a path outside the submission (absolute or with ..)"))
+            elif stat.S_ISLNK(mode):
+                refused.append((info.filename, "a symbolic link"))
+            elif info.file_size > MAX_MEMBER_BYTES:
+                refused.append((info.filename, f"a file of {info.file_size / 2**20:.0f} MB"))
+            elif info.is_dir():
+                target.mkdir(parents=True, exist_ok=True)
+            else:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                with zf.open(info) as src, open(target, "wb") as dst:
+                    shutil.copyfileobj(src, dst)
+    return into, refused
+
+
+def submission_root(folder: Path) -> Path:
+    """Descend through wrapper folders (e.g. a zip of `submissions/`) to the folder of students."""
+    while True:
+        entries = [p for p in folder.iterdir() if p.name not in JUNK]
+        if len(entries) == 1 and entries[0].is_dir() and not any(entries[0].glob("*.ipynb")):
+            folder = entries[0]
+        else:
+            return folder
+
+
+def notebook_for(filename: str, known: dict[str, str]) -> str | None:
+    """Which assignment notebook a submitted file is, from its name (exact stem, or its NN_ number)."""
+    stem = Path(filename).stem
+    if stem in known.values():
+        return stem
+    m = re.search(r"(?<!\d)(\d\d)_", stem)
+    return known.get(m.group(1)) if m else None
+
+
+def read_submission(path: Path):
+    """(notebook, None), or (None, why it cannot be read)."""
+    try:
+        return read_any(path), None
+    except Exception as exc:  # noqa: BLE001 - any parse failure is the student's file
+        return None, f"corrupt notebook ({type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:120]})"
+
+
+def _files(folder: Path, result: StudentResult) -> list[Path]:
+    """The regular files under `folder`; symbolic links are noted and never followed (a link could
+    point at the instructor's solution or at another student's work)."""
+    found = []
+    for dirpath, dirnames, filenames in os.walk(folder, followlinks=False):
+        for name in sorted(dirnames + filenames):
+            path = Path(dirpath) / name
+            if path.is_symlink():
+                result.notes.append(f"{path.relative_to(folder)}: ignored (a symbolic link)")
+            elif name in filenames and path.is_file():
+                found.append(path)
+    return sorted(found)
+
+
+def collect(student_dir: Path, known: dict[str, str], result: StudentResult, dest: Path) -> None:
+    """Copy the student's gradable notebooks to `dest/<notebook>.ipynb`; note every other file."""
+    candidates: dict[str, list[Path]] = {}
+    for path in _files(student_dir, result):
+        rel = path.relative_to(student_dir)
+        if any(part in JUNK for part in rel.parts):
+            continue
+        if path.suffix != ".ipynb":
+            result.notes.append(f"{rel}: ignored (not a notebook)")
+            continue
+        stem = notebook_for(path.name, known)
+        if stem is None:
+            result.notes.append(f"{rel}: ignored (not one of the assignment's notebooks)")
+            continue
+        candidates.setdefault(stem, []).append(path)
+    dest.mkdir(parents=True, exist_ok=True)
+    for stem, paths in candidates.items():
+        # prefer the exact name, then the most recently modified copy
+        paths.sort(key=lambda p: (p.stem == stem, p.stat().st_mtime), reverse=True)
+        for extra in paths[1:]:
+            result.notes.append(f"{extra.relative_to(student_dir)}: ignored (another copy of {stem} was graded)")
+        chosen = paths[0]
+        rel = chosen.relative_to(student_dir)
+        nb, problem = read_submission(chosen)
+        if problem:
+            result.notes.append(f"{rel}: not graded: {problem}")
+            continue
+        rebuilt = rebuild(nb, notebooks.read(notebooks.RELEASE / f"{stem}.ipynb"))
+        result.notes += [f"{rel}: {note}" for note in rebuilt.notes]
+        nbformat.write(rebuilt.notebook, str(dest / f"{stem}.ipynb"))
+        result.notebooks[stem] = str(rel)
+
+
+def stage_student(root: Path, student_dir: Path, known: dict[str, str]) -> StudentResult:
+    """Copy one student's gradable notebooks into the course's submitted/ folder."""
+    result = StudentResult(student=student_dir.name)
+    submitted = root / "submitted" / result.student / ASSIGNMENT
+    if submitted.exists():
+        shutil.rmtree(submitted)
+    collect(student_dir, known, result, submitted)
+    if not result.notebooks:
+        result.status = "no notebooks"
+    return result
+
+
+
+def intake(submissions: Path, root: Path, students: list[str] | None = None) -> tuple[list[StudentResult], list[str]]:
+    """Stage every student of `submissions` (a folder or a zip) into `root`/submitted; one result per
+    student (refused ones marked failed, with the reason), and the files that belong to no student."""
+    known = {p.name[:2]: p.stem for p in notebooks.solution_notebooks()}
+    results: list[StudentResult] = []
+    with tempfile.TemporaryDirectory(prefix="submissions-") as tmp:
+        unpacked, refused = unpack(Path(submissions), Path(tmp))
+        folder = submission_root(unpacked)
+        loose = [p.name for p in folder.iterdir() if p.is_file() and p.name not in JUNK]
+        for student_dir in sorted(p for p in folder.iterdir() if p.name not in JUNK and not p.is_file()):
+            if students and student_dir.name not in students:
+                continue
+            if student_dir.is_symlink() or not STUDENT_ID.match(student_dir.name):
+                why = "a symbolic link, not a folder" if student_dir.is_symlink() else "not a usable student id"
+                results.append(StudentResult(student=student_dir.name, status="failed", notes=[f"folder: {why}"]))
+                continue
+            bad = [f"{name}: {why}" for name, why in refused if student_dir.name in Path(name).parts]
+            if bad:
+                results.append(StudentResult(student=student_dir.name, status="failed",
+                                             notes=["refused: the zip holds " + "; ".join(bad[:3])]))
+                continue
+            results.append(stage_student(root, student_dir, known))
+        # a student whose only files were refused has no folder: a row all the same
+        depth = len(folder.relative_to(unpacked).parts)
+        for name, why in refused:
+            parts = Path(name).parts
+            student = parts[depth] if len(parts) > depth + 1 and parts[depth] != ".." else None
+            if student is None:
+                loose.append(f"{name} (refused: {why})")
+            elif not any(r.student == student for r in results) and (not students or student in students):
+                results.append(StudentResult(student=student, status="failed",
+                                             notes=[f"refused: the zip holds {name}: {why}"]))
+    return results, loose

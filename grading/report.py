@@ -1,0 +1,138 @@
+"""Report: the grades table, the class's most-failed tests and the feedback pages of a graded run.
+
+Reads only what grading recorded (the gradebook, the students' records); runs nothing.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+from dataclasses import asdict
+from pathlib import Path
+
+from . import notebooks
+from .intake import StudentResult
+from .notebooks import ASSIGNMENT
+
+
+def copy_feedback(root: Path, out: Path, student: str) -> None:
+    """Only the HTML pages: the feedback folder also receives copies of the (hidden) source files."""
+    src = root / "feedback" / student / ASSIGNMENT
+    dst = out / "feedback" / student
+    if dst.exists():
+        shutil.rmtree(dst)
+    for page in sorted(src.glob("*.html")) if src.is_dir() else []:
+        dst.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(page, dst / page.name)
+
+
+def graded_columns() -> list[tuple[str, str, float]]:
+    """(notebook stem, grade_id, points) of every test cell, in notebook order."""
+    cols = []
+    for path in notebooks.solution_notebooks():
+        for cell in notebooks.test_cells(notebooks.read(path)):
+            meta = notebooks.nbgrader_meta(cell)
+            cols.append((path.stem, meta["grade_id"], float(meta.get("points", 0))))
+    return cols
+
+
+def scores_from_gradebook(gb, student: str) -> dict[tuple[str, str], float]:
+    """{(notebook, grade_id): score} of one student, from an open nbgrader Gradebook."""
+    from nbgrader.api import MissingEntry
+
+    try:
+        submission = gb.find_submission(ASSIGNMENT, student)
+    except MissingEntry:
+        return {}
+    return {(nb.name, grade.name): float(grade.score or 0.0) for nb in submission.notebooks for grade in nb.grades}
+
+
+def write_grades(out: Path, results: list[StudentResult], db_url: str) -> Path:
+    cols = graded_columns()
+    stems = list(dict.fromkeys(c[0] for c in cols))
+    header = ["student", "status"] + [f"{s}:{g}" for s, g, _ in cols] + [f"{s}:total" for s in stems]
+    header += ["total", "max_total", "review", "notes"]
+    rows = [["(max points)", ""] + [p for _, _, p in cols]
+            + [sum(p for s2, _, p in cols if s2 == s) for s in stems]
+            + [sum(p for *_, p in cols), sum(p for *_, p in cols), "", ""]]
+    from nbgrader.api import Gradebook
+
+    with Gradebook(db_url) as gb:
+        graded = {r.student: scores_from_gradebook(gb, r.student) for r in results if r.status == "graded"}
+    for r in sorted(results, key=lambda r: r.student):
+        scores = graded.get(r.student, {})
+        per = [scores.get((s, g), 0.0) for s, g, _ in cols]
+        totals = [sum(v for (s2, _, _), v in zip(cols, per) if s2 == s) for s in stems]
+        rows.append([r.student, r.status] + per + totals
+                    + [sum(per), sum(p for *_, p in cols), " | ".join(r.flags), " | ".join(r.notes)])
+    path = out / "grades.csv"
+    with open(path, "w", newline="") as f:
+        csv.writer(f).writerows([header] + rows)
+    return path
+
+
+def write_failure_summary(out: Path, grades_csv: Path) -> tuple[Path, Path]:
+    """Which tests failed most often across the class: a table and a bar chart, most failed first.
+
+    Only students whose notebook was graded count for that notebook's tests (a missing notebook is
+    not evidence about a concept).
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    with open(grades_csv, newline="") as f:
+        rows = list(csv.DictReader(f))
+    maxima, students = rows[0], rows[1:]
+    columns = [c for c in maxima if ":" in c and not c.endswith(":total")]
+    report = json.loads((out / "report.json").read_text()) if (out / "report.json").exists() else {"students": []}
+    submitted = {s["student"]: set(s["notebooks"]) for s in report["students"]}
+    table = []
+    for col in columns:
+        stem = col.split(":")[0]
+        took = [r for r in students if r["status"] == "graded" and stem in submitted.get(r["student"], {stem})]
+        failed = [r for r in took if float(r[col] or 0) < float(maxima[col])]
+        table.append((col, float(maxima[col]), len(took), len(failed), len(failed) / len(took) if took else 0.0))
+    table.sort(key=lambda t: (-t[4], t[0]))
+    csv_path = out / "failures.csv"
+    with open(csv_path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["test", "points", "students_graded", "students_failed", "fail_rate"])
+        w.writerows([(c, p, n, k, f"{r:.3f}") for c, p, n, k, r in table])
+    fig, ax = plt.subplots(figsize=(9, 0.35 * max(4, len(table)) + 1.2))
+    labels = [c for c, *_ in table][::-1]
+    ax.barh(labels, [100 * r for *_, r in table][::-1], color="tab:red")
+    ax.set_xlabel("students who lost points on this test (%)")
+    ax.set_xlim(0, 100)
+    ax.set_title(f"Most-failed tests across the class ({len(students)} students)")
+    for i, (_, _, n, k, r) in enumerate(table[::-1]):
+        ax.text(min(100 * r + 1, 92), i, f"{k}/{n}", va="center", fontsize=8)
+    fig.tight_layout()
+    png_path = out / "failures.png"
+    fig.savefig(png_path, dpi=110)
+    plt.close(fig)
+    return csv_path, png_path
+
+
+
+def report(out: Path, root: Path, results: list[StudentResult], records: dict[str, dict], loose: list[str],
+           db_url: str) -> None:
+    """Merge each student's grading record into its result, then write the feedback pages,
+    `report.json`, `grades.csv` and the failure summary into `out`."""
+    for r in results:
+        record = records.get(r.student)
+        if record is None:
+            continue
+        r.seconds = record.get("seconds", 0.0)
+        r.notes += record.get("notes", [])
+        r.flags += record.get("flags", [])
+        if record.get("ok"):
+            r.status = "graded" if r.status != "no notebooks" else r.status
+            copy_feedback(root, out, r.student)
+        else:
+            r.status = "failed"
+            r.notes.append(record.get("error", "unknown error"))
+    (out / "report.json").write_text(json.dumps(
+        {"students": [asdict(r) for r in results], "ignored_loose_files": loose}, indent=2))
+    write_failure_summary(out, write_grades(out, results, db_url))
