@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import json
 import shutil
+import warnings
 from dataclasses import asdict
 from pathlib import Path
 
@@ -56,8 +57,11 @@ def write_grades(out: Path, results: list[StudentResult], db_url: str) -> Path:
             + [sum(p for s2, _, p in cols if s2 == s) for s in stems]
             + [sum(p for *_, p in cols), sum(p for *_, p in cols), "", ""]]
     from nbgrader.api import Gradebook
+    from sqlalchemy.exc import SAWarning
 
-    with Gradebook(db_url) as gb:
+    # nbgrader's ORM use makes SQLAlchemy 2 warn about autoflush on reads: harmless, and noise for the user
+    with Gradebook(db_url) as gb, warnings.catch_warnings():
+        warnings.simplefilter("ignore", SAWarning)
         graded = {r.student: scores_from_gradebook(gb, r.student) for r in results if r.status == "graded"}
     for r in sorted(results, key=lambda r: r.student):
         scores = graded.get(r.student, {})
