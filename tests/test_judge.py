@@ -99,3 +99,18 @@ print(json.dumps({{"seen": seen, "net": net, "uid": os.getuid(), "pids": len(os.
     report = json.loads(result.notebook.cells[0].outputs[0]["text"])
     assert not any(report["seen"].values()), report["seen"]
     assert report["net"] != "connected" and report["uid"] == sandbox.NOBODY and not report["wrote"]
+
+
+def _cgroups_available() -> bool:
+    with sandbox._cgroup(sandbox.Limits()) as procs:
+        return bool(procs)
+
+
+@pytest.mark.skipif(sandbox.bwrap() is None or not _cgroups_available(),
+                    reason="needs bubblewrap and a writable cgroup hierarchy (root)")
+def test_a_memory_hog_is_stopped_and_the_rest_of_the_machine_is_not():
+    hog = "import numpy as np\nx = np.ones(2_000_000_000 // 8)\nprint(x.sum())"
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("print('before')"), nbformat.v4.new_code_cell(hog)])
+    result = sandbox.run_notebook(nb, None, sandbox.Limits(cell_seconds=30, notebook_seconds=60, memory_mb=700))
+    assert result.status == "stopped" and "died" in result.message, (result.status, result.message)
+    assert result.notebook.cells[0].outputs[0]["text"] == "before\n"
