@@ -159,7 +159,7 @@ def prepare_grading_course(root: Path, db_url: str | None = None, timeout: int =
     populate_source(root)
     if (root / "case_inputs").exists():
         shutil.rmtree(root / "case_inputs")
-    write_case_inputs(notebooks.HIDDEN_REFERENCES, root / "case_inputs")
+    write_case_inputs(notebooks.HIDDEN_REFERENCES, root / "case_inputs")  # + case_inputs.json: id -> name
     load_dataset("shapes")  # built once here: the sandboxes see the data folder read-only
     _apis.pop(str(root), None)  # the configuration was just written
     generate_assignment(root)

@@ -13,6 +13,9 @@ HIDDEN = re.compile(r"^[ \t]*### BEGIN HIDDEN TESTS.*?^[ \t]*### END HIDDEN TEST
 HIDDEN_ANYWHERE = re.compile(r"### BEGIN HIDDEN TESTS.*?### END HIDDEN TESTS", re.S)  # e.g. printed as JSON
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 MAX_OUTPUT = 1_000_000  # characters of outputs per feedback page
+# output types a browser would run or render as markup: a student's script must not run in the page
+# an instructor opens (and could carry text past the scrubbing, e.g. inside an SVG)
+ACTIVE = ("text/html", "application/javascript", "image/svg+xml", "text/markdown")
 
 
 def redact_source(source: str) -> str:
@@ -67,9 +70,14 @@ class RedactHiddenTests(NbGraderPreprocessor):
                     output[key] = self._scrub(output[key])
             if "traceback" in output:
                 output["traceback"] = [self._scrub(line) for line in output["traceback"]]
-            for mime, value in list(output.get("data", {}).items()):
+            data = output.get("data", {})
+            if any(mime in data for mime in ACTIVE):
+                for mime in ACTIVE:
+                    data.pop(mime, None)
+                data.setdefault("text/plain", "[rich output (HTML, script or SVG) not shown in feedback]")
+            for mime, value in list(data.items()):
                 if mime.startswith("text/"):
-                    output["data"][mime] = self._scrub(value)
+                    data[mime] = self._scrub(value)
             size = len(str(output))
             if size > self._budget:
                 kept.append({"output_type": "stream", "name": "stdout", "text": "[output removed: too long]\n"})

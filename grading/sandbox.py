@@ -17,8 +17,12 @@ back as plain data (`starter.checks.read_observations`) for the judge.
 from __future__ import annotations
 
 import contextlib
+import copy
+import json
 import os
+import re
 import resource
+import secrets
 import shutil
 import signal
 import subprocess
@@ -92,21 +96,39 @@ def _python_roots() -> list[str]:
 
 
 def sandbox_argv(scratch: Path, case_inputs: Path | None, data_dir: Path | None) -> list[str]:
-    argv = [require_bwrap(), "--unshare-all", "--die-with-parent", "--new-session",
-            "--uid", str(NOBODY), "--gid", str(NOBODY), "--cap-drop", "ALL", "--hostname", "grading",
+    """bubblewrap's command line, up to the program to run in the sandbox.
+
+    Run by root, bwrap builds the mounts and then `setpriv` makes the program a real unprivileged user
+    (uid 65534, no capabilities, no supplementary groups): with a user namespace instead, uid 65534
+    inside would be root outside (able to read /etc/shadow or write /proc/sys). Run by another user,
+    bwrap needs a user namespace and the program stays that unprivileged user's."""
+    namespaces = ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try"]
+    if os.geteuid() != 0:
+        namespaces += ["--unshare-user", "--uid", str(NOBODY), "--gid", str(NOBODY), "--cap-drop", "ALL"]
+    argv = [require_bwrap(), *namespaces, "--die-with-parent", "--new-session", "--hostname", "grading",
             "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
-    for path in ("/usr", "/bin", "/lib", "/lib64", "/lib32", "/sbin", "/etc"):
-        argv += ["--ro-bind-try", path, path]
-    for path in _python_roots():
-        argv += ["--ro-bind", path, path]
+    binds = [(path, path, True) for path in ("/usr", "/bin", "/lib", "/lib64", "/lib32", "/sbin", "/etc")
+             if os.path.exists(path)]
+    binds += [(path, path, False) for path in _python_roots()]
     kit = str(notebooks.ROOT)
-    for part in ("starter", "data"):  # the kit, as a student has it; the rest of the checkout stays out
-        argv += ["--ro-bind", f"{kit}/{part}", f"{kit}/{part}"]
+    binds += [(f"{kit}/{part}", f"{kit}/{part}", False) for part in ("starter", "data")]  # as a student has it
     if data_dir is not None and data_dir.is_dir():
-        argv += ["--ro-bind", str(data_dir), "/tmp/data"]
+        binds.append((str(data_dir), "/tmp/data", False))
     if case_inputs is not None:
-        argv += ["--ro-bind", str(case_inputs), CASES]
-    argv += ["--ro-bind", str(RUNNER), "/tmp/runner.py", "--bind", str(scratch), SCRATCH, "--chdir", SCRATCH]
+        binds.append((str(case_inputs), CASES, False))
+    binds.append((str(RUNNER), "/tmp/runner.py", False))
+    made: set[str] = set()
+    for _, dest, _ in binds:  # bwrap would make the folders above a mount point 0700: readable by root only
+        for parent in reversed(Path(dest).parents[:-1]):
+            if str(parent) not in made and str(parent) not in ("/tmp",):
+                made.add(str(parent))
+                argv += ["--perms", "0755", "--dir", str(parent)]
+    for src, dest, optional in binds:
+        argv += ["--ro-bind-try" if optional else "--ro-bind", src, dest]
+    argv += ["--bind", str(scratch), SCRATCH, "--chdir", SCRATCH]
+    if os.geteuid() == 0:
+        argv += [shutil.which("setpriv") or "/usr/bin/setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}",
+                 "--clear-groups", "--inh-caps=-all", "--bounding-set=-all", "--"]
     return argv
 
 
@@ -241,8 +263,15 @@ class SandboxedExecute(NbGraderPreprocessor):
     def preprocess(self, nb, resources):
         limits = Limits(cell_seconds=self.cell_timeout, notebook_seconds=self.notebook_timeout,
                         memory_mb=self.memory_mb)
-        result = run_notebook(nb, Path(self.case_inputs) if self.case_inputs else None, limits, self.isolate,
+        names = {}  # opaque id -> hidden case name
+        if self.case_inputs:
+            names = json.loads(Path(self.case_inputs).with_suffix(".json").read_text())
+        result = run_notebook(hide_case_names(nb, {v: k for k, v in names.items()}),
+                              Path(self.case_inputs) if self.case_inputs else None, limits, self.isolate,
                               Path(self.data_dir) if self.data_dir else None)
+        # back to the names; an observation filed under a hidden case's real name was not made by its check
+        result.observations = {names.get(k, k): v for k, v in result.observations.items()
+                               if k in names or k not in set(names.values())}
         resources["sandbox"] = result
         if result.notebook is None:  # nothing came back: the notebook as submitted, with no outputs
             for cell in nb.cells:
@@ -258,22 +287,40 @@ class SandboxedExecute(NbGraderPreprocessor):
         return nb, resources
 
 
-def write_case_inputs(hidden_dir: Path, dest: Path) -> Path:
-    """Copies of the hidden reference files without what the student must not see: expected outputs,
-    expected gradients and the outputs of known bugs. This is all of the hidden data a sandbox gets."""
+def write_case_inputs(hidden_dir: Path, dest: Path) -> dict[str, str]:
+    """What the sandboxes get of the hidden cases: their inputs, under opaque ids. Expected outputs,
+    expected gradients and the outputs of known bugs are left out, and the names too (a student's code
+    could print what it finds, and the names say what the hidden tests look for). Writes
+    `dest/*.h5` and `dest.with_suffix('.json')` ({opaque id: name}, kept outside the sandbox);
+    returns {name: opaque id}."""
     import h5py
 
     dest.mkdir(parents=True, exist_ok=True)
+    ids: dict[str, str] = {}
     for path in sorted(hidden_dir.glob("*.h5")):
-        with h5py.File(path, "r") as src, h5py.File(dest / path.name, "w") as out:
+        with h5py.File(path, "r") as src, h5py.File(dest / f"cases-{len(ids):04d}.h5", "w") as out:
             for name, group in _case_groups(src):
-                target = out.require_group(name)
+                ids[name] = f"hidden-{secrets.token_hex(8)}"
+                target = out.require_group(ids[name])
                 for key, value in group.attrs.items():
                     target.attrs[key] = value
                 for key in group:
                     if key not in ("expected", "grads", "variants"):
                         src.copy(group[key], target, name=key)
-    return dest
+    dest.with_suffix(".json").write_text(json.dumps({v: k for k, v in ids.items()}))
+    return ids
+
+
+def hide_case_names(nb, ids: dict[str, str]):
+    """A copy of `nb` whose test cells check the opaque ids of the hidden cases instead of their names."""
+    if not ids:
+        return nb
+    pattern = re.compile(r"""(\bcheck\(\s*["'])([^"']+)(["'])""")
+    nb = copy.deepcopy(nb)
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            cell.source = pattern.sub(lambda m: m.group(1) + ids.get(m.group(2), m.group(2)) + m.group(3), cell.source)
+    return nb
 
 
 def _case_groups(f):

@@ -22,8 +22,10 @@ import contextlib
 import io
 import json
 import os
+import stat
 import sys
 import warnings
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -317,8 +319,8 @@ def _split_outputs(case: Case, out) -> dict:
 def _close(a: np.ndarray, b: np.ndarray, rtol: float, atol: float) -> bool:
     if a.shape != b.shape:
         return False
-    if a.dtype == bool or b.dtype == bool:
-        return bool(_np_array_equal(a.astype(bool), b.astype(bool)))
+    if a.dtype == bool or b.dtype == bool:  # booleans only ever equal booleans (no truthiness of floats)
+        return a.dtype == bool and b.dtype == bool and bool(_np_array_equal(a, b))
     a64, b64 = a.astype(np.float64), b.astype(np.float64)
     if not _np_array_equal(_np_isnan(a64), _np_isnan(b64)):
         return False
@@ -472,7 +474,7 @@ def verdict(case: Case, obs: Observation) -> str | None:
         if value.shape != want.shape:
             return _shape_message(what, out_name, value.shape, want.shape)
         want_dtype = str(_dtype_of(_from_numpy(np.zeros(0, dtype=want.dtype))))
-        if obs.dtypes.get(out_name) != want_dtype:
+        if obs.dtypes.get(out_name) != want_dtype or value.dtype != want.dtype:  # the name and the data agree
             hint = ""
             if want.dtype.kind == "f":
                 hint = " (don't hard-code a dtype: create new tensors with the inputs' dtype, e.g. `dtype=q.dtype`)"
@@ -507,7 +509,8 @@ def verdict(case: Case, obs: Observation) -> str | None:
             return obs.grad_error
         for key in case.grad_wrt:
             grad = obs.grads.get(key)
-            if grad is None or not _close(grad, case.grads[key], case.rtol * 10, case.atol * 10):
+            if grad is None or grad.dtype != case.grads[key].dtype or not _close(
+                    grad, case.grads[key], case.rtol * 10, case.atol * 10):
                 return (f"{what}: outputs are right but the gradient w.r.t. `{key}` is wrong: part of the "
                         "computation is hidden from autograd (.detach(), .data, torch.no_grad, NumPy) or "
                         "edited in place; use out-of-place ops such as `masked_fill`.")
@@ -557,28 +560,48 @@ def record(obs: Observation, folder: Path) -> Path:
     return Path(f"{stem}.json")
 
 
+def _read_regular(path: Path, limit: int) -> bytes:
+    """The bytes of `path` if it is a regular file (not a link, a FIFO or a device) of at most `limit`
+    bytes; opened so that neither a link nor a FIFO can make the reader follow or wait."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > limit:
+            raise ValueError("not a regular file within the size limit")
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            return f.read(limit + 1)
+    finally:
+        os.close(fd)
+
+
+def _read_arrays(data: bytes) -> dict[str, np.ndarray]:
+    """Arrays of an .npz, refusing pickles, and members that would expand past MAX_RESULT_BYTES."""
+    with zipfile.ZipFile(io.BytesIO(data)) as zf:
+        if sum(info.file_size for info in zf.infolist()) > MAX_RESULT_BYTES + 2**16:
+            raise ValueError("arrays expand past the size limit")
+    with np.load(io.BytesIO(data), allow_pickle=False) as npz:
+        return {k: npz[k] for k in npz.files}
+
+
 def read_observations(folder: Path, max_files: int = 2000) -> tuple[dict[str, Observation], list[str]]:
     """The observations in `folder` by case (the last one of a case wins), and the problems found.
 
-    Written by untrusted code: every file is size-capped, parsed as plain JSON or as .npz with
-    pickles refused, and type-checked; anything else is reported and ignored."""
+    Written by untrusted code: only regular files are read (no links, FIFOs or devices), each
+    size-capped, parsed as plain JSON or as .npz with pickles refused, and type-checked; anything
+    else is reported and ignored."""
     found: dict[str, Observation] = {}
     problems: list[str] = []
-    files = sorted(folder.glob("*.json")) if folder.is_dir() else []
+    if folder.is_symlink() or not folder.is_dir():
+        return found, ([f"{folder.name}: not a folder"] if folder.is_symlink() else [])
+    files = sorted(folder.glob("*.json"))
     for meta_path in files[:max_files]:
         try:
-            if meta_path.is_symlink() or meta_path.stat().st_size > 2**20:
-                raise ValueError("not a plain file under 1 MB")
-            meta = json.loads(meta_path.read_text())
+            meta = json.loads(_read_regular(meta_path, 2**20))
             if not isinstance(meta, dict) or any(not isinstance(meta.get(k), t) for k, t in _META_FIELDS.items()):
                 raise ValueError("unexpected fields")
             arrays: dict[str, np.ndarray] = {}
-            npz = meta_path.with_suffix(".npz")
             if meta["outputs"] or meta["grads"]:
-                if npz.is_symlink() or npz.stat().st_size > MAX_RESULT_BYTES + 2**20:
-                    raise ValueError("arrays: not a plain file, or too large")
-                with np.load(npz, allow_pickle=False) as data:
-                    arrays = {k: data[k] for k in data.files}
+                arrays = _read_arrays(_read_regular(meta_path.with_suffix(".npz"), MAX_RESULT_BYTES + 2**20))
             for key, arr in arrays.items():
                 if arr.dtype.kind not in "biuf":
                     raise ValueError(f"{key} has dtype {arr.dtype}")
@@ -591,7 +614,7 @@ def read_observations(folder: Path, max_files: int = 2000) -> tuple[dict[str, Ob
             if obs.raised is not None and not all(isinstance(x, str) for x in obs.raised):
                 raise ValueError("raised is not a list of names")
             found[obs.case] = obs
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+        except Exception as exc:  # noqa: BLE001 - anything wrong with a file written by untrusted code
             problems.append(f"{meta_path.name}: unreadable result ({type(exc).__name__}: {str(exc)[:100]})")
     if len(files) > max_files:
         problems.append(f"{len(files)} result files; only the first {max_files} were read")

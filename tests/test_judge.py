@@ -58,14 +58,19 @@ def test_partial_credit_counts_hidden_cases_and_never_names_them():
     assert "causal/5" in lines and "not scored" in lines
 
 
-def test_case_inputs_hold_no_expected_outputs(tmp_path):
-    sandbox.write_case_inputs(nbs.HIDDEN_REFERENCES, tmp_path)
+def test_case_inputs_hold_no_expected_outputs_and_no_names(tmp_path):
+    ids = sandbox.write_case_inputs(nbs.HIDDEN_REFERENCES, tmp_path / "cases")
     keys = []
-    for path in tmp_path.glob("*.h5"):
+    for path in (tmp_path / "cases").glob("*.h5"):
         with h5py.File(path, "r") as f:
             f.visit(keys.append)
     assert keys and not [k for k in keys if k.split("/")[-1] in ("expected", "grads", "variants")]
     assert any(k.endswith("/inputs") for k in keys)
+    assert HIDDEN_CASE in ids and not [k for k in keys if any(name in k for name in ids)]
+    assert json.loads((tmp_path / "cases.json").read_text())[ids[HIDDEN_CASE]] == HIDDEN_CASE
+    hidden = sandbox.hide_case_names(nbs.read(nbs.SOLUTIONS / "01_scaled_dot_product_attention.ipynb"), ids)
+    text = "".join(c.source for c in hidden.cells)
+    assert f'check("{ids[HIDDEN_CASE]}"' in text and f'"{HIDDEN_CASE}"' not in text and 'check("causal/5"' in text
 
 
 def test_without_bubblewrap_grading_stops_and_says_how_to_get_it(monkeypatch):
@@ -90,7 +95,17 @@ try:
     wrote = True
 except OSError:
     wrote = False
-print(json.dumps({{"seen": seen, "net": net, "uid": os.getuid(), "pids": len(os.listdir("/proc")), "wrote": wrote}}))
+def attempt(action):
+    try:
+        action()
+        return True
+    except OSError:
+        return False
+root_only = {{"shadow": attempt(lambda: open("/etc/shadow").read()),
+             "sysctl": attempt(lambda: open("/proc/sys/kernel/printk_ratelimit", "w").write(
+                 open("/proc/sys/kernel/printk_ratelimit").read()))}}
+print(json.dumps({{"seen": seen, "net": net, "uid": os.getuid(), "pids": len(os.listdir("/proc")), "wrote": wrote,
+                  "root_only": root_only}}))
 """
     (tmp_path / "secret.txt").write_text("the grader's own file")
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(probe)])
@@ -99,6 +114,7 @@ print(json.dumps({{"seen": seen, "net": net, "uid": os.getuid(), "pids": len(os.
     report = json.loads(result.notebook.cells[0].outputs[0]["text"])
     assert not any(report["seen"].values()), report["seen"]
     assert report["net"] != "connected" and report["uid"] == sandbox.NOBODY and not report["wrote"]
+    assert not any(report["root_only"].values()), report["root_only"]  # not root outside, either
 
 
 def _cgroups_available() -> bool:

@@ -43,10 +43,13 @@ def _wrong(extra: str = ""):
     return nb
 
 
-def _at_end(code: str):
-    nb = _wrong()
+def _at_end_of(nb, code: str):
     nb.cells.append(nbformat.v4.new_code_cell(code))
     return nb
+
+
+def _at_end(code: str):
+    return _at_end_of(_wrong(), code)
 
 
 # -- the attacks (each a cell of student code) -----------------------------------------------------
@@ -134,11 +137,34 @@ while True:
     pass
 '''
 PRINT_SECRETS = '''
-import glob
-print(open("in.ipynb").read())  # the notebook as the grader restored it, hidden tests included
-for _p in glob.glob("/**/*.ipynb", recursive=True):
+import base64, glob
+from IPython.display import display
+_nb = open("in.ipynb").read()  # the notebook as the grader restored it, hidden tests included
+print(_nb)
+print(_nb.upper(), base64.b64encode(_nb.encode()).decode())
+display({"application/javascript": _nb, "image/svg+xml": "<svg><text>" + _nb + "</text></svg>",
+         "text/html": "<script>alert('xss-4b1d')</script>" + _nb}, raw=True)
+for _p in glob.glob("/**/*.ipynb", recursive=True) + glob.glob("/tmp/cases/*"):
     print(_p)
 print("x" * 50_000_000)
+'''
+FIFO_RESULT = '''
+import os
+os.mkfifo(os.path.join(os.environ["COURSE_RESULTS_DIR"], "zzzz.json"))  # the judge must not wait on it
+'''
+WRONG_LOOP = '''
+def attention_loop(query, keys, values):
+    weights = torch.softmax(query @ keys.T * 1.7, dim=-1)  # the wrong scale
+    return weights @ values, weights
+'''
+FORGE_BOOLEANS = '''
+from pathlib import Path
+import numpy as np
+for _p in sorted(Path("/tmp/work/results").glob("*.npz")):  # floats become "True where non-zero"
+    with np.load(_p) as _z:
+        _a = {k: _z[k] for k in _z.files}
+    _p.unlink()
+    np.savez(_p, **{k: (v != 0) if v.dtype.kind == "f" else v for k, v in _a.items()})
 '''
 
 
@@ -174,6 +200,11 @@ STUDENTS = {
     "kills_everything": (_at_end(KILL_EVERYTHING), HONEST_WRONG, "killed"),
     "ignores_signals": (_at_end(IGNORE_SIGNALS_FOREVER), HONEST_WRONG, "timed out"),
     "prints_secrets": (_at_end(PRINT_SECRETS), HONEST_WRONG, None),
+    "fifo_in_results": (_at_end(FIFO_RESULT), HONEST_WRONG, "unreadable result"),
+    # forged results gain nothing (the wrong attention_loop stays at 0) and spoil the right ones
+    "forges_booleans": (_at_end_of(filled_submission(NB, {"attention_loop": WRONG_LOOP}), FORGE_BOOLEANS),
+                        {"test_attention_loop": 0, "test_sdpa": 0, "test_sdpa_mask": 0, "test_self_attention": 0},
+                        None),
     # sabotaging the recording can only cost the student: the tests after it record nothing, earn nothing
     "sabotages_recording": (_wrong(SABOTAGE_RECORDING), {"test_causal_mask": 0, "test_self_attention": 0},
                             "reaches for the checks"),
@@ -269,6 +300,8 @@ def test_feedback_holds_nothing_hidden(graded):
         assert "BEGIN HIDDEN TESTS" not in html, page
     secrets = (graded["out"] / "feedback" / "prints_secrets" / f"{NB}.html").read_text()
     assert "solutions/" not in secrets and "x" * 100_000 not in secrets  # the 50 MB print was cut
+    assert not [n for n in names if n.upper() in secrets], "hidden names, upper-cased"  # never in the sandbox
+    assert "<script>alert('xss-4b1d')" not in secrets, "the student's script reached the feedback page"
 
 
 def test_every_student_has_a_row(graded):
