@@ -21,7 +21,7 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("references", help="rebuild reference outputs from the solution notebooks")
     ag = sub.add_parser("autograde", help="grade a folder or zip of submissions")
     ag.add_argument("submissions", type=Path)
-    ag.add_argument("--out", type=Path, default=Path("grading/work/results"), help="grades, feedback, logs")
+    ag.add_argument("--out", type=Path, default=Path("grading/work/results"), help="grades, feedback, report")
     ag.add_argument("--course", type=Path, default=None, help="nbgrader course folder (default grading/work/course)")
     ag.add_argument("--db", default=None, help="gradebook SQLAlchemy URL (default: SQLite in the course folder)")
     ag.add_argument("--student", action="append", help="grade only this student (repeatable)")
