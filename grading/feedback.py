@@ -9,6 +9,8 @@ import re
 from nbgrader.preprocessors import NbGraderPreprocessor
 from traitlets import Unicode
 
+from starter.checks import case_names
+
 HIDDEN = re.compile(r"^[ \t]*### BEGIN HIDDEN TESTS.*?^[ \t]*### END HIDDEN TESTS[^\n]*", re.S | re.M)
 HIDDEN_ANYWHERE = re.compile(r"### BEGIN HIDDEN TESTS.*?### END HIDDEN TESTS", re.S)  # e.g. printed as JSON
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -28,24 +30,13 @@ def short_error(output) -> str:
     return ANSI.sub("", text).strip().splitlines()[0] if text.strip() else "Error"
 
 
-def hidden_case_names(folder) -> set[str]:
-    import h5py
-    from pathlib import Path
-
-    names: set[str] = set()
-    for path in Path(folder).glob("*.h5") if folder else []:
-        with h5py.File(path, "r") as f:
-            f.visititems(lambda n, o: names.add(n) if isinstance(o, h5py.Group) and "target" in o.attrs else None)
-    return names
-
-
 class RedactHiddenTests(NbGraderPreprocessor):
     """Hidden-test source out of test cells, hidden case names out of every output, outputs capped."""
 
     hidden_dir = Unicode("", help="folder of the hidden reference files (for their case names)").tag(config=True)
 
     def preprocess(self, nb, resources):
-        names = sorted(hidden_case_names(self.hidden_dir), key=len, reverse=True)
+        names = sorted(case_names(self.hidden_dir), key=len, reverse=True)
         self._pattern = re.compile("|".join(re.escape(n) for n in names)) if names else None
         self._budget = MAX_OUTPUT
         return super().preprocess(nb, resources)

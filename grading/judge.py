@@ -15,8 +15,8 @@ for the grades table and the class report.
 """
 from __future__ import annotations
 
+import functools
 import json
-import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -25,11 +25,10 @@ from traitlets import List, Unicode
 
 from nbgrader.preprocessors import NbGraderPreprocessor
 
-from starter.checks import PUBLIC_DIR, CheckFailed, Observation, load_case, verdict
+from starter.checks import PUBLIC_DIR, CheckFailed, Observation, case_names, load_case, verdict
 
 from . import notebooks
 
-CHECK_CALL = re.compile(r"""\bcheck\(\s*["']([^"']+)["']""")
 
 
 @dataclass
@@ -66,22 +65,17 @@ class NotebookRecord:
     cells: list[CellResult]
 
 
-def public_case_names() -> set[str]:
-    import h5py
-
-    names: set[str] = set()
-    for path in PUBLIC_DIR.glob("*.h5"):
-        with h5py.File(path, "r") as f:
-            f.visititems(lambda n, o: names.add(n) if isinstance(o, h5py.Group) and "target" in o.attrs else None)
-    return names
+@functools.cache
+def public_case_names() -> frozenset[str]:
+    return frozenset(case_names(PUBLIC_DIR))
 
 
 def judge_cell(grade_id: str, source: str, max_points: float, observations: dict[str, Observation],
-               reference_dirs: list[Path], public: set[str], not_run: str) -> CellResult:
+               reference_dirs: list[Path], public: frozenset[str], not_run: str) -> CellResult:
     """Score one test cell from the observations of the cases its source checks."""
     results = []
     hidden = 0
-    for name in CHECK_CALL.findall(source):
+    for name in (m.group("case") for m in notebooks.CHECK_CALL.finditer(source)):
         is_public = name in public
         if not is_public:
             hidden += 1

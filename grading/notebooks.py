@@ -13,6 +13,8 @@ RELEASE = ROOT / "notebooks"
 HIDDEN_REFERENCES = ROOT / "grading" / "references"
 PUBLIC_REFERENCES = ROOT / "starter" / "references"
 ASSIGNMENT = "attention"  # the nbgrader assignment that holds every notebook
+# a test cell's `check("case", ...)`: the case's name, with what surrounds it (to rewrite it in place)
+CHECK_CALL = re.compile(r"""(?P<before>\bcheck\(\s*["'])(?P<case>[^"']+)(?P<after>["'])""")
 
 def solution_notebooks() -> list[Path]:
     """The authored notebooks, in curriculum order: solutions/NN_name.ipynb."""

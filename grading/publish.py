@@ -15,6 +15,8 @@ from pathlib import Path
 
 import h5py
 
+from starter.checks import case_names
+
 from . import notebooks
 
 ROOT = notebooks.ROOT
@@ -43,11 +45,7 @@ class LeakError(RuntimeError):
 
 
 def hidden_case_names() -> set[str]:
-    names: set[str] = set()
-    for path in notebooks.HIDDEN_REFERENCES.glob("*.h5"):
-        with h5py.File(path, "r") as f:
-            f.visititems(lambda n, o: names.add(n) if isinstance(o, h5py.Group) and "target" in o.attrs else None)
-    return names
+    return case_names(notebooks.HIDDEN_REFERENCES)
 
 
 def check_no_leak(dest: Path) -> None:

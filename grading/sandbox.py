@@ -3,9 +3,9 @@
 bubblewrap (Debian package `bubblewrap`) builds the sandbox from nothing and lets in only what the
 notebook needs, read-only: the system's programs and libraries (/usr, /bin, /lib, /etc), the Python
 environment, the kit's `starter/` and `data/` (public references and the dataset), and the hidden
-cases' *inputs* (never their expected outputs). The notebook runs as an unprivileged uid in new
-user, pid, network, IPC and UTS namespaces (no network, no view of any other process), with a
-private writable /tmp; solutions, hidden references, the gradebook, the course folder and other
+cases' *inputs* under opaque ids (never their names or expected outputs). The notebook runs as a
+real unprivileged user (uid 65534) in new pid, network, IPC and UTS namespaces (no network, no view
+of any other process), with a private writable /tmp; solutions, hidden references, the gradebook, the course folder and other
 students' files do not exist in there. Limits: memory and process count (a cgroup, where the
 machine lets us make one), file size and core dumps (rlimits), a per-cell timeout, and a hard kill
 of the whole sandbox at the notebook's time limit. When the sandbox's first process ends, the kernel
@@ -20,7 +20,6 @@ import contextlib
 import copy
 import json
 import os
-import re
 import resource
 import secrets
 import shutil
@@ -38,7 +37,7 @@ from traitlets import Bool, Integer, Unicode
 
 from nbgrader.preprocessors import NbGraderPreprocessor
 
-from starter.checks import CASE_INPUTS_ENV, RESULTS_ENV, Observation, read_observations
+from starter.checks import CASE_INPUTS_ENV, RESULTS_ENV, Observation, case_groups, read_observations
 
 from . import notebooks
 
@@ -299,7 +298,7 @@ def write_case_inputs(hidden_dir: Path, dest: Path) -> dict[str, str]:
     ids: dict[str, str] = {}
     for path in sorted(hidden_dir.glob("*.h5")):
         with h5py.File(path, "r") as src, h5py.File(dest / f"cases-{len(ids):04d}.h5", "w") as out:
-            for name, group in _case_groups(src):
+            for name, group in case_groups(src):
                 ids[name] = f"hidden-{secrets.token_hex(8)}"
                 target = out.require_group(ids[name])
                 for key, value in group.attrs.items():
@@ -315,17 +314,13 @@ def hide_case_names(nb, ids: dict[str, str]):
     """A copy of `nb` whose test cells check the opaque ids of the hidden cases instead of their names."""
     if not ids:
         return nb
-    pattern = re.compile(r"""(\bcheck\(\s*["'])([^"']+)(["'])""")
     nb = copy.deepcopy(nb)
     for cell in nb.cells:
         if cell.cell_type == "code":
-            cell.source = pattern.sub(lambda m: m.group(1) + ids.get(m.group(2), m.group(2)) + m.group(3), cell.source)
+            cell.source = notebooks.CHECK_CALL.sub(
+                lambda m: m["before"] + ids.get(m["case"], m["case"]) + m["after"], cell.source)
     return nb
 
 
-def _case_groups(f):
-    found = []
-    f.visititems(lambda n, o: found.append((n, o)) if hasattr(o, "attrs") and "target" in o.attrs else None)
-    return found
 
 

@@ -106,6 +106,22 @@ def _case_file(name: str, dirs: list[Path] | None = None) -> Path | None:
     return None
 
 
+def case_groups(f: h5py.File) -> list[tuple[str, h5py.Group]]:
+    """(name, group) of every reference case stored in an open reference file."""
+    found: list[tuple[str, h5py.Group]] = []
+    f.visititems(lambda n, o: found.append((n, o)) if isinstance(o, h5py.Group) and "target" in o.attrs else None)
+    return found
+
+
+def case_names(folder: Path) -> set[str]:
+    """The names of the reference cases stored in the .h5 files of `folder`."""
+    names: set[str] = set()
+    for path in Path(folder).glob("*.h5") if folder else []:
+        with h5py.File(path, "r") as f:
+            names.update(n for n, _ in case_groups(f))
+    return names
+
+
 def _read_group(group) -> dict[str, np.ndarray]:
     return {key: group[key][()] for key in group} if group is not None else {}
 

@@ -68,10 +68,10 @@ def case_names_in(path: Path) -> list[str]:
     """Names of the reference cases stored in one HDF5 file."""
     import h5py
 
-    names: list[str] = []
+    from starter.checks import case_groups
+
     with h5py.File(path, "r") as f:
-        f.visititems(lambda n, o: names.append(n) if isinstance(o, h5py.Group) and "target" in o.attrs else None)
-    return names
+        return [name for name, _ in case_groups(f)]
 
 
 def case_names(stem: str) -> list[str]:

@@ -22,7 +22,7 @@ import pytest
 from conftest import filled_submission, write_nb
 from grading import notebooks as nbs
 from grading.autograde import autograde, graded_columns
-from grading.feedback import hidden_case_names
+from starter.checks import case_names
 
 NB = "01_scaled_dot_product_attention"
 POINTS = {g: p for s, g, p in graded_columns() if s == NB}
@@ -291,7 +291,7 @@ def test_nothing_outlives_grading_and_classmates_are_untouched(graded):
 
 
 def test_feedback_holds_nothing_hidden(graded):
-    names = hidden_case_names(nbs.HIDDEN_REFERENCES)
+    names = case_names(nbs.HIDDEN_REFERENCES)
     for page in (graded["out"] / "feedback").rglob("*.html"):
         html = page.read_text()
         assert page.stat().st_size < 3 * 2**20, f"{page}: {page.stat().st_size} bytes"
