@@ -1,15 +1,20 @@
-"""Run a student's notebook in a sandbox: the only place where student code ever runs while grading.
+"""Run a student's notebooks in a sandbox: the only place where student code ever runs while grading.
 
 bubblewrap (Debian package `bubblewrap`) builds the sandbox from nothing and lets in only what the
-notebook needs, read-only: the system's programs and libraries (/usr, /bin, /lib, /etc), the Python
+notebooks need, read-only: the system's programs and libraries (/usr, /bin, /lib, /etc), the Python
 environment, the kit's `starter/` and `data/` (public references and the dataset), and the hidden
-cases' *inputs* under opaque ids (never their names or expected outputs). The notebook runs as a
-real unprivileged user (uid 65534) in new pid, network, IPC and UTS namespaces (no network, no view
-of any other process), with a private writable /tmp; solutions, hidden references, the gradebook, the course folder and other
-students' files do not exist in there. Limits: memory and process count (a cgroup, where the
-machine lets us make one), file size and core dumps (rlimits), a per-cell timeout, and a hard kill
-of the whole sandbox at the notebook's time limit. When the sandbox's first process ends, the kernel
-kills everything else it started: nothing outlives the grading of that notebook.
+cases' *inputs* under opaque ids (never their names or expected outputs). The code runs as a real
+unprivileged user (uid 65534) in new pid, network, IPC and UTS namespaces (no network, no view of any
+other process), with a private writable /tmp; solutions, hidden references, the gradebook, the course
+folder and other students' files do not exist in there. Limits: memory and process count (a cgroup,
+where the machine lets us make one), file size and core dumps (rlimits), a per-cell timeout (an
+interrupt, then a kill), and a hard kill of the whole sandbox at a notebook's time limit.
+
+One sandbox per student (`Session`, opened by `student_session()` around nbgrader's autograde): its
+server (grading/sandbox_runner.py) imports torch and the rest once, then forks a fresh kernel for each
+notebook, so a notebook costs what its cells cost, not seconds of start-up. Nothing crosses from one
+notebook to the next but files in the sandbox's own /tmp: each kernel is a new process, and whatever a
+notebook started is killed before the next one runs. When the sandbox ends, everything in it ends.
 
 `SandboxedExecute` is nbgrader's `Execute` step done this way; what the checks recorded is read
 back as plain data (`starter.checks.read_observations`) for the judge.
@@ -27,6 +32,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -48,7 +54,7 @@ NOBODY = 65534
 MAX_EXECUTED_BYTES = 64 * 2**20  # an executed notebook larger than this is not read back
 
 
-@dataclass
+@dataclass(frozen=True)
 class Limits:
     cell_seconds: int = 30
     notebook_seconds: int = 600
@@ -136,7 +142,7 @@ def _sandbox_env(data_dir: Path | None, isolate: bool, scratch: Path) -> dict:
     home = SCRATCH if isolate else str(scratch)
     env = {"PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin", "HOME": home,
            "LANG": "C.UTF-8", "MPLBACKEND": "Agg", "OMP_NUM_THREADS": "1", "PYTHONDONTWRITEBYTECODE": "1",
-           "PYTHONWARNINGS": "ignore", "NBGRADER_EXECUTION": "autograde", RESULTS_ENV: f"{home}/results"}
+           "PYTHONWARNINGS": "ignore", "PYDEVD_DISABLE_FILE_VALIDATION": "1", "NBGRADER_EXECUTION": "autograde", RESULTS_ENV: f"{home}/results"}
     if data_dir is not None:
         env["COURSE_DATA_DIR"] = "/tmp/data" if isolate else str(data_dir)
     return env
@@ -193,45 +199,107 @@ def _limit_child(procs: list[str], limits: Limits):
     return apply
 
 
-def run_notebook(nb, case_inputs: Path | None, limits: Limits = Limits(), isolate: bool = True,
-                 data_dir: Path | None = None) -> SandboxResult:
-    """Execute `nb` in a fresh sandbox and read back the executed notebook and the checks' records."""
-    start = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="sandbox-") as tmp:
-        scratch = Path(tmp)
-        os.chmod(scratch, 0o777)  # the sandbox's unprivileged uid writes here
-        nbformat.write(nb, str(scratch / "in.ipynb"))
-        runner = [sys.executable, "/tmp/runner.py" if isolate else str(RUNNER), "in.ipynb", "out.ipynb",
-                  str(limits.cell_seconds)]
-        env = _sandbox_env(data_dir, isolate, scratch)
-        if isolate:
-            argv = sandbox_argv(scratch, case_inputs, data_dir) + runner
+class Session:
+    """One sandbox for one student: started on the first notebook, it keeps a warm server (imports done)
+    that forks a fresh kernel per notebook (grading/sandbox_runner.py). A notebook past its time limit,
+    or a server that died, ends the sandbox with everything in it; the next notebook starts a new one.
+    Use as a context manager; closing it kills whatever is left."""
+
+    def __init__(self, case_inputs: Path | None = None, limits: Limits = Limits(), isolate: bool = True,
+                 data_dir: Path | None = None):
+        self.case_inputs, self.limits, self.isolate, self.data_dir = case_inputs, limits, isolate, data_dir
+        self._stack: contextlib.ExitStack | None = None
+        self._proc: subprocess.Popen | None = None
+        self._scratch: Path | None = None
+        self._jobs = 0
+
+    def __enter__(self) -> "Session":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _start(self) -> None:
+        self._stack = contextlib.ExitStack()
+        self._scratch = Path(self._stack.enter_context(tempfile.TemporaryDirectory(prefix="sandbox-")))
+        os.chmod(self._scratch, 0o777)  # the sandbox's unprivileged uid writes here
+        runner = [sys.executable, "/tmp/runner.py" if self.isolate else str(RUNNER), str(self.limits.cell_seconds)]
+        env = _sandbox_env(self.data_dir, self.isolate, self._scratch)
+        if self.isolate:
+            argv = sandbox_argv(self._scratch, self.case_inputs, self.data_dir) + runner + ["--sweep"]
             env[CASE_INPUTS_ENV] = CASES
         else:
             argv = runner
-            if case_inputs is not None:
-                env[CASE_INPUTS_ENV] = str(case_inputs)
+            if self.case_inputs is not None:
+                env[CASE_INPUTS_ENV] = str(self.case_inputs)
             env["PYTHONPATH"] = str(notebooks.ROOT)
+        procs = self._stack.enter_context(_cgroup(self.limits))
+        self._stderr = self._stack.enter_context(tempfile.TemporaryFile())
+        self._proc = subprocess.Popen(argv, cwd=self._scratch, env=env, stdin=subprocess.PIPE,
+                                      stdout=subprocess.PIPE, stderr=self._stderr, start_new_session=True,
+                                      preexec_fn=_limit_child(procs if self.isolate else [], self.limits))
+        self._stack.callback(self._kill)
+
+    def _kill(self) -> None:
+        if self._proc is not None and self._proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self._proc.pid, signal.SIGKILL)  # the sandbox, and with it all it started
+        if self._proc is not None:
+            self._proc.wait()
+            for pipe in (self._proc.stdin, self._proc.stdout):
+                with contextlib.suppress(OSError):
+                    pipe.close()
+
+    def close(self) -> None:
+        if self._stack is not None:
+            self._stack.close()
+        self._stack, self._proc, self._scratch = None, None, None
+
+    def _server_error(self) -> str:
+        self._stderr.seek(0)
+        lines = self._stderr.read().decode(errors="replace").strip().splitlines()
+        return f": {lines[-1][:200]}" if lines else ""
+
+    def run(self, nb) -> SandboxResult:
+        """Execute `nb` in a fresh kernel in this sandbox and read back the executed notebook and records."""
+        start = time.perf_counter()
+        if self._proc is None or self._proc.poll() is not None:
+            self.close()
+            self._start()
+        self._jobs += 1
+        folder = self._scratch / f"nb{self._jobs}"
+        folder.mkdir()
+        os.chmod(folder, 0o777)
+        nbformat.write(nb, str(folder / "in.ipynb"))
+        inside = f"{SCRATCH}/{folder.name}" if self.isolate else str(folder)
         status, message = "finished", ""
-        with _cgroup(limits) as procs:
-            proc = subprocess.Popen(argv, cwd=scratch, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                    stderr=subprocess.PIPE, start_new_session=True,
-                                    preexec_fn=_limit_child(procs if isolate else [], limits))
+        try:
+            self._proc.stdin.write((json.dumps({"folder": inside}) + "\n").encode())
+            self._proc.stdin.flush()
+            reply = _read_line(self._proc.stdout, self.limits.notebook_seconds)
+        except OSError:
+            reply = b""
+        if reply is None:
+            self._kill()  # the folder stays until its results are read
+            status, message = "time limit", f"stopped at the notebook's time limit ({self.limits.notebook_seconds} s)"
+        else:
             try:
-                _, err = proc.communicate(timeout=limits.notebook_seconds)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)  # the sandbox, and with it all it started
-                _, err = proc.communicate()
-                status, message = "time limit", f"stopped at the notebook's time limit ({limits.notebook_seconds} s)"
-            if status == "finished" and proc.returncode != 0:
-                status = "killed"
-                message = (f"the run ended with exit code {proc.returncode}"
-                           + (" (killed: out of memory or too many processes?)" if proc.returncode < 0
-                              or proc.returncode == 137 else "")
-                           + (f": {err.strip().splitlines()[-1][:200]}" if err.strip() else ""))
+                answer = json.loads(reply)
+                code, stuck = int(answer["exit"]), answer.get("stuck")
+            except (ValueError, KeyError, TypeError):  # no answer: the server itself died
+                self._kill()
+                status, message = "killed", f"the sandbox ended with exit code {self._proc.returncode}{self._server_error()}"
+            else:
+                if stuck is not None:
+                    status = "timed out"
+                    message = (f"cell {stuck} ran past {self.limits.cell_seconds} s and did not stop when "
+                               "interrupted, so the notebook was stopped there")
+                elif code != 0:
+                    status = "stopped"
+                    message = (f"the kernel died (exit code {code}"
+                               + (", killed: out of memory or too many processes?)" if code == -9 else ")"))
         executed = None
-        out = scratch / "out.ipynb"
+        out = folder / "out.ipynb"
         if out.is_file() and not out.is_symlink() and out.stat().st_size <= MAX_EXECUTED_BYTES:
             try:
                 executed = nbformat.read(str(out), as_version=4)
@@ -239,14 +307,71 @@ def run_notebook(nb, case_inputs: Path | None, limits: Limits = Limits(), isolat
                 message = message or f"the executed notebook could not be read ({type(exc).__name__})"
         if executed is not None and status == "finished":
             run = executed.metadata.get("grading_run") or {}
-            if run.get("stopped"):
-                status, message = "stopped", str(run["stopped"])[:300]
-            elif run.get("timeouts"):
+            if run.get("timeouts"):
                 status = "timed out"
-                message = f"cells {run['timeouts'][:10]} took longer than {limits.cell_seconds} s and were interrupted"
-        observations, problems = read_observations(scratch / "results")
-    return SandboxResult(status=status, message=message, seconds=time.perf_counter() - start, notebook=executed,
-                         observations=observations, problems=problems, isolated=isolate)
+                message = (f"cells {list(run['timeouts'])[:10]} took longer than {self.limits.cell_seconds} s "
+                           "and were interrupted")
+        observations, problems = read_observations(folder / "results")
+        shutil.rmtree(folder, ignore_errors=True)
+        if self._proc.poll() is not None:  # killed above: the next notebook gets a new sandbox
+            self.close()
+        return SandboxResult(status=status, message=message, seconds=time.perf_counter() - start, notebook=executed,
+                             observations=observations, problems=problems, isolated=self.isolate)
+
+
+def _read_line(pipe, seconds: float) -> bytes | None:
+    """One line from `pipe` within `seconds` (None: none came); b"" if the pipe closed."""
+    import selectors
+
+    deadline = time.monotonic() + seconds
+    line = b""
+    with selectors.DefaultSelector() as sel:
+        sel.register(pipe, selectors.EVENT_READ)
+        while not line.endswith(b"\n"):
+            left = deadline - time.monotonic()
+            if left <= 0 or not sel.select(left):
+                return None
+            chunk = os.read(pipe.fileno(), 4096)
+            if not chunk:
+                return b""
+            line += chunk
+            if len(line) > 4096:
+                return b""
+    return line
+
+
+def run_notebook(nb, case_inputs: Path | None, limits: Limits = Limits(), isolate: bool = True,
+                 data_dir: Path | None = None) -> SandboxResult:
+    """Execute `nb` in a sandbox of its own (a Session for one notebook)."""
+    with Session(case_inputs, limits, isolate, data_dir) as session:
+        return session.run(nb)
+
+
+_scope = threading.local()
+
+
+@contextlib.contextmanager
+def student_session():
+    """Within this block, every SandboxedExecute of this thread shares one Session: one sandbox per
+    student (grading/worker.py), so the imports are paid once for all of a student's notebooks."""
+    _scope.sessions = {}
+    try:
+        yield
+    finally:
+        sessions, _scope.sessions = _scope.sessions, None
+        for session in sessions.values():
+            session.close()
+
+
+def _session_for(case_inputs: Path | None, limits: Limits, isolate: bool, data_dir: Path | None):
+    """The open student scope's session for these settings, or a one-notebook session."""
+    sessions = getattr(_scope, "sessions", None)
+    if sessions is None:
+        return Session(case_inputs, limits, isolate, data_dir)
+    key = (case_inputs, limits, isolate, data_dir)
+    if key not in sessions:
+        sessions[key] = Session(case_inputs, limits, isolate, data_dir)
+    return contextlib.nullcontext(sessions[key])
 
 
 class SandboxedExecute(NbGraderPreprocessor):
@@ -265,9 +390,9 @@ class SandboxedExecute(NbGraderPreprocessor):
         names = {}  # opaque id -> hidden case name
         if self.case_inputs:
             names = json.loads(Path(self.case_inputs).with_suffix(".json").read_text())
-        result = run_notebook(hide_case_names(nb, {v: k for k, v in names.items()}),
-                              Path(self.case_inputs) if self.case_inputs else None, limits, self.isolate,
-                              Path(self.data_dir) if self.data_dir else None)
+        with _session_for(Path(self.case_inputs) if self.case_inputs else None, limits, self.isolate,
+                          Path(self.data_dir) if self.data_dir else None) as session:
+            result = session.run(hide_case_names(nb, {v: k for k, v in names.items()}))
         # back to the names; an observation filed under a hidden case's real name was not made by its check
         result.observations = {names.get(k, k): v for k, v in result.observations.items()
                                if k in names or k not in set(names.values())}

@@ -1,31 +1,55 @@
-"""What runs inside the grading sandbox: one notebook, top to bottom, in a fresh kernel.
+"""What runs inside the grading sandbox: a student's notebooks, each top to bottom in a fresh kernel.
 
-    python sandbox_runner.py IN.ipynb OUT.ipynb CELL_TIMEOUT
+    python sandbox_runner.py CELL_TIMEOUT [--sweep]
 
 A standalone script (it imports nothing of the grader, which does not exist inside the sandbox):
-`grading/sandbox.py` mounts it read-only into the sandbox and starts it there with
-``$COURSE_RESULTS_DIR`` set, so every ``check`` records what the student's code did instead of
-judging it; the judge outside reads those records. Nothing here decides a grade. Ending the kernel
-is refused (it would lose every later cell), and outputs are capped before the notebook is written.
+`grading/sandbox.py` mounts it read-only into one sandbox per student and starts it there. It imports
+once what every notebook imports (torch, numpy, matplotlib, ...), then takes jobs on stdin, one line
+per notebook: `{"folder": F}`, a folder holding `in.ipynb`. For each job it forks; the child runs an
+IPython kernel in its own process (ipykernel's in-process kernel), executes the notebook's code cells
+in order with ``$COURSE_RESULTS_DIR=F/results`` (so every ``check`` records what the student's code did
+instead of judging it), writes `F/out.ipynb` after every cell, and exits. The server then ends
+whatever the notebook left running (`--sweep`: every other process of the sandbox) and answers one
+line on stdout, `{"folder": F, "exit": CODE}`. A fork costs milliseconds where a fresh kernel that
+imports torch costs seconds: that was most of the time grading a notebook took.
+
+Nothing here decides a grade: the judge outside reads the records. Ending the kernel is refused (it
+would lose every later cell), a cell over CELL_TIMEOUT seconds is interrupted (the next cells still
+run), and outputs are capped before the notebook is written.
 """
 from __future__ import annotations
 
+import importlib
+import json
+import os
+import selectors
+import signal
 import sys
+import time
 
 MAX_TEXT = 20_000  # characters of text kept per output
 MAX_IMAGE = 400_000  # bytes (base64) of one image kept
 MAX_NOTEBOOK_OUTPUTS = 1_000_000  # characters of all outputs of the notebook kept
+INTERRUPT_GRACE = 5  # seconds a cell past its timeout has to stop after the interrupt before it is killed
+RESULTS_ENV = "COURSE_RESULTS_DIR"  # starter.checks.RESULTS_ENV (the grader's code is not importable here)
 
+# Imported once by the server, so that a notebook's own imports of them cost nothing. Not the kit's
+# `starter` package: importing it sets up the notebook's error display, which needs the notebook's kernel.
+PRELOAD = ("numpy", "torch", "torch.nn", "torch.nn.functional", "h5py", "matplotlib", "matplotlib.pyplot",
+           "PIL.Image", "tqdm.std", "IPython", "ipykernel.inprocess.manager", "nbformat")
+# (not tqdm.auto: it chooses between a text bar and a widget when imported, which needs the kernel)
 
 # Run in the kernel before the notebook: `exit()`, `quit()`, `os._exit`, `os.abort` and signals raise
 # SystemExit (an error in that cell) instead of ending the kernel.
-REFUSE_EXIT = [
+REFUSE_EXIT = "\n".join([
     "import os as _os",
     "def _refuse(*a, **k): raise SystemExit('ending the process is disabled while grading')",
     "_os._exit = _os.abort = _os.kill = _os.killpg = _refuse",
     "get_ipython().ask_exit = _refuse",
     "exit = quit = _refuse",
-]
+    "del _os",
+])
+OUTPUT_MESSAGES = ("stream", "display_data", "execute_result", "error")
 
 
 def cap_outputs(nb) -> None:
@@ -55,35 +79,185 @@ def cap_outputs(nb) -> None:
         cell["outputs"] = kept
 
 
-def main(src: str, dest: str, cell_timeout: int) -> int:
+class _CellTimeout(KeyboardInterrupt):
+    """Raised in the running cell by the alarm: the kernel shows it as the cell's KeyboardInterrupt."""
+
+
+def _alarm(signum, frame):
+    raise _CellTimeout()
+
+
+def _outputs(messages, nbformat) -> list:
+    """The cell's outputs from the kernel's messages, as Jupyter's own client would store them."""
+    outputs: list = []
+    for msg in messages:
+        kind, content = msg["msg_type"], msg["content"]
+        if kind == "clear_output":
+            outputs.clear()  # `wait=True` clears on the next output; no difference once the cell is done
+        elif kind in OUTPUT_MESSAGES:
+            out = nbformat.v4.output_from_msg(msg)
+            if kind == "stream" and outputs and outputs[-1].get("name") == content.get("name"):
+                outputs[-1]["text"] += out["text"]
+            else:
+                outputs.append(out)
+    return outputs
+
+
+def run_notebook(folder: str, cell_timeout: int, progress: int) -> None:
+    """The child's work: `folder/in.ipynb` through an in-process kernel to `folder/out.ipynb`, telling
+    the server on `progress` which cell it starts."""
     import nbformat
-    from nbclient import NotebookClient
-    from nbclient.exceptions import CellTimeoutError, DeadKernelError
+    from ipykernel.inprocess.manager import InProcessKernelManager
+    from traitlets.config import Config
 
-    nb = nbformat.read(src, as_version=4)
-    # a cell over its time is interrupted and marked with this error; the next cells still run
-    timed_out = {"ename": "CellTimeoutError", "evalue": f"the cell took longer than {cell_timeout} s", "traceback": []}
-    timeouts = []
+    os.chdir(folder)
+    os.environ[RESULTS_ENV] = os.path.join(folder, "results")
+    nb = nbformat.read("in.ipynb", as_version=4)
+    manager = InProcessKernelManager(config=Config({"HistoryManager": {"enabled": False}}))
+    manager.start_kernel()
+    client = manager.client()
+    client.start_channels()
+    timeout_error = {"ename": "CellTimeoutError", "evalue": f"the cell took longer than {cell_timeout} s",
+                     "traceback": []}
+    timeouts: list[int] = []
 
-    def note_timeout(cell, cell_index, execute_reply):  # the timeout's reply is not an output: add one
-        if (execute_reply or {}).get("content", {}).get("ename") == "CellTimeoutError":
-            timeouts.append(cell_index)
-            cell.outputs.append(nbformat.v4.new_output("error", **timed_out))
+    def execute(source: str, silent: bool = False) -> tuple[list, object, bool]:
+        signal.signal(signal.SIGALRM, _alarm)
+        signal.setitimer(signal.ITIMER_REAL, cell_timeout)
+        interrupted = False
+        try:
+            client.execute(source, silent=silent, store_history=not silent)  # runs the cell here, in this thread
+        except _CellTimeout:  # the alarm came between two statements of the kernel's own code
+            interrupted = True
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+        messages = client.iopub_channel.get_msgs()
+        replies = client.shell_channel.get_msgs()
+        reply = replies[-1]["content"] if replies else {}
+        interrupted = interrupted or reply.get("ename") == "_CellTimeout" or any(
+            m["msg_type"] == "error" and m["content"].get("ename") == "_CellTimeout" for m in messages)
+        return _outputs(messages, nbformat), reply.get("execution_count"), interrupted
 
-    client = NotebookClient(
-        nb, kernel_name="python3", timeout=cell_timeout, allow_errors=True, interrupt_on_timeout=True,
-        error_on_timeout=timed_out, on_cell_executed=note_timeout,
-        extra_arguments=["--HistoryManager.hist_file=:memory:", f"--IPKernelApp.exec_lines={REFUSE_EXIT!r}"])
-    stopped = ""
-    try:
-        client.execute()
-    except (DeadKernelError, CellTimeoutError, RuntimeError) as exc:
-        stopped = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
-    nb.metadata["grading_run"] = {"stopped": stopped, "timeouts": timeouts}
+    execute(REFUSE_EXIT, silent=True)
+    count = 0
+    for index, cell in enumerate(nb.cells):
+        if cell.cell_type != "code":
+            continue
+        os.write(progress, b"%d\n" % index)
+        outputs, number, interrupted = execute(cell.source)
+        count = number if isinstance(number, int) else count + 1
+        for out in outputs:  # as a kernel shows an interrupt: KeyboardInterrupt
+            if out.get("ename") == "_CellTimeout":
+                out["ename"] = "KeyboardInterrupt"
+        if interrupted:
+            timeouts.append(index)
+            outputs.append(nbformat.v4.new_output("error", **timeout_error))
+        cell.outputs, cell.execution_count = outputs, count
+        nb.metadata["grading_run"] = {"timeouts": timeouts}  # (a NotebookNode copies what it is given)
+        _write(nb, nbformat)
     cap_outputs(nb)
-    nbformat.write(nb, dest)
+    _write(nb, nbformat)
+    os.close(progress)
+
+
+def _write(nb, nbformat) -> None:
+    with open("out.ipynb.tmp", "w", encoding="utf-8") as f:
+        nbformat.write(nb, f)
+    os.replace("out.ipynb.tmp", "out.ipynb")
+
+
+def _not_dumpable() -> None:
+    """Children (same user) may not trace this process or open its /proc files (its reply pipe)."""
+    import ctypes
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 4
+    except (OSError, AttributeError):
+        pass
+
+
+def _sweep() -> None:
+    """End every process of the sandbox but this one and its init (pid 1): what a notebook started."""
+    me = os.getpid()
+    for _ in range(20):
+        others = [int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) not in (1, me)]
+        if not others:
+            return
+        for pid in others:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        try:
+            while os.waitpid(-1, os.WNOHANG)[0]:
+                pass
+        except ChildProcessError:
+            pass
+
+
+def _wait(pid: int, progress: int, cell_timeout: int) -> tuple[int, int | None]:
+    """Wait for the child; kill it if one cell runs past its timeout and the interrupt did not stop it
+    (the cell ignored it, or caught it and went on). Returns (exit status, the cell stopped or None)."""
+    cell, buffer = None, b""
+    deadline = time.monotonic() + cell_timeout + INTERRUPT_GRACE
+    with selectors.DefaultSelector() as sel:
+        sel.register(progress, selectors.EVENT_READ)
+        while True:
+            if sel.select(1.0):
+                chunk = os.read(progress, 4096)
+                if not chunk:  # the child closed its end: it is ending
+                    break
+                buffer = (buffer + chunk)[-64:]
+                lines = buffer.split(b"\n")
+                if len(lines) > 1 and lines[-2].isdigit() and int(lines[-2]) != cell:
+                    cell = int(lines[-2])
+                    deadline = time.monotonic() + cell_timeout + INTERRUPT_GRACE
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:  # ended (what it started may still hold the pipe open)
+                os.close(progress)
+                return status, None
+            if time.monotonic() > deadline:
+                os.kill(pid, signal.SIGKILL)
+                os.close(progress)
+                return os.waitpid(pid, 0)[1], cell
+    os.close(progress)
+    return os.waitpid(pid, 0)[1], None
+
+
+def serve(cell_timeout: int, sweep: bool) -> int:
+    for name in PRELOAD:
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001 - a notebook that needs it will say so itself
+            pass
+    _not_dumpable()
+    replies = os.fdopen(os.dup(1), "w", buffering=1)
+    devnull = os.open(os.devnull, os.O_RDWR)
+    os.dup2(devnull, 1)  # what the notebooks print outside their kernel goes nowhere
+    real_exit = os._exit
+    for line in sys.stdin:
+        folder = json.loads(line)["folder"]
+        progress, progress_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            replies.close()
+            os.close(progress)
+            for fd in (0, 2):
+                os.dup2(devnull, fd)
+            code = 1
+            try:
+                run_notebook(folder, cell_timeout, progress_w)
+                code = 0
+            except BaseException:  # noqa: BLE001 - the grader sees the exit code and what was written
+                pass
+            real_exit(code)
+        os.close(progress_w)
+        status, stuck = _wait(pid, progress, cell_timeout)
+        if sweep:  # in the sandbox; without it, what the notebook started ends with the session (grading/sandbox.py)
+            _sweep()
+        replies.write(json.dumps({"folder": folder, "exit": os.waitstatus_to_exitcode(status), "stuck": stuck}) + "\n")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1], sys.argv[2], int(sys.argv[3])))
+    sys.exit(serve(int(sys.argv[1]), "--sweep" in sys.argv[2:]))

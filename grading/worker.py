@@ -14,7 +14,7 @@ import time
 import traceback
 from pathlib import Path
 
-from . import course
+from . import course, sandbox
 from .judge import read_records
 from .notebooks import ASSIGNMENT
 from .scan import suspicious
@@ -56,7 +56,8 @@ def grade_student(root: str | Path, student: str) -> dict:
     record = {"student": student, "ok": False, "notes": [], "flags": []}
     shutil.rmtree(root / "records" / student, ignore_errors=True)  # the judge's records of an earlier run
     try:
-        result = api.autograde(ASSIGNMENT, student, force=True, create=True)
+        with sandbox.student_session():  # one sandbox for all of this student's notebooks
+            result = api.autograde(ASSIGNMENT, student, force=True, create=True)
         if result.get("success"):
             record["ok"] = True
             feedback = api.generate_feedback(ASSIGNMENT, student, force=True)

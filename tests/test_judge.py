@@ -130,3 +130,87 @@ def test_a_memory_hog_is_stopped_and_the_rest_of_the_machine_is_not():
     result = sandbox.run_notebook(nb, None, sandbox.Limits(cell_seconds=30, notebook_seconds=60, memory_mb=700))
     assert result.status == "stopped" and "died" in result.message, (result.status, result.message)
     assert result.notebook.cells[0].outputs[0]["text"] == "before\n"
+
+
+def _notebook(*sources: str):
+    return nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(s) for s in sources])
+
+
+def _text(cell) -> str:
+    return "".join(o.get("text", "") for o in cell.outputs if o.get("output_type") == "stream")
+
+
+LEAVE_BEHIND = '''
+import builtins, subprocess, sys, torch
+builtins.planted = True
+torch.matmul = lambda *a, **k: "patched"
+subprocess.Popen(["sleep", "60"], start_new_session=True)
+subprocess.Popen([sys.executable, "-c", "import time, pathlib; time.sleep(3); pathlib.Path('../planted').write_text('x')"],
+                 start_new_session=True)
+print("planted")
+'''
+LOOK_FOR_IT = '''
+import builtins, json, os, pathlib, time, torch
+time.sleep(4)
+others = [p for p in os.listdir("/proc") if p.isdigit() and int(p) not in (1, os.getpid(), os.getppid())]
+print(json.dumps({"builtins": hasattr(builtins, "planted"), "torch": torch.matmul(torch.eye(2), torch.eye(2)) == "patched",
+                  "others": others, "file": pathlib.Path("../planted").exists()}))
+'''
+
+
+@pytest.mark.skipif(sandbox.bwrap() is None, reason="bubblewrap is not installed")
+def test_a_students_notebooks_share_a_sandbox_but_nothing_else():
+    """One warm sandbox per student, a fresh kernel per notebook: nothing a notebook changed in memory,
+    and nothing it started, is there for the next one."""
+    with sandbox.Session(limits=sandbox.Limits(cell_seconds=30, notebook_seconds=60)) as session:
+        first = session.run(_notebook(LEAVE_BEHIND))
+        second = session.run(_notebook(LOOK_FOR_IT))
+    assert first.status == "finished" and _text(first.notebook.cells[0]) == "planted\n", first.message
+    assert second.status == "finished", second.message
+    found = json.loads(_text(second.notebook.cells[0]))
+    assert found == {"builtins": False, "torch": False, "others": [], "file": False}, found
+
+
+REACH_THE_SERVER = '''
+import json, os
+ppid, tried = os.getppid(), {}
+for fd in range(3, 12):
+    try:
+        with open(f"/proc/{ppid}/fd/{fd}", "w") as f:
+            f.write(json.dumps({"folder": "/tmp/work/nb9", "exit": 0}) + "\\n")
+        tried[fd] = "written"
+    except OSError as exc:
+        tried[fd] = type(exc).__name__
+try:
+    open(f"/proc/{ppid}/mem", "rb").read(1)
+    tried["mem"] = "read"
+except OSError as exc:
+    tried["mem"] = type(exc).__name__
+print(json.dumps(tried))
+'''
+
+
+@pytest.mark.skipif(sandbox.bwrap() is None, reason="bubblewrap is not installed")
+def test_a_notebook_cannot_answer_for_the_server():
+    """The server that forks the kernels is not dumpable: a notebook cannot open its reply pipe or memory
+    through /proc to report a notebook done, or change what the next notebook runs."""
+    with sandbox.Session() as session:
+        result = session.run(_notebook(REACH_THE_SERVER))
+    tried = json.loads(_text(result.notebook.cells[0]))
+    assert "written" not in tried.values() and tried["mem"] != "read", tried
+
+
+@pytest.mark.skipif(sandbox.bwrap() is None, reason="bubblewrap is not installed")
+def test_a_slow_cell_is_interrupted_and_one_that_ignores_it_is_stopped():
+    limits = sandbox.Limits(cell_seconds=2, notebook_seconds=60)
+    ignores = "import signal\nfor s in (signal.SIGINT, signal.SIGALRM):\n    signal.signal(s, signal.SIG_IGN)\nwhile True:\n    pass"
+    with sandbox.Session(limits=limits) as session:
+        slow = session.run(_notebook("print('a')", "import time\ntime.sleep(20)", "print('c')"))
+        stuck = session.run(_notebook("print('a')", ignores, "print('c')"))
+        after = session.run(_notebook("print('ok')"))
+    assert slow.status == "timed out" and "[1]" in slow.message, (slow.status, slow.message)
+    assert [_text(c) for c in slow.notebook.cells] == ["a\n", "", "c\n"]
+    assert slow.notebook.cells[1].outputs[-1]["ename"] == "CellTimeoutError"
+    assert stuck.status == "timed out" and "cell 1 " in stuck.message and "did not stop" in stuck.message, stuck.message
+    assert _text(stuck.notebook.cells[0]) == "a\n" and _text(stuck.notebook.cells[2]) == ""
+    assert after.status == "finished" and _text(after.notebook.cells[0]) == "ok\n", after.message
