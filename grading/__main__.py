@@ -3,6 +3,7 @@
     python -m grading release                 solutions/ -> notebooks/ (student release, hidden data excluded)
     python -m grading references              rebuild the stored reference cases from the solutions
     python -m grading autograde SUBMISSIONS   grade a folder or zip of student notebooks
+    python -m grading report OUT [--anonymise]  what the class got wrong (OUT/class_report.html), from a graded run
     python -m grading execute [NOTEBOOK ...]  run solution notebooks end to end (the maintainers' main job)
     python -m grading publish DEST [--repo OWNER/NAME]   the student-facing files only, for a student repository
 """
@@ -32,6 +33,9 @@ def main(argv: list[str] | None = None) -> int:
     ag.add_argument("--cell-timeout", type=int, default=30, help="seconds one cell may run before it is interrupted")
     ag.add_argument("--no-sandbox", action="store_true",
                     help="run student code without bubblewrap (where it cannot be installed); every row is flagged")
+    rp = sub.add_parser("report", help="write the class report of a graded run (autograde writes it too)")
+    rp.add_argument("out", type=Path, nargs="?", default=Path("grading/work/results"), help="autograde's --out folder")
+    rp.add_argument("--anonymise", action="store_true", help="students as 'student 01', ... in the report")
     pb = sub.add_parser("publish", help="copy the student-facing files into an empty folder")
     pb.add_argument("dest", type=Path)
     pb.add_argument("--repo", default=None, help="GitHub OWNER/NAME of the student repository, for the notebooks' "
@@ -66,6 +70,14 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         print(f"graded {sum(r.status == 'graded' for r in results)} of {len(results)} students; "
               f"grades in {args.out / 'grades.csv'}")
+    elif args.command == "report":
+        from .class_report import write
+        if not (args.out / "report.json").is_file() or not (args.out / "grades.csv").is_file():
+            print(f"error: {args.out} holds no graded run (no report.json and grades.csv): run autograde first",
+                  file=sys.stderr)
+            return 2
+        data, page = write(args.out, args.anonymise)
+        print(f"class report: {page} (data: {data})")
     elif args.command == "publish":
         from .publish import publish
         dest = publish(args.dest, args.repo) if args.repo else publish(args.dest)

@@ -47,7 +47,7 @@ def autograde(submissions: Path, out: Path, course_dir: Path | None = None, db_u
     course.prepare_grading_course(root, db_url, cell_timeout, isolate=sandbox, notebook_timeout=notebook_timeout)
     db_url = db_url or f"sqlite:///{root / 'gradebook.db'}"
     results, loose = intake(Path(submissions), root, students)
-    gradable = [r.student for r in results if r.status != "failed"]
+    gradable = [r.student for r in results if r.status not in ("failed", "no notebooks")]
     records = engine.run(root, gradable, workers=workers, scheduler=scheduler, progress=progress)
     report(out, root, results, records, loose, db_url)
     for r in results:

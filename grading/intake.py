@@ -159,6 +159,7 @@ def stage_student(root: Path, student_dir: Path, known: dict[str, str]) -> Stude
     collect(student_dir, known, result, submitted)
     if not result.notebooks:
         result.status = "no notebooks"
+        result.notes.append("no notebook of this assignment in the folder: nothing to grade (0)")
     return result
 
 

@@ -4,8 +4,9 @@ It never imports or runs student code. Its inputs are plain data: the observatio
 in the sandbox (read by `starter.checks.read_observations`: JSON and .npz, size-capped, no pickles)
 and the stored references, hidden ones included, which never enter the sandbox. Each test cell's
 cases are the `check("case", ...)` calls of its source as nbgrader restored it (hidden tests
-included); each case is compared by `starter.checks.verdict`, the comparison the student's public
-check runs, so a grade and the message the student saw can't disagree.
+included); each case is compared by `starter.checks.diagnose` (what `verdict`, the comparison the
+student's public check runs, is made of), so a grade and the message the student saw can't disagree,
+and each failure keeps its kind (a known bug, a symptom) for the class report.
 
 A test cell scores its points times the share of its hidden cases that pass (partial credit; all its
 cases where it has no hidden one): public cases' expected outputs ship with the kit. Its outputs
@@ -25,7 +26,8 @@ from traitlets import List, Unicode
 
 from nbgrader.preprocessors import NbGraderPreprocessor
 
-from starter.checks import PUBLIC_DIR, CheckFailed, Observation, case_names, load_case, verdict
+from starter.checks import (PUBLIC_DIR, CheckFailed, Diagnosis, Observation, case_file, case_names, diagnose,
+                            load_case)
 
 from . import notebooks
 
@@ -38,6 +40,7 @@ class CaseResult:
     public: bool
     passed: bool
     message: str  # one line, without the case's name
+    diagnosis: str = ""  # the kind of failure, the same for every student with that mistake (starter.checks.Diagnosis)
 
 
 @dataclass
@@ -70,6 +73,21 @@ def public_case_names() -> frozenset[str]:
     return frozenset(case_names(PUBLIC_DIR))
 
 
+def _reference(name: str, dirs: tuple[Path, ...]):
+    """A reference case, read once per worker process for all students (the judge never changes it);
+    read again when its file changes (a rebuilt reference)."""
+    path = case_file(name, list(dirs))
+    stamp = (path, path.stat().st_mtime_ns) if path is not None else None
+    key = (name, dirs)
+    cached = _CASES.get(key)
+    if cached is None or cached[0] != stamp:
+        cached = _CASES[key] = (stamp, load_case(name, list(dirs)))
+    return cached[1]
+
+
+_CASES: dict = {}
+
+
 def judge_cell(grade_id: str, source: str, max_points: float, observations: dict[str, Observation],
                reference_dirs: list[Path], public: frozenset[str], not_run: str) -> CellResult:
     """Score one test cell from the observations of the cases its source checks."""
@@ -82,15 +100,16 @@ def judge_cell(grade_id: str, source: str, max_points: float, observations: dict
         label = name if is_public else f"hidden case {hidden}"
         obs = observations.get(name)
         if obs is None:
-            results.append(CaseResult(name, label, is_public, False, not_run))
+            results.append(CaseResult(name, label, is_public, False, not_run, "did not run"))
             continue
         try:
-            message = verdict(load_case(name, reference_dirs), obs)
+            found = diagnose(_reference(name, tuple(reference_dirs)), obs)
         except CheckFailed as exc:  # the reference itself is missing: the grader's fault, said plainly
-            message = f"not graded: {exc}"
+            found = Diagnosis("not graded", f"not graded: {exc}")
         except Exception as exc:  # noqa: BLE001 - malformed observation (shapes/dtypes nonsense)
-            message = f"the recorded result could not be compared ({type(exc).__name__})"
-        results.append(CaseResult(name, label, is_public, message is None, message or ""))
+            found = Diagnosis("unreadable result", f"the recorded result could not be compared ({type(exc).__name__})")
+        results.append(CaseResult(name, label, is_public, found is None, found.message if found else "",
+                                  found.kind if found else ""))
     # Scored on the hidden cases where there are any: a public case's expected output ships with the kit,
     # so a submission could replay it; the hidden ones it can only earn by computing them.
     counted = [r for r in results if not r.public] or results

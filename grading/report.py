@@ -1,4 +1,4 @@
-"""Report: the grades table, the class's most-failed tests and the feedback pages of a graded run.
+"""Report: the grades table, the class's most-failed tests, the class report and the feedback pages of a run.
 
 Reads only what grading recorded (the gradebook, the students' records); runs nothing.
 """
@@ -11,7 +11,7 @@ import warnings
 from dataclasses import asdict
 from pathlib import Path
 
-from . import notebooks
+from . import class_report, notebooks
 from .intake import StudentResult
 from .notebooks import ASSIGNMENT
 
@@ -137,6 +137,17 @@ def report(out: Path, root: Path, results: list[StudentResult], records: dict[st
         else:
             r.status = "failed"
             r.notes.append(record.get("error", "unknown error"))
+        copy_records(root, out, r.student)
     (out / "report.json").write_text(json.dumps(
         {"students": [asdict(r) for r in results], "ignored_loose_files": loose}, indent=2))
     write_failure_summary(out, write_grades(out, results, db_url))
+    class_report.write(out)
+
+
+def copy_records(root: Path, out: Path, student: str) -> None:
+    """The judge's per-case records, for the class report (they name hidden cases: instructors only)."""
+    src, dst = root / "records" / student, out / "records" / student
+    if dst.exists():
+        shutil.rmtree(dst)
+    if src.is_dir():
+        shutil.copytree(src, dst)

@@ -36,7 +36,7 @@ RESULTS_ENV = "COURSE_RESULTS_DIR"  # starter.checks.RESULTS_ENV (the grader's c
 # Imported once by the server, so that a notebook's own imports of them cost nothing. Not the kit's
 # `starter` package: importing it sets up the notebook's error display, which needs the notebook's kernel.
 PRELOAD = ("numpy", "torch", "torch.nn", "torch.nn.functional", "h5py", "matplotlib", "matplotlib.pyplot",
-           "PIL.Image", "tqdm.std", "IPython", "ipykernel.inprocess.manager", "nbformat")
+           "PIL.Image", "tqdm.std", "IPython", "ipykernel.inprocess.manager")
 # (not tqdm.auto: it chooses between a text bar and a widget when imported, which needs the kernel)
 
 # Run in the kernel before the notebook: `exit()`, `quit()`, `os._exit`, `os.abort` and signals raise
@@ -55,7 +55,7 @@ OUTPUT_MESSAGES = ("stream", "display_data", "execute_result", "error")
 def cap_outputs(nb) -> None:
     """Keep the notebook small: long texts cut, big images dropped, the total bounded."""
     budget = MAX_NOTEBOOK_OUTPUTS
-    for cell in nb.cells:
+    for cell in nb["cells"]:
         kept = []
         for out in cell.get("outputs", []):
             if budget <= 0:
@@ -87,7 +87,21 @@ def _alarm(signum, frame):
     raise _CellTimeout()
 
 
-def _outputs(messages, nbformat) -> list:
+def _output(kind: str, content: dict) -> dict:
+    """One output as nbformat 4 stores it (nbformat.v4.output_from_msg, without importing nbformat:
+    its schema validator alone takes a second to import)."""
+    if kind == "stream":
+        return {"output_type": "stream", "name": content.get("name", "stdout"), "text": content.get("text", "")}
+    if kind == "error":
+        return {"output_type": "error", "ename": content.get("ename", ""), "evalue": content.get("evalue", ""),
+                "traceback": content.get("traceback", [])}
+    out = {"output_type": kind, "data": content.get("data", {}), "metadata": content.get("metadata", {})}
+    if kind == "execute_result":
+        out["execution_count"] = content.get("execution_count")
+    return out
+
+
+def _outputs(messages) -> list:
     """The cell's outputs from the kernel's messages, as Jupyter's own client would store them."""
     outputs: list = []
     for msg in messages:
@@ -95,7 +109,7 @@ def _outputs(messages, nbformat) -> list:
         if kind == "clear_output":
             outputs.clear()  # `wait=True` clears on the next output; no difference once the cell is done
         elif kind in OUTPUT_MESSAGES:
-            out = nbformat.v4.output_from_msg(msg)
+            out = _output(kind, content)
             if kind == "stream" and outputs and outputs[-1].get("name") == content.get("name"):
                 outputs[-1]["text"] += out["text"]
             else:
@@ -106,13 +120,13 @@ def _outputs(messages, nbformat) -> list:
 def run_notebook(folder: str, cell_timeout: int, progress: int) -> None:
     """The child's work: `folder/in.ipynb` through an in-process kernel to `folder/out.ipynb`, telling
     the server on `progress` which cell it starts."""
-    import nbformat
     from ipykernel.inprocess.manager import InProcessKernelManager
     from traitlets.config import Config
 
     os.chdir(folder)
     os.environ[RESULTS_ENV] = os.path.join(folder, "results")
-    nb = nbformat.read("in.ipynb", as_version=4)
+    with open("in.ipynb", encoding="utf-8") as f:
+        nb = json.load(f)  # nbformat 4, as the grader wrote it
     manager = InProcessKernelManager(config=Config({"HistoryManager": {"enabled": False}}))
     manager.start_kernel()
     client = manager.client()
@@ -136,33 +150,34 @@ def run_notebook(folder: str, cell_timeout: int, progress: int) -> None:
         reply = replies[-1]["content"] if replies else {}
         interrupted = interrupted or reply.get("ename") == "_CellTimeout" or any(
             m["msg_type"] == "error" and m["content"].get("ename") == "_CellTimeout" for m in messages)
-        return _outputs(messages, nbformat), reply.get("execution_count"), interrupted
+        return _outputs(messages), reply.get("execution_count"), interrupted
 
     execute(REFUSE_EXIT, silent=True)
     count = 0
-    for index, cell in enumerate(nb.cells):
-        if cell.cell_type != "code":
+    for index, cell in enumerate(nb["cells"]):
+        if cell.get("cell_type") != "code":
             continue
         os.write(progress, b"%d\n" % index)
-        outputs, number, interrupted = execute(cell.source)
+        source = cell.get("source", "")
+        outputs, number, interrupted = execute("".join(source) if isinstance(source, list) else source)
         count = number if isinstance(number, int) else count + 1
         for out in outputs:  # as a kernel shows an interrupt: KeyboardInterrupt
             if out.get("ename") == "_CellTimeout":
                 out["ename"] = "KeyboardInterrupt"
         if interrupted:
             timeouts.append(index)
-            outputs.append(nbformat.v4.new_output("error", **timeout_error))
-        cell.outputs, cell.execution_count = outputs, count
-        nb.metadata["grading_run"] = {"timeouts": timeouts}  # (a NotebookNode copies what it is given)
-        _write(nb, nbformat)
+            outputs.append(_output("error", timeout_error))
+        cell["outputs"], cell["execution_count"] = outputs, count
+        nb.setdefault("metadata", {})["grading_run"] = {"timeouts": list(timeouts)}
+        _write(nb)
     cap_outputs(nb)
-    _write(nb, nbformat)
+    _write(nb)
     os.close(progress)
 
 
-def _write(nb, nbformat) -> None:
+def _write(nb: dict) -> None:
     with open("out.ipynb.tmp", "w", encoding="utf-8") as f:
-        nbformat.write(nb, f)
+        json.dump(nb, f)
     os.replace("out.ipynb.tmp", "out.ipynb")
 
 

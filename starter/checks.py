@@ -22,6 +22,7 @@ import contextlib
 import io
 import json
 import os
+import re
 import stat
 import sys
 import warnings
@@ -94,15 +95,12 @@ def reference_dirs() -> list[Path]:
     return [d for d in dirs if d.is_dir()]
 
 
-def _case_file(name: str, dirs: list[Path] | None = None) -> Path | None:
+def case_file(name: str, dirs: list[Path] | None = None) -> Path | None:
+    """The reference file that holds case `name` (None: no such case in `dirs`)."""
     for d in reference_dirs() if dirs is None else dirs:
-        for path in sorted(d.glob("*.h5")):
-            try:
-                with h5py.File(path, "r") as f:
-                    if name in f and isinstance(f[name], h5py.Group) and "target" in f[name].attrs:
-                        return path
-            except OSError:
-                continue
+        path = _case_index(Path(d)).get(name)
+        if path is not None:
+            return path
     return None
 
 
@@ -113,13 +111,31 @@ def case_groups(f: h5py.File) -> list[tuple[str, h5py.Group]]:
     return found
 
 
+_INDEX: dict[Path, tuple[tuple, dict[str, Path]]] = {}
+
+
+def _case_index(folder: Path) -> dict[str, Path]:
+    """{case name: file} of the .h5 files of `folder`; read again only when a file changes."""
+    files = sorted(folder.glob("*.h5")) if folder.is_dir() else []
+    stamp = tuple((p.name, p.stat().st_mtime_ns, p.stat().st_size) for p in files)
+    cached = _INDEX.get(folder)
+    if cached is not None and cached[0] == stamp:
+        return cached[1]
+    index: dict[str, Path] = {}
+    for path in files:
+        try:
+            with h5py.File(path, "r") as f:
+                for n, _ in case_groups(f):
+                    index.setdefault(n, path)
+        except OSError:
+            continue
+    _INDEX[folder] = (stamp, index)
+    return index
+
+
 def case_names(folder: Path) -> set[str]:
     """The names of the reference cases stored in the .h5 files of `folder`."""
-    names: set[str] = set()
-    for path in Path(folder).glob("*.h5") if folder else []:
-        with h5py.File(path, "r") as f:
-            names.update(n for n, _ in case_groups(f))
-    return names
+    return set(_case_index(Path(folder))) if folder else set()
 
 
 def _read_group(group) -> dict[str, np.ndarray]:
@@ -132,7 +148,7 @@ def load_case(name: str, dirs: list[Path] | None = None) -> Case:
     Useful for debugging: ``case.inputs``, ``case.expected`` are numpy arrays. `dirs`: the folders
     to look in (default: the public references, and the hidden ones while grading).
     """
-    path = _case_file(name, dirs)
+    path = case_file(name, dirs)
     if path is None:
         raise CheckFailed(
             f"reference case '{name}' not found. Hidden cases exist only while grading; "
@@ -361,8 +377,8 @@ def _numpy(t) -> np.ndarray:
     return _TB.numpy(_TB.cpu(_TB.detach(t)))
 
 
-def _property_message(case: Case, got: dict[str, np.ndarray]) -> str | None:
-    """Generic symptoms that need no reference implementation."""
+def _property_message(case: Case, got: dict[str, np.ndarray]) -> tuple[str, str] | None:
+    """Generic symptoms that need no reference implementation: (symptom, one-line message)."""
     for prop in case.properties:
         kind, out = prop[0], prop[1]
         w = got[out].astype(np.float64)
@@ -371,23 +387,26 @@ def _property_message(case: Case, got: dict[str, np.ndarray]) -> str | None:
             if not np.allclose(sums, 1.0, atol=1e-4):
                 for axis in range(-2, -w.ndim - 1, -1):
                     if np.allclose(w.sum(axis=axis), 1.0, atol=1e-4):
-                        return (f"`{out}` sums to 1 along axis {axis} instead of the last axis: "
-                                "the softmax is taken over the wrong axis (it must be over the keys, dim=-1).")
-                return (f"rows of `{out}` don't sum to 1 (e.g. {sums.flat[0]:.3f}): "
-                        "apply a softmax over the keys (dim=-1).")
+                        return ("softmax over the wrong axis",
+                                (f"`{out}` sums to 1 along axis {axis} instead of the last axis: the softmax "
+                                 "is taken over the wrong axis (it must be over the keys, dim=-1)."))
+                return ("rows don't sum to 1",
+                        f"rows of `{out}` don't sum to 1 (e.g. {sums.flat[0]:.3f}): apply a softmax over the keys (dim=-1).")
         elif kind == "zero_where_masked":
             mask = case.inputs[prop[2]].astype(bool)
             blocked = ~np.broadcast_to(mask, w.shape)
             if blocked.any() and np.abs(w[blocked]).max() > 1e-6:
-                return (f"`{out}` is non-zero at masked positions: fill the scores with -inf where mask is False "
-                        "*before* the softmax (not after, and not with 0).")
+                return ("non-zero at masked positions",
+                        (f"`{out}` is non-zero at masked positions: fill the scores with -inf where mask is "
+                         "False *before* the softmax (not after, and not with 0)."))
         elif kind == "zero_where_padded":  # key padding mask (B, T_k), True = padding; weights (B, ..., T_k)
             pad = case.inputs[prop[2]].astype(bool)
             pad = pad.reshape(pad.shape[:1] + (1,) * (w.ndim - 2) + pad.shape[1:])
             blocked = np.broadcast_to(pad, w.shape)
             if blocked.any() and np.abs(np.nan_to_num(w[blocked], nan=1.0)).max() > 1e-6:
-                return (f"`{out}` is non-zero for padded keys: key_padding_mask is True at padding (the opposite of "
-                        "attn_mask); block those keys (scores to -inf) before the softmax.")
+                return ("non-zero for padded keys",
+                        (f"`{out}` is non-zero for padded keys: key_padding_mask is True at padding (the "
+                         "opposite of attn_mask); block those keys (scores to -inf) before the softmax."))
     return None
 
 
@@ -467,28 +486,53 @@ def _observe_grads(case: Case, outs: dict, inputs: dict, module) -> dict[str, np
     return grads
 
 
+@dataclass(frozen=True)
+class Diagnosis:
+    """Why a case failed. `kind` is the same for every student with the same mistake (a known bug's
+    name, a symptom, an exception type): the class report counts students by it. `message` is the
+    one line the student sees, without the case's name."""
+
+    kind: str
+    message: str
+
+
+def _error_kind(error: str) -> str:
+    if "is not implemented yet" in error:
+        return "not implemented"
+    if "this task is to implement it yourself" in error:
+        return "calls a forbidden built-in"
+    raised = re.search(r"` raised (\w+)", error)
+    return f"raises {raised.group(1)}" if raised else "no usable output"
+
+
 def verdict(case: Case, obs: Observation) -> str | None:
     """None if the observation matches the case's expected outputs (and gradients); otherwise the
     one-line diagnosis, without the case's name (the caller adds it where the name may be shown)."""
+    found = diagnose(case, obs)
+    return None if found is None else found.message
+
+
+def diagnose(case: Case, obs: Observation) -> Diagnosis | None:
+    """`verdict` with the kind of failure: None if the observation matches the case."""
     what = f"`{case.target}`"
     if obs.error:
-        return obs.error
+        return Diagnosis(_error_kind(obs.error), obs.error)
     raises = next((p for p in case.properties if p[0] == "raises"), None)
     if raises is not None:
         expected, when = raises[1], (f" {raises[2]}" if len(raises) > 2 and raises[2] else "")
         if not obs.raised:
-            return f"{what} returned normally; it should raise a {expected}{when}."
+            return Diagnosis("does not raise", f"{what} returned normally; it should raise a {expected}{when}.")
         if expected in obs.raised:
             return None
-        return f"{what} raised {obs.raised_text}; expected a clear {expected}{when}."
+        return Diagnosis("raises the wrong exception", f"{what} raised {obs.raised_text}; expected a clear {expected}{when}.")
     got = {}
     for out_name in case.outputs:
         want = case.expected[out_name]
         if out_name not in obs.outputs:
-            return f"{what}: no `{out_name}` was recorded."
+            return Diagnosis("output missing", f"{what}: no `{out_name}` was recorded.")
         value = obs.outputs[out_name]
         if value.shape != want.shape:
-            return _shape_message(what, out_name, value.shape, want.shape)
+            return Diagnosis("wrong shape", _shape_message(what, out_name, value.shape, want.shape))
         want_dtype = str(_dtype_of(_from_numpy(np.zeros(0, dtype=want.dtype))))
         if obs.dtypes.get(out_name) != want_dtype or value.dtype != want.dtype:  # the name and the data agree
             hint = ""
@@ -496,40 +540,41 @@ def verdict(case: Case, obs: Observation) -> str | None:
                 hint = " (don't hard-code a dtype: create new tensors with the inputs' dtype, e.g. `dtype=q.dtype`)"
             elif want.dtype == bool:
                 hint = " (return a boolean tensor, e.g. from a comparison or `.bool()`)"
-            return f"{what}: `{out_name}` has dtype {obs.dtypes.get(out_name)}, expected {want_dtype}{hint}."
+            return Diagnosis("wrong dtype", f"{what}: `{out_name}` has dtype {obs.dtypes.get(out_name)}, expected {want_dtype}{hint}.")
         got[out_name] = value
 
     mismatched = [n for n in case.outputs if not _close(got[n], case.expected[n], case.rtol, case.atol)]
     if mismatched:
         for vname, (message, vouts) in case.variants.items():
             if all(n in vouts and _close(got[n], vouts[n], case.rtol, case.atol) for n in mismatched):
-                return f"{what}: {message}"
+                return Diagnosis(f"known bug: {vname}", f"{what}: {message}")
         prop = _property_message(case, got)
         if prop:
-            return f"{what}: {prop}"
+            return Diagnosis(prop[0], f"{what}: {prop[1]}")
         n = mismatched[0]
         a, b = got[n].astype(np.float64), case.expected[n].astype(np.float64)
         if got[n].dtype == bool or case.expected[n].dtype == bool:
             bad = np.argwhere(got[n] != case.expected[n])
-            return (f"{what}: `{n}` differs from the reference at {len(bad)} entries, first at index "
-                    f"{tuple(int(i) for i in bad[0])}. {case.hint}").rstrip()
+            return Diagnosis("wrong values", (f"{what}: `{n}` differs from the reference at {len(bad)} entries, "
+                                              f"first at index {tuple(int(i) for i in bad[0])}. {case.hint}").rstrip())
         err = np.abs(a - b)
         err = np.where(np.isnan(err), np.inf, err)
         idx = tuple(int(i) for i in np.unravel_index(int(np.argmax(err)), err.shape)) if err.size else ()
         frac = float(np.mean(err > case.atol + case.rtol * np.abs(b))) if err.size else 0.0
-        return (f"{what}: `{n}` differs from the reference at {frac:.0%} of entries "
-                f"(largest error {float(err.max()):.3g} at index {idx}). {case.hint}").rstrip()
+        return Diagnosis("wrong values", (f"{what}: `{n}` differs from the reference at {frac:.0%} of entries "
+                                          f"(largest error {float(err.max()):.3g} at index {idx}). {case.hint}").rstrip())
 
     if case.grad_wrt:
         if obs.grad_error:
-            return obs.grad_error
+            return Diagnosis("no gradient", obs.grad_error)
         for key in case.grad_wrt:
             grad = obs.grads.get(key)
             if grad is None or grad.dtype != case.grads[key].dtype or not _close(
                     grad, case.grads[key], case.rtol * 10, case.atol * 10):
-                return (f"{what}: outputs are right but the gradient w.r.t. `{key}` is wrong: part of the "
-                        "computation is hidden from autograd (.detach(), .data, torch.no_grad, NumPy) or "
-                        "edited in place; use out-of-place ops such as `masked_fill`.")
+                return Diagnosis("wrong gradient", (
+                    f"{what}: outputs are right but the gradient w.r.t. `{key}` is wrong: part of the "
+                    "computation is hidden from autograd (.detach(), .data, torch.no_grad, NumPy) or "
+                    "edited in place; use out-of-place ops such as `masked_fill`."))
     return None
 
 
@@ -646,7 +691,7 @@ def summary(fn_cases: dict[str, Callable]) -> None:
             print(f"\u2717 {exc}")
 
 
-__all__ = ["check", "load_case", "CheckFailed", "Case", "summary", "Observation", "observe", "verdict", "record",
+__all__ = ["check", "load_case", "CheckFailed", "Case", "summary", "Observation", "observe", "verdict", "diagnose", "Diagnosis", "record",
            "read_observations"]
 
 

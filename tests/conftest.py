@@ -112,3 +112,31 @@ def assert_matches_reference(name: str, case, outs, inputs) -> None:
 def expects_exception(case) -> bool:
     """Cases whose correct outcome is an exception (property `raises`)."""
     return any(p[0] == "raises" for p in case.properties)
+
+
+CHROMIUM = Path("/usr/bin/chromium")
+
+
+def needs(what: str) -> None:
+    if os.environ.get("CI"):
+        pytest.fail(f"{what} missing in CI (.ci/run installs it)")
+    pytest.skip(f"{what} is not installed")
+
+
+@pytest.fixture
+def chromium():
+    """Debian's Chromium driven by Playwright (never a downloaded browser)."""
+    if not CHROMIUM.exists():
+        needs(f"Chromium ({CHROMIUM}, Debian package `chromium`)")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        needs("playwright (Python package)")
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox"])
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+

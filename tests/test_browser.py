@@ -19,19 +19,12 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, needs
 
-CHROMIUM = Path("/usr/bin/chromium")
 NB = "01_scaled_dot_product_attention.ipynb"
 SCREENSHOT = ROOT / "build" / "browser" / "01_release.png"
 FIRST_TEST = 'check("loop/basic"'  # source text of the notebook's first test cell
 MESSAGE = "not implemented yet"  # starter.checks' message for a function that raises NotImplementedError
-
-
-def _needs(what: str) -> None:
-    if os.environ.get("CI"):
-        pytest.fail(f"{what} missing in CI (.ci/run installs it)")
-    pytest.skip(f"{what} is not installed")
 
 
 def _free_port() -> int:
@@ -43,23 +36,6 @@ def _free_port() -> int:
 def _get_json(url: str):
     with urllib.request.urlopen(url, timeout=5) as r:
         return json.load(r)
-
-
-@pytest.fixture
-def chromium():
-    """Debian's Chromium driven by Playwright (never a downloaded browser)."""
-    if not CHROMIUM.exists():
-        _needs(f"Chromium ({CHROMIUM}, Debian package `chromium`)")
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        _needs("playwright (Python package)")
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox"])
-        try:
-            yield browser
-        finally:
-            browser.close()
 
 
 @pytest.fixture

@@ -1,0 +1,381 @@
+"""What the class got wrong: one page an instructor reads after grading, built from the recorded results.
+
+    python -m grading report OUT [--anonymise]      (autograde writes it at the end of every run)
+
+Reads only what grading recorded in OUT: `report.json` (who submitted what, review flags),
+`grades.csv` (scores per test cell) and `records/<student>/<notebook>.json` (the judge's per-case
+results, each failure with its `diagnosis`: a known bug's name, a symptom, an exception type; see
+`starter.checks.Diagnosis`). Runs nothing and grades nothing. Writes `OUT/class_report.json` and
+`OUT/class_report.html` (self-contained: inline PNG figures, no script, no network):
+- score distributions per notebook and overall, and how many students attempted each task;
+- per task and hidden case: pass rate, mean credit, and the cases that separate students most;
+- the diagnoses, ranked by how many students received them, with the students they affect;
+  failures with no diagnosis (exceptions, wrong values, time-outs) grouped by kind;
+- written questions awaiting manual grading; review flags and missing notebooks;
+- from the second run on (a re-submission round), the change since the previous run.
+`OUT/records` names hidden cases: it is for instructors, like the rest of OUT but `feedback/`.
+"""
+from __future__ import annotations
+
+import base64
+import csv
+import hashlib
+import html
+import io
+import json
+import statistics
+from collections import Counter, defaultdict
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from . import notebooks
+
+# Failures that name what is wrong (a misconception the class can be taught about) ...
+NO_DIAGNOSIS = ("wrong values", "did not run", "no usable output", "output missing", "unreadable result",
+                "not graded", "not implemented")  # ... and failures that do not (besides "raises X")
+TOP_SEPARATING = 8
+
+
+@dataclass
+class CaseStats:
+    notebook: str
+    task: str
+    case: str
+    public: bool
+    students: int  # students whose notebook was graded
+    passed: int
+    separation: float  # pass rate among the better half of the class minus the weaker half
+
+    @property
+    def pass_rate(self) -> float:
+        return self.passed / self.students if self.students else 0.0
+
+
+@dataclass
+class TaskStats:
+    notebook: str
+    task: str
+    max_points: float
+    students: int
+    attempted: int
+    full_marks: int
+    mean_credit: float  # mean share of the points earned, over students whose notebook was graded
+    cases: list[CaseStats] = field(default_factory=list)
+
+
+@dataclass
+class DiagnosisStats:
+    notebook: str
+    task: str
+    diagnosis: str
+    explanation: str  # the line a student saw (the most common one)
+    students: list[str]
+    named: bool  # False: a failure with no diagnosis (an exception, wrong values, did not run)
+
+
+def _records(out: Path) -> dict[str, dict[str, dict]]:
+    """{student: {notebook: record}} from OUT/records (the judge's JSON, see grading.judge)."""
+    found: dict[str, dict[str, dict]] = defaultdict(dict)
+    for path in sorted((out / "records").glob("*/*.json")):
+        try:
+            found[path.parent.name][path.stem] = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+def _grades(out: Path) -> tuple[dict[str, float], list[dict]]:
+    with open(out / "grades.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    maxima = {k: float(v) for k, v in rows[0].items() if k not in ("student", "status", "review", "notes") and v}
+    return maxima, rows[1:]
+
+
+def _explain(message: str) -> str:
+    """The diagnosis without the function's name in front (`sdpa`: ...)."""
+    return message.split("`: ", 1)[1] if message.startswith("`") and "`: " in message else message
+
+
+def build(out: Path, anonymise: bool = False) -> dict:
+    """The class report as plain data (what class_report.json holds)."""
+    report = json.loads((out / "report.json").read_text())
+    maxima, rows = _grades(out)
+    records = _records(out)
+    students = sorted(s["student"] for s in report["students"])
+    alias = {s: (f"student {i + 1:0{len(str(len(students)))}d}" if anonymise else s) for i, s in enumerate(students)}
+    by_student = {s["student"]: s for s in report["students"]}
+    row_of = {r["student"]: r for r in rows}
+    stems = [p.stem for p in notebooks.solution_notebooks()]
+    graded = [s for s in students if by_student[s]["status"] == "graded"]
+
+    def took(student: str, stem: str) -> bool:
+        return student in graded and stem in records.get(student, {})
+
+    totals = {s: float(row_of[s]["total"]) for s in graded if s in row_of}
+    ranked = sorted(totals, key=totals.get)
+    weaker, better = set(ranked[: len(ranked) // 2]), set(ranked[(len(ranked) + 1) // 2:])
+
+    distributions = {}
+    for stem in stems:
+        who = [s for s in graded if took(s, stem)]
+        distributions[stem] = {"max": maxima.get(f"{stem}:total", 0.0), "students": len(who),
+                               "scores": [float(row_of[s][f"{stem}:total"]) for s in who]}
+    distributions["overall"] = {"max": maxima.get("total", 0.0), "students": len(totals),
+                                "scores": [totals[s] for s in ranked]}
+
+    tasks: list[TaskStats] = []
+    found: dict[tuple[str, str, str], list[tuple[str, str]]] = defaultdict(list)  # -> [(student, message)]
+    for stem in stems:
+        for cell in notebooks.test_cells(notebooks.read(notebooks.SOLUTIONS / f"{stem}.ipynb")):
+            task = notebooks.nbgrader_meta(cell)["grade_id"]
+            who = [s for s in graded if took(s, stem)]
+            cells = {s: next((c for c in records[s][stem]["cells"] if c["grade_id"] == task), None) for s in who}
+            stats = TaskStats(stem, task, maxima.get(f"{stem}:{task}", 0.0), len(who), 0, 0, 0.0)
+            credit = []
+            case_rows: dict[str, list[tuple[str, dict]]] = defaultdict(list)
+            for s, c in cells.items():
+                if c is None:
+                    continue
+                credit.append(c["points"] / c["max_points"] if c["max_points"] else 0.0)
+                stats.full_marks += c["points"] >= c["max_points"]
+                stats.attempted += any(k["passed"] or k.get("diagnosis") not in ("not implemented", "did not run")
+                                       for k in c["cases"])
+                seen = set()
+                for k in c["cases"]:
+                    case_rows[k["case"]].append((s, k))
+                    kind = k.get("diagnosis") or "wrong values"
+                    if not k["passed"] and kind not in seen:  # a student counts once per task and diagnosis
+                        seen.add(kind)
+                        found[(stem, task, kind)].append((s, k["message"]))
+            stats.mean_credit = statistics.fmean(credit) if credit else 0.0
+            for case, results in case_rows.items():
+                passed = {s for s, k in results if k["passed"]}
+                rate = lambda group: len(passed & group) / len(group) if group else 0.0  # noqa: E731
+                stats.cases.append(CaseStats(stem, task, case, results[0][1]["public"], len(results), len(passed),
+                                             round(rate(better) - rate(weaker), 3)))
+            tasks.append(stats)
+
+    diagnoses = []
+    for (stem, task, kind), hits in found.items():
+        message = Counter(_explain(m) for _, m in hits).most_common(1)[0][0]
+        named = kind not in NO_DIAGNOSIS and not kind.startswith("raises ")
+        diagnoses.append(DiagnosisStats(stem, task, kind, message, sorted(alias[s] for s, _ in hits), named))
+    diagnoses.sort(key=lambda d: (-len(d.students), d.notebook, d.task, d.diagnosis))
+
+    review, missing, sandbox = [], [], Counter()
+    for s in students:
+        entry = by_student[s]
+        review += [{"student": alias[s], "flag": flag} for flag in entry.get("flags", [])]
+        if entry["status"] != "graded":
+            review.append({"student": alias[s], "flag": f"not graded ({entry['status']}): "
+                           + "; ".join(entry.get("notes", []))[:300]})
+        absent = [stem for stem in stems if stem not in entry.get("notebooks", [])]
+        if absent:
+            missing.append({"student": alias[s], "missing": absent})
+        for stem, rec in records.get(s, {}).items():
+            if rec.get("sandbox") not in ("finished", None):
+                sandbox[rec["sandbox"]] += 1
+    all_cases = [c for t in tasks for c in t.cases if not c.public and c.students >= 4]
+    separating = sorted(all_cases, key=lambda c: (-c.separation, c.case))[:TOP_SEPARATING]
+    return {
+        "generated": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "run": _run_id(out),
+        "anonymised": anonymise,
+        "students": len(students), "graded": len(graded),
+        "distributions": distributions,
+        "tasks": [asdict(t) | {"cases": [asdict(c) | {"pass_rate": round(c.pass_rate, 3)} for c in t.cases]}
+                  for t in tasks],
+        "separating_cases": [asdict(c) | {"pass_rate": round(c.pass_rate, 3)} for c in separating],
+        "diagnoses": [asdict(d) for d in diagnoses if d.named],
+        "no_diagnosis": [asdict(d) for d in diagnoses if not d.named],
+        "written_questions": written_questions(),
+        "review": review,
+        "missing_notebooks": missing,
+        "sandbox_endings": dict(sandbox),
+        "totals": {alias[s]: totals[s] for s in ranked},
+    }
+
+
+def written_questions() -> list[dict]:
+    """Manually graded cells of the assignment (answers a person grades in nbgrader's formgrader)."""
+    found = []
+    for path in notebooks.solution_notebooks():
+        for cell in notebooks.read(path).cells:
+            meta = notebooks.nbgrader_meta(cell)
+            if meta.get("grade") and meta.get("solution") and cell.cell_type == "markdown" or meta.get("task"):
+                found.append({"notebook": path.stem, "question": meta.get("grade_id", "?"),
+                              "points": float(meta.get("points", 0)), "status": "awaiting manual grading"})
+    return found
+
+
+def _run_id(out: Path) -> str:
+    """Which grading run the report is about: a digest of its grades table."""
+    return hashlib.sha256((out / "grades.csv").read_bytes()).hexdigest()[:16]
+
+
+def change(now: dict, before: dict | None) -> dict | None:
+    """What moved since the previous run: the mean total, each diagnosis's count, students up or down."""
+    if before is None:
+        return None
+    key = lambda d: (d["notebook"], d["task"], d["diagnosis"])  # noqa: E731
+    was = {key(d): len(d["students"]) for d in before["diagnoses"] + before["no_diagnosis"]}
+    now_counts = {key(d): len(d["students"]) for d in now["diagnoses"] + now["no_diagnosis"]}
+    moved = sorted(({"notebook": k[0], "task": k[1], "diagnosis": k[2], "before": was.get(k, 0),
+                     "now": now_counts.get(k, 0)} for k in set(was) | set(now_counts)
+                    if was.get(k, 0) != now_counts.get(k, 0)), key=lambda m: (m["now"] - m["before"], m["task"]))
+    both = set(now["totals"]) & set(before["totals"])
+    mean = lambda d: statistics.fmean(d["distributions"]["overall"]["scores"]) if d["distributions"]["overall"]["scores"] else 0.0  # noqa: E731
+    return {"previous_run": before["run"], "previous_generated": before["generated"],
+            "mean_total_before": round(mean(before), 2), "mean_total_now": round(mean(now), 2),
+            "improved": sum(now["totals"][s] > before["totals"][s] for s in both),
+            "worse": sum(now["totals"][s] < before["totals"][s] for s in both),
+            "unchanged": sum(now["totals"][s] == before["totals"][s] for s in both),
+            "diagnoses": moved}
+
+
+# ---- the page ---------------------------------------------------------------------------------------
+
+def _png(fig) -> str:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100)
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    return f'<img alt="" src="data:image/png;base64,{base64.b64encode(buf.getvalue()).decode()}">'
+
+
+def _histograms(data: dict) -> str:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(data["distributions"])
+    fig, axes = plt.subplots(1, len(names), figsize=(2.6 * len(names), 2.4), squeeze=False)
+    for ax, name in zip(axes[0], names):
+        dist = data["distributions"][name]
+        top = dist["max"] or 1.0
+        ax.hist(dist["scores"], bins=10, range=(0, top), color="tab:blue" if name != "overall" else "tab:green")
+        ax.set_title(f"{name[:2] if name != 'overall' else 'overall'} (n={dist['students']})", fontsize=9)
+        ax.set_xlabel(f"points of {top:g}", fontsize=8)
+        ax.tick_params(labelsize=7)
+    axes[0][0].set_ylabel("students", fontsize=8)
+    fig.tight_layout()
+    return _png(fig)
+
+
+def _diagnosis_chart(rows: list[dict], graded: int) -> str:
+    import matplotlib.pyplot as plt
+
+    rows = rows[:15][::-1]
+    fig, ax = plt.subplots(figsize=(9, 0.32 * max(3, len(rows)) + 1))
+    ax.barh([f"{r['notebook'][:2]} {r['task']}: {r['diagnosis']}"[:70] for r in rows],
+            [len(r["students"]) for r in rows], color="tab:red")
+    ax.set_xlabel(f"students (of {graded} graded)")
+    ax.set_xlim(0, max(1, graded))
+    ax.tick_params(labelsize=8)
+    fig.tight_layout()
+    return _png(fig)
+
+
+def _table(head: list[str], rows: list[list], classes: str = "") -> str:
+    cells = "".join(f"<th>{html.escape(h)}</th>" for h in head)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>" for row in rows)
+    return f'<table class="{classes}"><thead><tr>{cells}</tr></thead><tbody>{body}</tbody></table>'
+
+
+def _who(students: list[str], limit: int = 12) -> str:
+    return ", ".join(students[:limit]) + (f" and {len(students) - limit} more" if len(students) > limit else "")
+
+
+CSS = """body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
+table{border-collapse:collapse;margin:.5em 0 1.5em;font-size:14px}td,th{border:1px solid #ccc;padding:3px 8px;
+text-align:left;vertical-align:top}th{background:#f3f3f3}img{max-width:100%}h2{margin-top:1.6em}
+.muted{color:#666}"""
+
+
+def render(data: dict) -> str:
+    graded = data["graded"]
+    parts = [f"<h1>What the class got wrong</h1><p class='muted'>{data['students']} students, {graded} graded; "
+             f"generated {html.escape(data['generated'])} from run {data['run']}"
+             + (" (student ids anonymised)" if data["anonymised"] else "") + "</p>"]
+    if data.get("change"):
+        ch = data["change"]
+        parts.append("<h2>Since the previous run</h2>"
+                     f"<p>Mean total {ch['mean_total_before']} &rarr; {ch['mean_total_now']}; "
+                     f"{ch['improved']} students improved, {ch['worse']} went down, {ch['unchanged']} unchanged.</p>"
+                     + _table(["notebook", "task", "diagnosis", "students before", "now"],
+                              [[d["notebook"], d["task"], d["diagnosis"], d["before"], d["now"]]
+                               for d in ch["diagnoses"][:30]]))
+    named = data["diagnoses"]
+    parts.append("<h2>Diagnoses, most common first</h2>")
+    if named:
+        parts.append(_diagnosis_chart(named, graded))
+        parts.append(_table(["students", "notebook", "task", "diagnosis", "what the students were told", "who"],
+                            [[len(d["students"]), d["notebook"], d["task"], d["diagnosis"], d["explanation"],
+                              _who(d["students"])] for d in named]))
+    else:
+        parts.append("<p>No named diagnosis was given to anyone.</p>")
+    parts.append("<h2>Failures without a diagnosis</h2><p class='muted'>Exceptions, values that match no known "
+                 "bug, tests that did not run (an earlier cell stopped, or a time-out).</p>")
+    parts.append(_table(["students", "notebook", "task", "kind", "example", "who"],
+                        [[len(d["students"]), d["notebook"], d["task"], d["diagnosis"], d["explanation"][:200],
+                          _who(d["students"])] for d in data["no_diagnosis"]]) if data["no_diagnosis"] else "<p>None.</p>")
+    parts.append("<h2>Scores</h2>" + _histograms(data))
+    parts.append("<h2>Tasks</h2>" + _table(
+        ["notebook", "task", "points", "graded", "attempted", "full marks", "mean credit", "hidden cases passed"],
+        [[t["notebook"], t["task"], t["max_points"], t["students"], t["attempted"], t["full_marks"],
+          f"{t['mean_credit']:.0%}", ", ".join(f"{c['case']} {c['pass_rate']:.0%}" for c in t["cases"] if not c["public"])]
+         for t in data["tasks"]]))
+    parts.append("<h2>Hidden cases that separate students most</h2><p class='muted'>Pass rate in the better half "
+                 "of the class (by total) minus the weaker half.</p>" + _table(
+                     ["case", "notebook", "task", "pass rate", "separation"],
+                     [[c["case"], c["notebook"], c["task"], f"{c['pass_rate']:.0%}", f"{c['separation']:+.2f}"]
+                      for c in data["separating_cases"]]))
+    wq = data["written_questions"]
+    parts.append("<h2>Written questions</h2>" + (_table(["notebook", "question", "points", "status"],
+                 [[q["notebook"], q["question"], q["points"], q["status"]] for q in wq]) if wq else
+                 "<p>This assignment has no written (manually graded) questions.</p>"))
+    parts.append("<h2>For review</h2>" + (_table(["student", "flag"], [[r["student"], r["flag"]] for r in data["review"]])
+                                          if data["review"] else "<p>Nothing flagged.</p>"))
+    if data["sandbox_endings"]:
+        parts.append("<p>Sandbox runs that did not finish normally: " + html.escape(
+            ", ".join(f"{k}: {v}" for k, v in sorted(data["sandbox_endings"].items()))) + "</p>")
+    absent: dict[str, list[str]] = defaultdict(list)
+    for m in data["missing_notebooks"]:
+        for stem in m["missing"]:
+            absent[stem].append(m["student"])
+    parts.append("<h2>Missing notebooks</h2>" + (_table(["notebook", "students without it", "who"],
+                                                        [[stem, len(who), _who(who)] for stem, who in absent.items()])
+                                                 if absent else "<p>Every student handed in every notebook.</p>"))
+    return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>Class report</title><style>{CSS}</style>"
+            f"</head><body>{''.join(parts)}</body></html>")
+
+
+def write(out: Path, anonymise: bool = False) -> tuple[Path, Path]:
+    """Write OUT/class_report.json and .html; the report of an earlier run is kept as
+    class_report.previous.json and compared with."""
+    out = Path(out)
+    data = build(out, anonymise)
+    current, previous = out / "class_report.json", out / "class_report.previous.json"
+    before = None
+    if current.exists():
+        try:
+            old = json.loads(current.read_text())
+            if old.get("run") != data["run"]:  # an earlier grading run: it becomes the previous one
+                current.replace(previous)
+        except (OSError, ValueError):
+            pass
+    if previous.exists():
+        try:
+            before = json.loads(previous.read_text())
+        except (OSError, ValueError):
+            before = None
+    if before is not None and before.get("anonymised") != anonymise:
+        before = None  # ids would not match
+    data["change"] = change(data, before)
+    current.write_text(json.dumps(data, indent=1))
+    page = out / "class_report.html"
+    page.write_text(render(data))
+    return current, page

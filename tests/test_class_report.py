@@ -1,0 +1,146 @@
+"""The class report counts what was planted: a class of 30 graded for real, each student with a known
+bug (or none), an empty submission, a time-out; then a re-submission round.
+
+Notebook 01 only, to keep the run short: the other notebooks are "missing" for everyone, which the
+report must say too. The report's counts are compared with the bugs planted, not with its own output.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, filled_submission, solution_sources, write_nb
+from grading import class_report
+from grading.autograde import autograde
+
+NB = "01_scaled_dot_product_attention"
+SOURCES = solution_sources(NB)
+SDPA, CAUSAL = SOURCES["scaled_dot_product_attention"], SOURCES["causal_mask"]
+SCALE = " / math.sqrt(q.shape[-1])"
+MASK_BEFORE = '    if mask is not None:\n        scores = scores.masked_fill(~mask, float("-inf"))\n    weights = torch.softmax(scores, dim=-1)\n'
+assert SCALE in SDPA and MASK_BEFORE in SDPA and ".tril()" in CAUSAL
+
+# name: (answer cells replaced, how many students, the (task, diagnosis) it must produce)
+BUGS = {
+    "no_diagonal": ({"causal_mask": CAUSAL.replace(".tril()", ".tril(-1)")}, 5,
+                    ("test_causal_mask", "known bug: no_diagonal")),
+    "upper": ({"causal_mask": CAUSAL.replace(".tril()", ".triu(1)")}, 3, ("test_causal_mask", "known bug: upper")),
+    "no_scale": ({"scaled_dot_product_attention": SDPA.replace(SCALE, "")}, 4, ("test_sdpa", "known bug: no_scale")),
+    "mask_after": ({"scaled_dot_product_attention": SDPA.replace(MASK_BEFORE, (
+        "    weights = torch.softmax(scores, dim=-1)\n    if mask is not None:\n"
+        "        weights = weights.masked_fill(~mask, 0.0)\n"))}, 4, ("test_sdpa_mask", "known bug: mask_after")),
+    "fill_zero": ({"scaled_dot_product_attention": SDPA.replace('float("-inf")', "0.0")}, 3,
+                  ("test_sdpa_mask", "known bug: fill_zero")),
+    "raises": ({"attention_loop": "def attention_loop(query, keys, values):\n    raise ValueError('todo')\n"}, 2,
+               ("test_attention_loop", "raises ValueError")),
+    "stub": ({"SelfAttention": "class SelfAttention(nn.Module):\n    def __init__(self, embed_dim, head_dim=None):\n"
+              "        super().__init__()\n        raise NotImplementedError()\n"}, 1,
+             ("test_self_attention", "not implemented")),
+    "loops": ({"attention_loop": "def attention_loop(query, keys, values):\n    while True:\n        pass\n"}, 1,
+              ("test_attention_loop", "did not run")),
+    "correct": ({}, 6, None),
+}
+CLASS_SIZE = sum(n for _, n, _ in BUGS.values()) + 1  # and one empty submission
+SCREENSHOT = ROOT / "build" / "browser" / "class_report.png"
+
+
+def _student(bug: str, i: int) -> str:
+    return f"{bug}-{i}"
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory, grading_db):
+    subs = tmp_path_factory.mktemp("class")
+    for bug, (overrides, n, _) in BUGS.items():
+        for i in range(n):
+            write_nb(filled_submission(NB, overrides), subs / _student(bug, i) / f"{NB}.ipynb")
+    (subs / "empty").mkdir()
+    out, root = tmp_path_factory.mktemp("out"), tmp_path_factory.mktemp("course")
+    db_url, workers = grading_db
+    run = dict(course_dir=root, db_url=db_url, workers=workers, cell_timeout=3)
+    autograde(subs, out, **run)
+    first = json.loads((out / "class_report.json").read_text())
+    # a re-submission round: the no_diagonal students fix their mask, and only they are graded again
+    for i in range(BUGS["no_diagonal"][1]):
+        write_nb(filled_submission(NB), subs / _student("no_diagonal", i) / f"{NB}.ipynb")
+        (root / "status" / f"{_student('no_diagonal', i)}.json").unlink()
+    autograde(subs, out, resume=True, **run)
+    return {"out": out, "first": first, "second": json.loads((out / "class_report.json").read_text())}
+
+
+def _entry(report: dict, task: str, diagnosis: str) -> dict | None:
+    return next((d for d in report["diagnoses"] + report["no_diagnosis"]
+                 if d["task"] == task and d["diagnosis"] == diagnosis), None)
+
+
+def test_each_planted_bug_is_counted_for_exactly_its_students(graded):
+    report = graded["first"]
+    assert report["students"] == CLASS_SIZE and report["graded"] == CLASS_SIZE - 1
+    for bug, (_, n, (task, diagnosis)) in ((b, v) for b, v in BUGS.items() if v[2]):
+        entry = _entry(report, task, diagnosis)
+        assert entry is not None, f"{bug}: no {diagnosis!r} under {task}"
+        assert entry["students"] == sorted(_student(bug, i) for i in range(n)), (bug, entry["students"])
+    named = {d["diagnosis"] for d in report["diagnoses"]}
+    assert {"known bug: no_diagonal", "known bug: no_scale", "known bug: mask_after"} <= named
+    assert not named & {"raises ValueError", "not implemented", "did not run"}  # those have no diagnosis
+    ranked = [len(d["students"]) for d in report["diagnoses"]]
+    assert ranked == sorted(ranked, reverse=True)
+
+
+def test_completion_scores_and_separation_add_up(graded):
+    report = graded["first"]
+    tasks = {t["task"]: t for t in report["tasks"] if t["notebook"] == NB}
+    assert tasks["test_self_attention"]["attempted"] == CLASS_SIZE - 2  # the stub, and the empty submission
+    full = CLASS_SIZE - 1 - BUGS["no_diagonal"][1] - BUGS["upper"][1]
+    assert tasks["test_causal_mask"]["full_marks"] == full and tasks["test_causal_mask"]["students"] == CLASS_SIZE - 1
+    overall = report["distributions"]["overall"]
+    assert overall["students"] == CLASS_SIZE - 1 and len(overall["scores"]) == CLASS_SIZE - 1
+    assert report["separating_cases"] and all(-1 <= c["separation"] <= 1 for c in report["separating_cases"])
+
+
+def test_review_flags_and_missing_notebooks_are_listed(graded):
+    report = graded["first"]
+    flagged = {r["student"] for r in report["review"]}
+    assert _student("loops", 0) in flagged and "empty" in flagged
+    assert any("timed out" in r["flag"] for r in report["review"] if r["student"] == _student("loops", 0))
+    missing = {m["student"]: m["missing"] for m in report["missing_notebooks"]}
+    assert len(missing["empty"]) == 5 and len(missing[_student("correct", 0)]) == 4  # only 01 was handed in
+    assert report["written_questions"] == [] or all(q["status"] for q in report["written_questions"])
+
+
+def test_a_resubmission_round_shows_what_changed(graded):
+    change = graded["second"]["change"]
+    n = BUGS["no_diagonal"][1]
+    assert change is not None and change["previous_run"] == graded["first"]["run"]
+    assert change["improved"] == n and change["worse"] == 0
+    moved = {(m["task"], m["diagnosis"]): (m["before"], m["now"]) for m in change["diagnoses"]}
+    assert moved[("test_causal_mask", "known bug: no_diagonal")] == (n, 0)
+    assert _entry(graded["second"], "test_causal_mask", "known bug: no_diagonal") is None
+
+
+def test_anonymised_report_names_nobody(graded, tmp_path):
+    out = tmp_path / "out"
+    shutil.copytree(graded["out"], out)
+    data, page = class_report.write(out, anonymise=True)
+    text = data.read_text() + page.read_text()
+    assert "no_diagonal-0" not in text and "mask_after-" not in text and "student 01" in text
+
+
+def test_the_page_opens_in_a_browser_without_errors(graded, chromium):
+    page_path = graded["out"] / "class_report.html"
+    html = page_path.read_text()
+    assert "<script" not in html and "http://" not in html and "https://" not in html  # self-contained
+    page = chromium.new_page(viewport={"width": 1200, "height": 900})
+    errors: list[str] = []
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(page_path.as_uri())
+    assert page.locator("h1").inner_text() == "What the class got wrong"
+    assert page.locator("img").count() >= 2 and all(
+        page.evaluate("i => i.naturalWidth", el) > 0 for el in page.locator("img").element_handles())
+    SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOT), full_page=True)
+    assert not errors, errors
