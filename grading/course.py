@@ -55,6 +55,7 @@ c.GenerateFeedback.preprocessors = [
     "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
 ]
 c.RedactHiddenTests.hidden_dir = {hidden!r}
+c.GenerateFeedback.exporter_class = "grading.feedback.FeedbackHTMLExporter"
 """
 
 

@@ -691,8 +691,8 @@ def summary(fn_cases: dict[str, Callable]) -> None:
             print(f"\u2717 {exc}")
 
 
-__all__ = ["check", "load_case", "CheckFailed", "Case", "summary", "Observation", "observe", "verdict", "diagnose", "Diagnosis", "record",
-           "read_observations"]
+__all__ = ["check", "load_case", "CheckFailed", "Case", "summary", "Observation", "observe", "verdict", "diagnose",
+           "Diagnosis", "record", "read_observations"]
 
 
 class _ReadOnlyChecks(type(contextlib)):
