@@ -14,6 +14,7 @@ projection for 500 submissions on 16 cores.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import sys
@@ -79,6 +80,9 @@ def kit(subs: Path, tmp: Path, name: str, n: int, db_url=None, workers=1) -> tup
     bad = [r.student for r in results if r.status != "graded"]
     if bad:
         raise SystemExit(f"{name}: not graded: {bad}")
+    sandbox = sum(json.loads(p.read_text())["seconds"] for p in (root / "records").glob("*/*.json")) / n
+    print(f"  {name}: {sum(r.seconds for r in results) / n:.1f} s per student inside its worker, of which "
+          f"{sandbox:.1f} s in the sandbox (its start and the notebooks' own cells)")
     return total / n, sum(r.seconds for r in results) / n
 
 

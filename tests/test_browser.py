@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, needs
+from conftest import ROOT
 
 NB = "01_scaled_dot_product_attention.ipynb"
 SCREENSHOT = ROOT / "build" / "browser" / "01_release.png"

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import shutil
-from pathlib import Path
 
 import pytest
 
@@ -144,3 +143,19 @@ def test_the_page_opens_in_a_browser_without_errors(graded, chromium):
     SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SCREENSHOT), full_page=True)
     assert not errors, errors
+
+
+def test_the_report_command(graded, tmp_path):
+    import subprocess
+    import sys
+
+    out = tmp_path / "out"
+    shutil.copytree(graded["out"], out)
+    (out / "class_report.html").unlink()
+    done = subprocess.run([sys.executable, "-m", "grading", "report", str(out)], cwd=ROOT, capture_output=True,
+                          text=True)
+    assert done.returncode == 0 and "class_report.html" in done.stdout and not done.stderr, done.stderr
+    assert (out / "class_report.html").is_file()
+    empty = subprocess.run([sys.executable, "-m", "grading", "report", str(tmp_path / "nothing")], cwd=ROOT,
+                           capture_output=True, text=True)
+    assert empty.returncode == 2 and "run autograde first" in empty.stderr and len(empty.stderr.splitlines()) == 1

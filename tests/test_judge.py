@@ -214,3 +214,16 @@ def test_a_slow_cell_is_interrupted_and_one_that_ignores_it_is_stopped():
     assert stuck.status == "timed out" and "cell 1 " in stuck.message and "did not stop" in stuck.message, stuck.message
     assert _text(stuck.notebook.cells[0]) == "a\n" and _text(stuck.notebook.cells[2]) == ""
     assert after.status == "finished" and _text(after.notebook.cells[0]) == "ok\n", after.message
+
+
+def test_without_bubblewrap_the_same_runner_grades_unisolated(tmp_path):
+    """--no-sandbox: the same server and kernels, as the grader's user, flagged as not isolated."""
+    nb = _notebook("from starter.checks import check\nimport torch\n"
+                   "check('causal/5', lambda T, device=None: torch.ones(T, T, dtype=torch.bool).tril())",
+                   "print('next')")
+    with sandbox.Session(isolate=False) as session:
+        result = session.run(nb)
+        again = session.run(_notebook("print('second notebook')"))
+    assert result.status == "finished" and not result.isolated, result.message
+    assert set(result.observations) == {"causal/5"} and _text(result.notebook.cells[1]) == "next\n"
+    assert again.status == "finished" and _text(again.notebook.cells[0]) == "second notebook\n"
