@@ -127,9 +127,14 @@ def _cgroups_available() -> bool:
 def test_a_memory_hog_is_stopped_and_the_rest_of_the_machine_is_not():
     hog = "import numpy as np\nx = np.ones(2_000_000_000 // 8)\nprint(x.sum())"
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("print('before')"), nbformat.v4.new_code_cell(hog)])
-    result = sandbox.run_notebook(nb, None, sandbox.Limits(cell_seconds=30, notebook_seconds=60, memory_mb=700))
+    with sandbox.Session(limits=sandbox.Limits(cell_seconds=30, notebook_seconds=60, memory_mb=700)) as session:
+        result = session.run(nb)
+        server = session._proc.pid
+        after = session.run(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("print('after')")]))
+        assert session._proc.pid == server  # the notebook's kernel was killed, not the student's sandbox
     assert result.status == "stopped" and "died" in result.message, (result.status, result.message)
     assert result.notebook.cells[0].outputs[0]["text"] == "before\n"
+    assert after.status == "finished" and after.notebook.cells[0].outputs[0]["text"] == "after\n"
 
 
 def _notebook(*sources: str):
