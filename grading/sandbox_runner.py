@@ -181,19 +181,22 @@ def _write(nb: dict) -> None:
     os.replace("out.ipynb.tmp", "out.ipynb")
 
 
-def _not_dumpable() -> None:
-    """Children (same user) may not trace this process or open its /proc files (its reply pipe)."""
+def _dumpable(flag: bool) -> None:
+    """Not dumpable (the server): children of the same user may not trace it or open its /proc files
+    (its reply pipe). Dumpable again (a notebook's kernel): its own /proc files are its own."""
     import ctypes
 
     try:
-        ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 4
+        ctypes.CDLL(None, use_errno=True).prctl(4, int(flag), 0, 0, 0)  # PR_SET_DUMPABLE = 4
     except (OSError, AttributeError):
         pass
 
 
 def _first_to_go() -> None:
     """Out of memory, the kernel kills this process (the notebook's) first, not the server: the next
-    notebook then starts as usual. Raising one's own score needs no privilege."""
+    notebook then starts as usual. Raising one's own score needs no privilege, only a /proc file of
+    one's own (a process that is not dumpable has root's)."""
+    _dumpable(True)
     try:
         with open("/proc/self/oom_score_adj", "w") as f:
             f.write("1000")
@@ -255,7 +258,7 @@ def serve(cell_timeout: int, sweep: bool) -> int:
             importlib.import_module(name)
         except Exception:  # noqa: BLE001 - a notebook that needs it will say so itself
             pass
-    _not_dumpable()
+    _dumpable(False)
     replies = os.fdopen(os.dup(1), "w", buffering=1)
     devnull = os.open(os.devnull, os.O_RDWR)
     os.dup2(devnull, 1)  # what the notebooks print outside their kernel goes nowhere

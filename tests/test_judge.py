@@ -191,6 +191,7 @@ try:
     tried["mem"] = "read"
 except OSError as exc:
     tried["mem"] = type(exc).__name__
+tried["oom_score_adj"] = open("/proc/self/oom_score_adj").read().strip()  # out of memory, this goes first
 print(json.dumps(tried))
 '''
 
@@ -203,6 +204,7 @@ def test_a_notebook_cannot_answer_for_the_server():
         result = session.run(_notebook(REACH_THE_SERVER))
     tried = json.loads(_text(result.notebook.cells[0]))
     assert "written" not in tried.values() and tried["mem"] != "read", tried
+    assert tried["oom_score_adj"] == "1000", tried
 
 
 @pytest.mark.skipif(sandbox.bwrap() is None, reason="bubblewrap is not installed")
