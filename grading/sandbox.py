@@ -5,7 +5,8 @@ notebooks need, read-only: the system's programs and libraries (/usr, /bin, /lib
 environment, the kit's `starter/` and `data/` (public references and the dataset), and the hidden
 cases' *inputs* under opaque ids (never their names or expected outputs). The code runs as a real
 unprivileged user (uid 65534) in new pid, network, IPC and UTS namespaces (no network, no view of any
-other process), with a private writable /tmp; solutions, hidden references, the gradebook, the course
+other process); the only writable place is the notebooks' folder, a size-limited tmpfs of the
+sandbox's own that the grader never opens (results come back in the server's answer); solutions, hidden references, the gradebook, the course
 folder and other students' files do not exist in there. Limits: memory and process count (a cgroup,
 where the machine lets us make one), file size and core dumps (rlimits), a per-cell timeout (an
 interrupt, then a kill), and a hard kill of the whole sandbox at a notebook's time limit.
@@ -21,10 +22,12 @@ back as plain data (`starter.checks.read_observations`) for the judge.
 """
 from __future__ import annotations
 
+import base64
 import contextlib
 import copy
 import json
 import os
+import re
 import resource
 import secrets
 import shutil
@@ -47,11 +50,14 @@ from starter.checks import CASE_INPUTS_ENV, RESULTS_ENV, Observation, case_group
 
 from . import notebooks
 
+FOLDER_FULL = 3  # sandbox_runner.FOLDER_FULL: the notebook's outputs could not be saved
 SCRATCH = "/tmp/work"  # the notebook's folder inside the sandbox (writable, private)
 RUNNER = Path(__file__).with_name("sandbox_runner.py")  # mounted at /tmp/runner.py, read-only
 CASES = "/tmp/cases"  # the hidden cases' inputs inside the sandbox (read-only)
 NOBODY = 65534
-MAX_EXECUTED_BYTES = 64 * 2**20  # an executed notebook larger than this is not read back
+MAX_REPLY_BYTES = 200 * 2**20  # the server's answer for one notebook (the notebook and records, in base64)
+MAX_RECORD_FILES = 4096
+PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 
 
 @dataclass(frozen=True)
@@ -61,6 +67,7 @@ class Limits:
     memory_mb: int = 4096
     processes: int = 512
     file_mb: int = 256
+    scratch_mb: int = 1024  # the notebooks' folders in the sandbox (a tmpfs)
 
 
 @dataclass
@@ -100,7 +107,7 @@ def _python_roots() -> list[str]:
     return sorted(r for r in roots if not r.startswith(("/usr", "/bin", "/lib")))
 
 
-def sandbox_argv(scratch: Path, case_inputs: Path | None, data_dir: Path | None) -> list[str]:
+def sandbox_argv(limits: Limits, case_inputs: Path | None, data_dir: Path | None) -> list[str]:
     """bubblewrap's command line, up to the program to run in the sandbox.
 
     Run by root, bwrap builds the mounts and then `setpriv` makes the program a real unprivileged user
@@ -130,7 +137,9 @@ def sandbox_argv(scratch: Path, case_inputs: Path | None, data_dir: Path | None)
                 argv += ["--perms", "0755", "--dir", str(parent)]
     for src, dest, optional in binds:
         argv += ["--ro-bind-try" if optional else "--ro-bind", src, dest]
-    argv += ["--bind", str(scratch), SCRATCH, "--chdir", SCRATCH]
+    # the notebooks' folders: a tmpfs of the sandbox's own, of bounded size (its pages count against the
+    # memory cgroup too); the grader never opens anything in it
+    argv += ["--size", str(limits.scratch_mb * 2**20), "--perms", "0777", "--tmpfs", SCRATCH, "--chdir", SCRATCH]
     if os.geteuid() == 0:
         argv += [shutil.which("setpriv") or "/usr/bin/setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}",
                  "--clear-groups", "--inh-caps=-all", "--bounding-set=-all", "--"]
@@ -222,11 +231,13 @@ class Session:
     def _start(self) -> None:
         self._stack = contextlib.ExitStack()
         self._scratch = Path(self._stack.enter_context(tempfile.TemporaryDirectory(prefix="sandbox-")))
-        os.chmod(self._scratch, 0o777)  # the sandbox's unprivileged uid writes here
-        runner = [sys.executable, "/tmp/runner.py" if self.isolate else str(RUNNER), str(self.limits.cell_seconds)]
+        os.chmod(self._scratch, 0o777)  # --no-sandbox: the notebooks' folders (in the sandbox: a tmpfs of its own)
+        workdir = SCRATCH if self.isolate else str(self._scratch)
+        runner = [sys.executable, "/tmp/runner.py" if self.isolate else str(RUNNER), str(self.limits.cell_seconds),
+                  workdir]
         env = _sandbox_env(self.data_dir, self.isolate, self._scratch)
         if self.isolate:
-            argv = sandbox_argv(self._scratch, self.case_inputs, self.data_dir) + runner + ["--sweep"]
+            argv = sandbox_argv(self.limits, self.case_inputs, self.data_dir) + runner + ["--sweep"]
             env[CASE_INPUTS_ENV] = CASES
         else:
             argv = runner
@@ -266,21 +277,19 @@ class Session:
         if self._proc is None or self._proc.poll() is not None:
             self.close()
             self._start()
-        self._jobs += 1
-        folder = self._scratch / f"nb{self._jobs}"
-        folder.mkdir()
-        os.chmod(folder, 0o777)
-        nbformat.write(nb, str(folder / "in.ipynb"))
-        inside = f"{SCRATCH}/{folder.name}" if self.isolate else str(folder)
+        # the server stops the notebook a little before the hard limit, so that what it did still comes back
+        job = {"folder": f"nb-{secrets.token_hex(6)}", "notebook": json.loads(nbformat.writes(nb)),
+               "seconds": max(5, self.limits.notebook_seconds - 15)}
         status, message = "finished", ""
         try:
-            self._proc.stdin.write((json.dumps({"folder": inside}) + "\n").encode())
+            self._proc.stdin.write((json.dumps(job) + "\n").encode())
             self._proc.stdin.flush()
-            reply = _read_line(self._proc.stdout, self.limits.notebook_seconds)
+            reply = _read_line(self._proc.stdout, self.limits.notebook_seconds, MAX_REPLY_BYTES)
         except OSError:
             reply = b""
+        answer: dict = {}
         if reply is None:
-            self._kill()  # the folder stays until its results are read
+            self._kill()
             status, message = "time limit", f"stopped at the notebook's time limit ({self.limits.notebook_seconds} s)"
         else:
             try:
@@ -290,19 +299,24 @@ class Session:
                 self._kill()
                 status, message = "killed", f"the sandbox ended with exit code {self._proc.returncode}{self._server_error()}"
             else:
-                if stuck is not None:
+                if answer.get("time_limit"):
+                    status, message = "time limit", (f"stopped at the notebook's time limit "
+                                                     f"({self.limits.notebook_seconds} s) in cell {stuck}")
+                elif stuck is not None:
                     status = "timed out"
                     message = (f"cell {stuck} ran past {self.limits.cell_seconds} s and did not stop when "
                                "interrupted, so the notebook was stopped there")
+                elif code == FOLDER_FULL:
+                    status, message = "stopped", (f"the notebook filled its folder (over {self.limits.scratch_mb} MB), "
+                                                  "so its outputs could not be saved")
                 elif code != 0:
                     status = "stopped"
                     message = (f"the kernel died (exit code {code}"
                                + (", killed: out of memory or too many processes?)" if code == -9 else ")"))
         executed = None
-        out = folder / "out.ipynb"
-        if out.is_file() and not out.is_symlink() and out.stat().st_size <= MAX_EXECUTED_BYTES:
+        if isinstance(answer.get("out"), str):
             try:
-                executed = nbformat.read(str(out), as_version=4)
+                executed = nbformat.reads(answer["out"], as_version=4)
             except Exception as exc:  # noqa: BLE001 - written by untrusted code
                 message = message or f"the executed notebook could not be read ({type(exc).__name__})"
         if executed is not None and status == "finished":
@@ -311,16 +325,40 @@ class Session:
                 status = "timed out"
                 message = (f"cells {list(run['timeouts'])[:10]} took longer than {self.limits.cell_seconds} s "
                            "and were interrupted")
-        observations, problems = read_observations(folder / "results")
-        shutil.rmtree(folder, ignore_errors=True)
+        with tempfile.TemporaryDirectory(prefix="records-") as records:  # a folder of the grader's own
+            dropped = _unpack_records(answer.get("results"), Path(records))
+            observations, problems = read_observations(Path(records))
+        if dropped or answer.get("dropped"):
+            problems.append(f"{int(dropped) + int(answer.get('dropped') or 0)} unreadable result file(s), not read back "
+                            "(links, special files, odd names, or over the size limit)")
         if self._proc.poll() is not None:  # killed above: the next notebook gets a new sandbox
             self.close()
         return SandboxResult(status=status, message=message, seconds=time.perf_counter() - start, notebook=executed,
                              observations=observations, problems=problems, isolated=self.isolate)
 
 
-def _read_line(pipe, seconds: float) -> bytes | None:
-    """One line from `pipe` within `seconds` (None: none came); b"" if the pipe closed."""
+def _unpack_records(files, dest: Path) -> int:
+    """Write the records the server sent ({name: base64}) as files of `dest`; returns how many were refused."""
+    if not isinstance(files, dict):
+        return 0
+    refused = 0
+    for name, data in list(files.items())[:MAX_RECORD_FILES]:
+        if not isinstance(name, str) or not PLAIN_NAME.fullmatch(name) or not isinstance(data, str):
+            refused += 1
+            continue
+        try:
+            content = base64.b64decode(data, validate=True)
+        except ValueError:
+            refused += 1
+            continue
+        with open(os.open(dest / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as f:
+            f.write(content)
+    return refused + max(0, len(files) - MAX_RECORD_FILES)
+
+
+def _read_line(pipe, seconds: float, limit: int) -> bytes | None:
+    """One line from `pipe` within `seconds` (None: none came); b"" if the pipe closed or the line is
+    longer than `limit`."""
     import selectors
 
     deadline = time.monotonic() + seconds
@@ -331,11 +369,11 @@ def _read_line(pipe, seconds: float) -> bytes | None:
             left = deadline - time.monotonic()
             if left <= 0 or not sel.select(left):
                 return None
-            chunk = os.read(pipe.fileno(), 4096)
+            chunk = os.read(pipe.fileno(), 2**20)
             if not chunk:
                 return b""
             line += chunk
-            if len(line) > 4096:
+            if len(line) > limit:
                 return b""
     return line
 

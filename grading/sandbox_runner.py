@@ -1,17 +1,19 @@
 """What runs inside the grading sandbox: a student's notebooks, each top to bottom in a fresh kernel.
 
-    python sandbox_runner.py CELL_TIMEOUT [--sweep]
+    python sandbox_runner.py CELL_TIMEOUT WORKDIR [--sweep]
 
 A standalone script (it imports nothing of the grader, which does not exist inside the sandbox):
 `grading/sandbox.py` mounts it read-only into one sandbox per student and starts it there. It imports
 once what every notebook imports (torch, numpy, matplotlib, ...), then takes jobs on stdin, one line
-per notebook: `{"folder": F}`, a folder holding `in.ipynb`. For each job it forks; the child runs an
-IPython kernel in its own process (ipykernel's in-process kernel), executes the notebook's code cells
-in order with ``$COURSE_RESULTS_DIR=F/results`` (so every ``check`` records what the student's code did
-instead of judging it), writes `F/out.ipynb` after every cell, and exits. The server then ends
-whatever the notebook left running (`--sweep`: every other process of the sandbox) and answers one
-line on stdout, `{"folder": F, "exit": CODE}`. A fork costs milliseconds where a fresh kernel that
-imports torch costs seconds: that was most of the time grading a notebook took.
+per notebook: `{"folder": NAME, "notebook": {...}}`. For each job it writes WORKDIR/NAME/in.ipynb
+and forks; the child runs an IPython kernel in its own process (ipykernel's in-process kernel),
+executes the notebook's code cells in order with ``$COURSE_RESULTS_DIR=WORKDIR/NAME/results`` (so
+every ``check`` records what the student's code did instead of judging it), writes out.ipynb after
+every cell, and exits. The server then ends whatever the notebook left running (`--sweep`: every
+other process of the sandbox) and answers one line on stdout: the exit code, the cell that had to be
+killed (if one did), the executed notebook and the records. In the sandbox WORKDIR is a size-limited
+tmpfs of the sandbox's own that the grader never opens. A fork costs milliseconds where a fresh
+kernel that imports torch costs seconds: that was most of the time grading a notebook took.
 
 Nothing here decides a grade: the judge outside reads the records. Ending the kernel is refused (it
 would lose every later cell), a cell over CELL_TIMEOUT seconds is interrupted (the next cells still
@@ -19,11 +21,15 @@ run), and outputs are capped before the notebook is written.
 """
 from __future__ import annotations
 
+import base64
 import importlib
 import json
 import os
+import re
 import selectors
+import shutil
 import signal
+import stat
 import sys
 import time
 
@@ -31,6 +37,10 @@ MAX_TEXT = 20_000  # characters of text kept per output
 MAX_IMAGE = 400_000  # bytes (base64) of one image kept
 MAX_NOTEBOOK_OUTPUTS = 1_000_000  # characters of all outputs of the notebook kept
 INTERRUPT_GRACE = 5  # seconds a cell past its timeout has to stop after the interrupt before it is killed
+MAX_REPLY_BYTES = 64 * 2**20  # the executed notebook and the records read back per notebook
+MAX_FILES = 4096  # records files read back per notebook
+FOLDER_FULL = 3  # the child's exit code when the executed notebook could not be saved
+PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 RESULTS_ENV = "COURSE_RESULTS_DIR"  # starter.checks.RESULTS_ENV (the grader's code is not importable here)
 
 # Imported once by the server, so that a notebook's own imports of them cost nothing. Not the kit's
@@ -117,9 +127,9 @@ def _outputs(messages) -> list:
     return outputs
 
 
-def run_notebook(folder: str, cell_timeout: int, progress: int) -> None:
+def run_notebook(folder: str, cell_timeout: int, progress: int) -> bool:
     """The child's work: `folder/in.ipynb` through an in-process kernel to `folder/out.ipynb`, telling
-    the server on `progress` which cell it starts."""
+    the server on `progress` which cell it starts. False: the executed notebook could not be saved."""
     from ipykernel.inprocess.manager import InProcessKernelManager
     from traitlets.config import Config
 
@@ -169,16 +179,24 @@ def run_notebook(folder: str, cell_timeout: int, progress: int) -> None:
             outputs.append(_output("error", timeout_error))
         cell["outputs"], cell["execution_count"] = outputs, count
         nb.setdefault("metadata", {})["grading_run"] = {"timeouts": list(timeouts)}
-        _write(nb)
+        _write(nb, folder)
     cap_outputs(nb)
-    _write(nb)
+    saved = _write(nb, folder)
     os.close(progress)
+    return saved
 
 
-def _write(nb: dict) -> None:
-    with open("out.ipynb.tmp", "w", encoding="utf-8") as f:
-        json.dump(nb, f)
-    os.replace("out.ipynb.tmp", "out.ipynb")
+def _write(nb: dict, folder: str) -> bool:
+    """Save the notebook so far (absolute paths: the notebook may have changed directory). False if it
+    could not be saved: the notebook filled its folder."""
+    path = os.path.join(folder, "out.ipynb")
+    try:
+        with open(path + ".tmp", "w", encoding="utf-8") as f:
+            json.dump(nb, f)
+        os.replace(path + ".tmp", path)
+        return True
+    except OSError:
+        return False
 
 
 def _dumpable(flag: bool) -> None:
@@ -223,11 +241,13 @@ def _sweep() -> None:
             pass
 
 
-def _wait(pid: int, progress: int, cell_timeout: int) -> tuple[int, int | None]:
+def _wait(pid: int, progress: int, cell_timeout: int, notebook_seconds: float) -> tuple[int, int | None, bool]:
     """Wait for the child; kill it if one cell runs past its timeout and the interrupt did not stop it
-    (the cell ignored it, or caught it and went on). Returns (exit status, the cell stopped or None)."""
+    (the cell ignored it, or caught it and went on), or the notebook past its time. Returns (exit
+    status, the cell it was killed in or None, whether the notebook's time ran out)."""
     cell, buffer = None, b""
     deadline = time.monotonic() + cell_timeout + INTERRUPT_GRACE
+    end = time.monotonic() + notebook_seconds
     with selectors.DefaultSelector() as sel:
         sel.register(progress, selectors.EVENT_READ)
         while True:
@@ -243,16 +263,57 @@ def _wait(pid: int, progress: int, cell_timeout: int) -> tuple[int, int | None]:
             done, status = os.waitpid(pid, os.WNOHANG)
             if done:  # ended (what it started may still hold the pipe open)
                 os.close(progress)
-                return status, None
-            if time.monotonic() > deadline:
+                return status, None, False
+            now = time.monotonic()
+            if now > deadline or now > end:
                 os.kill(pid, signal.SIGKILL)
                 os.close(progress)
-                return os.waitpid(pid, 0)[1], cell
+                return os.waitpid(pid, 0)[1], cell, now > end
     os.close(progress)
-    return os.waitpid(pid, 0)[1], None
+    return os.waitpid(pid, 0)[1], None, False
 
 
-def serve(cell_timeout: int, sweep: bool) -> int:
+def _read_regular(path: str, limit: int) -> bytes | None:
+    """The bytes of a regular file of at most `limit` bytes (no link followed, no FIFO opened)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > limit:
+            return None
+        with os.fdopen(os.dup(fd), "rb") as f:
+            data = f.read(limit + 1)
+        return data if len(data) <= limit else None
+    finally:
+        os.close(fd)
+
+
+def _collect(folder: str) -> dict:
+    """What the grader reads back from a notebook's folder, in the reply itself: the executed notebook
+    and the checks' records (regular files with plain names only, within MAX_REPLY_BYTES). The
+    grader writes them into a folder of its own; it never opens anything the sandbox can change."""
+    budget = MAX_REPLY_BYTES
+    out = _read_regular(os.path.join(folder, "out.ipynb"), budget)
+    budget -= len(out or b"")
+    results, dropped = {}, 0
+    try:
+        entries = sorted(os.scandir(os.path.join(folder, "results")), key=lambda e: e.name)
+    except OSError:
+        entries = []
+    for entry in entries:
+        data = _read_regular(entry.path, budget) if PLAIN_NAME.fullmatch(entry.name) and len(results) < MAX_FILES else None
+        if data is None:
+            dropped += 1
+            continue
+        budget -= len(data)
+        results[entry.name] = base64.b64encode(data).decode()
+    return {"out": out.decode("utf-8", "replace") if out is not None else None, "results": results,
+            "dropped": dropped}
+
+
+def serve(cell_timeout: int, workdir: str, sweep: bool) -> int:
     for name in PRELOAD:
         try:
             importlib.import_module(name)
@@ -264,7 +325,13 @@ def serve(cell_timeout: int, sweep: bool) -> int:
     os.dup2(devnull, 1)  # what the notebooks print outside their kernel goes nowhere
     real_exit = os._exit
     for line in sys.stdin:
-        folder = json.loads(line)["folder"]
+        job = json.loads(line)
+        name = job["folder"] if PLAIN_NAME.fullmatch(str(job["folder"])) else "notebook"
+        folder = os.path.join(workdir, name)
+        shutil.rmtree(folder, ignore_errors=True)  # (a notebook before could have made one of that name)
+        os.mkdir(folder)
+        with open(os.path.join(folder, "in.ipynb"), "w", encoding="utf-8") as f:
+            json.dump(job["notebook"], f)
         progress, progress_w = os.pipe()
         pid = os.fork()
         if pid == 0:
@@ -275,18 +342,20 @@ def serve(cell_timeout: int, sweep: bool) -> int:
                 os.dup2(devnull, fd)
             code = 1
             try:
-                run_notebook(folder, cell_timeout, progress_w)
-                code = 0
+                code = 0 if run_notebook(folder, cell_timeout, progress_w) else FOLDER_FULL
             except BaseException:  # noqa: BLE001 - the grader sees the exit code and what was written
                 pass
             real_exit(code)
         os.close(progress_w)
-        status, stuck = _wait(pid, progress, cell_timeout)
+        status, stuck, out_of_time = _wait(pid, progress, cell_timeout, float(job.get("seconds") or 600))
         if sweep:  # in the sandbox; without it, what the notebook started ends with the session (grading/sandbox.py)
             _sweep()
-        replies.write(json.dumps({"folder": folder, "exit": os.waitstatus_to_exitcode(status), "stuck": stuck}) + "\n")
+        reply = {"folder": name, "exit": os.waitstatus_to_exitcode(status), "stuck": stuck, "time_limit": out_of_time,
+                 **_collect(folder)}
+        shutil.rmtree(folder, ignore_errors=True)  # the space is the next notebook's
+        replies.write(json.dumps(reply) + "\n")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(serve(int(sys.argv[1]), "--sweep" in sys.argv[2:]))
+    sys.exit(serve(int(sys.argv[1]), sys.argv[2], "--sweep" in sys.argv[3:]))

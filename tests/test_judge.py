@@ -234,3 +234,36 @@ def test_without_bubblewrap_the_same_runner_grades_unisolated(tmp_path):
     assert result.status == "finished" and not result.isolated, result.message
     assert set(result.observations) == {"causal/5"} and _text(result.notebook.cells[1]) == "next\n"
     assert again.status == "finished" and _text(again.notebook.cells[0]) == "second notebook\n"
+
+
+FILL_THE_DISK = '''
+import errno, os
+os.makedirs("junk", exist_ok=True)
+chunk, written = b"\\0" * (16 << 20), 0
+try:
+    for i in range(64):  # 1 GiB
+        with open(f"junk/f{i}", "wb") as f:
+            f.write(chunk)
+        written += 16
+except OSError as exc:
+    print("stopped:", errno.errorcode[exc.errno])
+print(written)
+for i in range(0, 64, 2):  # room again for the outputs
+    if os.path.exists(f"junk/f{i}"):
+        os.remove(f"junk/f{i}")
+'''
+
+
+@pytest.mark.skipif(sandbox.bwrap() is None, reason="bubblewrap is not installed")
+def test_a_notebook_cannot_fill_the_disk():
+    """The notebooks' folders are a size-limited tmpfs inside the sandbox, freed after each notebook."""
+    limits = sandbox.Limits(cell_seconds=60, notebook_seconds=120, scratch_mb=128)
+    keep_it_full = FILL_THE_DISK.split("for i in range(0, 64, 2)")[0]
+    with sandbox.Session(limits=limits) as session:
+        filled = session.run(_notebook(FILL_THE_DISK))
+        full = session.run(_notebook(keep_it_full, "print('next cell')"))
+        after = session.run(_notebook("open('x', 'w').write('y' * 100_000)\nprint('room again')"))
+    assert full.status == "stopped" and "filled its folder" in full.message, (full.status, full.message)
+    stopped, written = _text(filled.notebook.cells[0]).split("\n")[:2]
+    assert stopped == "stopped: ENOSPC" and int(written) <= 128, (stopped, written)
+    assert after.status == "finished" and _text(after.notebook.cells[0]) == "room again\n", after.message

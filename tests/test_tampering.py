@@ -198,7 +198,9 @@ STUDENTS = {
     "runs_others_work": (_wrong(RUN_OTHERS), HONEST_WRONG, None),
     "background_process": (_wrong(BACKGROUND), HONEST_WRONG, None),
     "writes_elsewhere": (_wrong(WRITE_ELSEWHERE), HONEST_WRONG, None),
-    "kills_everything": (_at_end(KILL_EVERYTHING), HONEST_WRONG, "killed"),
+    # killing its own sandbox's server loses what the notebook recorded: that notebook earns nothing
+    "kills_everything": (_at_end(KILL_EVERYTHING), {"test_attention_loop": 0, "test_sdpa": 0, "test_sdpa_mask": 0,
+                                                    "test_causal_mask": 0, "test_self_attention": 0}, "killed"),
     "ignores_signals": (_at_end(IGNORE_SIGNALS_FOREVER), HONEST_WRONG, "timed out"),
     "prints_secrets": (_at_end(PRINT_SECRETS), HONEST_WRONG, None),
     "fifo_in_results": (_at_end(FIFO_RESULT), HONEST_WRONG, "unreadable result"),
