@@ -5,7 +5,8 @@
    autograde with the sandbox (`sandbox.py`) as its Execute step and the judge (`judge.py`) scoring
    the test cells, then the feedback pages;
 3. record: nbgrader's SaveAutoGrades writes the judge's scores to the gradebook;
-4. report (this module): `grades.csv`, `failures.csv`/`.png`, the feedback pages, `report.json`.
+4. report (`report.py`, `class_report.py`): `grades.csv`, `failures.csv`/`.png`, the feedback pages,
+   `report.json`, the judge's records and `class_report.html`, what the class got wrong.
 
 Layout of SUBMISSIONS (a folder, or a zip of one): one folder per student, holding that student's
 notebooks (any depth; names such as `01_scaled_dot_product_attention (1).ipynb` are recognised by
