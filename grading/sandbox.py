@@ -27,9 +27,9 @@ import contextlib
 import copy
 import json
 import os
-import re
 import resource
 import secrets
+import selectors
 import shutil
 import signal
 import subprocess
@@ -46,18 +46,16 @@ from traitlets import Bool, Integer, Unicode
 
 from nbgrader.preprocessors import NbGraderPreprocessor
 
-from starter.checks import CASE_INPUTS_ENV, RESULTS_ENV, Observation, case_groups, read_observations
+from starter.checks import CASE_INPUTS_ENV, Observation, case_groups, read_observations
 
 from . import notebooks
+from .sandbox_runner import FOLDER_FULL, MAX_FILES, PLAIN_NAME  # the server's own definitions (it runs standalone)
 
-FOLDER_FULL = 3  # sandbox_runner.FOLDER_FULL: the notebook's outputs could not be saved
 SCRATCH = "/tmp/work"  # the notebook's folder inside the sandbox (writable, private)
 RUNNER = Path(__file__).with_name("sandbox_runner.py")  # mounted at /tmp/runner.py, read-only
 CASES = "/tmp/cases"  # the hidden cases' inputs inside the sandbox (read-only)
 NOBODY = 65534
 MAX_REPLY_BYTES = 200 * 2**20  # the server's answer for one notebook (the notebook and records, in base64)
-MAX_RECORD_FILES = 4096
-PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 
 
 @dataclass(frozen=True)
@@ -147,11 +145,12 @@ def sandbox_argv(limits: Limits, case_inputs: Path | None, data_dir: Path | None
 
 
 def _sandbox_env(data_dir: Path | None, isolate: bool, scratch: Path) -> dict:
-    """A clean environment: nothing of the grader's (no database URL, no paths to hidden files)."""
+    """A clean environment: nothing of the grader's (no database URL, no paths to hidden files). The
+    runner sets COURSE_RESULTS_DIR per notebook."""
     home = SCRATCH if isolate else str(scratch)
     env = {"PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin", "HOME": home,
            "LANG": "C.UTF-8", "MPLBACKEND": "Agg", "OMP_NUM_THREADS": "1", "PYTHONDONTWRITEBYTECODE": "1",
-           "PYTHONWARNINGS": "ignore", "PYDEVD_DISABLE_FILE_VALIDATION": "1", "NBGRADER_EXECUTION": "autograde", RESULTS_ENV: f"{home}/results"}
+           "PYTHONWARNINGS": "ignore", "PYDEVD_DISABLE_FILE_VALIDATION": "1", "NBGRADER_EXECUTION": "autograde"}
     if data_dir is not None:
         env["COURSE_DATA_DIR"] = "/tmp/data" if isolate else str(data_dir)
     return env
@@ -220,7 +219,6 @@ class Session:
         self._stack: contextlib.ExitStack | None = None
         self._proc: subprocess.Popen | None = None
         self._scratch: Path | None = None
-        self._jobs = 0
 
     def __enter__(self) -> "Session":
         return self
@@ -342,7 +340,7 @@ def _unpack_records(files, dest: Path) -> int:
     if not isinstance(files, dict):
         return 0
     refused = 0
-    for name, data in list(files.items())[:MAX_RECORD_FILES]:
+    for name, data in list(files.items())[:MAX_FILES]:
         if not isinstance(name, str) or not PLAIN_NAME.fullmatch(name) or not isinstance(data, str):
             refused += 1
             continue
@@ -353,14 +351,12 @@ def _unpack_records(files, dest: Path) -> int:
             continue
         with open(os.open(dest / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as f:
             f.write(content)
-    return refused + max(0, len(files) - MAX_RECORD_FILES)
+    return refused + max(0, len(files) - MAX_FILES)
 
 
 def _read_line(pipe, seconds: float, limit: int) -> bytes | None:
     """One line from `pipe` within `seconds` (None: none came); b"" if the pipe closed or the line is
     longer than `limit`."""
-    import selectors
-
     deadline = time.monotonic() + seconds
     line = b""
     with selectors.DefaultSelector() as sel:
