@@ -1,8 +1,14 @@
 """Train notebook 04's reference model on the default dataset and print training time and val scores.
 
     python benchmarks/bench_training.py [--layers torch|mine] [--steps N] [--threads N]
+                                        [--data split kit yours]
 
-Uses the solution notebook's definitions and its "shapes" configuration (the CONFIGS cell).
+Uses the solution notebook's definitions and its "shapes" configuration (the CONFIGS cell). `--data`
+names the data paths to train with, one after the other in this run, same seed:
+- split: the kit's in-memory sampler (``Split.sample_batch``) and its own training step;
+- kit: the kit's ``FeatureCaptions`` Dataset and ``pad_collate`` in a DataLoader, its own step;
+- yours: notebook 04's pipeline as the solution writes it (build_vocab, encode_captions, CaptionFeatures,
+  collate_captions in a DataLoader, train_step, lr_at_step), as the notebook runs it.
 """
 from __future__ import annotations
 
@@ -10,7 +16,6 @@ import argparse
 import ast
 import os
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -19,7 +24,9 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 
 from grading import notebooks as nbs  # noqa: E402
-from starter.data import load_dataset  # noqa: E402
+from torch.utils.data import DataLoader  # noqa: E402
+
+from starter.data import FeatureCaptions, Vocab, load_dataset, pad_collate  # noqa: E402
 from starter.metrics import evaluate_captioner, format_scores  # noqa: E402
 from starter.training import seed_everything, train  # noqa: E402
 
@@ -41,6 +48,7 @@ def main() -> None:
     ap.add_argument("--layers", default="torch", choices=["torch", "mine"])
     ap.add_argument("--steps", type=int, default=None)
     ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--data", nargs="+", default=["split", "kit", "yours"], choices=["split", "kit", "yours"])
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -52,19 +60,41 @@ def main() -> None:
     if args.steps:
         targs.update(steps=args.steps, time_limit=None)
     ds = load_dataset("shapes")
-    seed_everything(0)
-    model = ns["CaptioningTransformer"](vocab_size=len(ds.vocab), feature_dim=ds.feature_dim,
-                                        num_regions=ds.num_regions, max_len=ds.max_length, layers=args.layers,
-                                        **cfg["model"])
-    print(f"shapes, layers={args.layers}, {torch.get_num_threads()} threads, {targs}")
-    hist = train(model, ns["teacher_forcing_loss"], ds.split("train"), val_split=ds.split("val"), seed=0,
-                 progress=False, **targs)
-    print(f"training: {hist['steps_done']} steps in {hist['seconds']:.1f} s "
-          f"({hist['seconds'] / hist['steps_done'] * 1000:.0f} ms/step), final val loss {hist['val_loss'][-1]:.3f}")
-    t0 = time.perf_counter()
-    scores, _, _ = evaluate_captioner(model, ns["greedy_decode"], ds.split("val"), ds.vocab, max_len=ds.max_length - 1)
-    print(f"val (all {ds.split('val').num_images} images, greedy, {time.perf_counter() - t0:.1f} s): {format_scores(scores)}")
+    train_split, val_split = ds.split("train"), ds.split("val")
+    batch_size = targs.pop("batch_size")
+    print(f"shapes, layers={args.layers}, {torch.get_num_threads()} threads, batch {batch_size}, {targs}")
+    base = None
+    for data in args.data:
+        vocab, step = ds.vocab, {}
+        if data == "split":
+            source, val = train_split, val_split
+        else:
+            caps = {"train": train_split.captions, "val": val_split.captions}
+            dataset, collate = FeatureCaptions, pad_collate
+            if data == "yours":
+                vocab = Vocab(ns["build_vocab"](train_split.texts()))
+                caps = {name: ns["encode_captions"](split.texts(), vocab.word_to_idx, ds.max_length)
+                        for name, split in (("train", train_split), ("val", val_split))}
+                dataset, collate = ns["CaptionFeatures"], ns["collate_captions"]
+                step = dict(step_fn=ns["train_step"], lr_fn=ns["lr_at_step"])
 
+            def loader(split, name, shuffle):
+                return DataLoader(dataset(*split.features_file, caps[name], split.image_idxs), batch_size=batch_size,
+                                  shuffle=shuffle, collate_fn=collate, drop_last=shuffle,
+                                  generator=torch.Generator().manual_seed(0))
+            source, val = loader(train_split, "train", True), loader(val_split, "val", False)
+        seed_everything(0)
+        model = ns["CaptioningTransformer"](vocab_size=len(vocab), feature_dim=ds.feature_dim,
+                                            num_regions=ds.num_regions, max_len=ds.max_length, layers=args.layers,
+                                            **cfg["model"])
+        hist = train(model, ns["teacher_forcing_loss"], source, val_split=val, seed=0, progress=False,
+                     batch_size=batch_size, **targs, **step)
+        base = base or hist["seconds"]
+        scores, _, _ = evaluate_captioner(model, ns["greedy_decode"], val_split, vocab, max_len=ds.max_length - 1)
+        print(f"{data:>5}: {hist['steps_done']} steps in {hist['seconds']:5.1f} s ({hist['seconds'] / base:.2f}x the "
+              f"first), {hist['seconds'] / hist['steps_done'] * 1000:.0f} ms/step, val loss {hist['val_loss'][-1]:.3f}"
+              f" | all {val_split.num_images} val images, greedy: {format_scores(scores)}, "
+              f"exact match {scores['exact_match']:.1%}")
 
 if __name__ == "__main__":
     main()

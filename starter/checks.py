@@ -290,7 +290,8 @@ def _call(case: Case, fn: Callable, requires_grad: bool):
     except CheckFailed:
         raise
     except _Forbidden as exc:
-        raise CheckFailed(f"{what} calls `{exc}`: this task is to implement it yourself with basic tensor ops.") from None
+        raise CheckFailed(f"{what} calls `{exc}`: this task is to implement it yourself, not to call a "
+                          "ready-made version.") from None
     except Exception as exc:  # noqa: BLE001 - reported to the student
         raise _failed(_describe_exception(what, exc), exc) from None
     return _split_outputs(case, out), inputs, module

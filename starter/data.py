@@ -33,7 +33,8 @@ import torch
 from data import coco_cs231n, coco_grid, shapes
 from data.common import FORMAT_NAME, SPECIAL_TOKENS, default_data_dir
 
-__all__ = ["DatasetError", "Vocab", "Split", "CaptionDataset", "load_dataset", "default_data_dir"]
+__all__ = ["DatasetError", "Vocab", "Split", "CaptionDataset", "FeatureCaptions", "pad_collate", "load_dataset",
+           "default_data_dir"]
 
 COCO_URL = "http://images.cocodataset.org/{folder}/COCO_{folder}_{id:012d}.jpg"
 PRELOAD_BYTES = 2 * 1024**3  # features smaller than this are read into memory once
@@ -106,8 +107,8 @@ class Split:
 
     def __init__(self, dataset, name, captions, image_idxs, features, num_images, path,
                  image_ids=None, urls=None, coco_folder=None, images=None, objects=None,
-                 file_names=None, image_root=None):
-        self.dataset, self.name, self._path = dataset, name, path
+                 file_names=None, image_root=None, features_key="features"):
+        self.dataset, self.name, self._path, self._features_key = dataset, name, path, features_key
         self.captions = torch.from_numpy(np.asarray(captions, dtype=np.int64))
         self.image_idxs = torch.from_numpy(np.asarray(image_idxs, dtype=np.int64))
         self._features = features  # numpy array in memory, or an h5py dataset read on demand
@@ -150,6 +151,28 @@ class Split:
         if device is not None:
             caps, feats, img = caps.to(device), feats.to(device), img.to(device)
         return caps, feats, img
+
+    # ---- the raw material of data preparation (notebook 04, section 2)
+    @property
+    def features_file(self) -> tuple[str, str]:
+        """(path of the HDF5 file holding this split's features, key of the (N, R, D) or (N, D) dataset)."""
+        return str(self._path), self._features_key
+
+    def head(self, num_images: int) -> "Split":
+        """This split restricted to its first `num_images` images and their captions (e.g. to evaluate on
+        a part of it)."""
+        n = max(0, min(int(num_images), self.num_images))
+        rows = (self.image_idxs < n).numpy()
+        feats = self._features[:n] if isinstance(self._features, np.ndarray) else self._features
+        part = Split(self.dataset, self.name, self.captions.numpy()[rows], self.image_idxs.numpy()[rows], feats, n,
+                     self._path, features_key=self._features_key)
+        for attr in ("image_ids", "_urls", "_coco_folder", "_images", "_objects", "_file_names", "_image_root"):
+            setattr(part, attr, getattr(self, attr))
+        return part
+
+    def texts(self) -> list[str]:
+        """Every caption of the split as a string (decoded from the stored indices), in row order."""
+        return [self.dataset.vocab.decode(row) for row in self.captions.numpy()]
 
     # ---- minibatches
     def sample_batch(self, batch_size: int, generator=None, device=None):
@@ -301,6 +324,68 @@ class CaptionDataset:
         return "\n".join(lines)
 
 
+# ------------------------------------------------------------------------- PyTorch's data idiom
+def caption_length(caption) -> int:
+    """Number of tokens of a <START> ... <END> <NULL>... caption up to and including <END> (all of it
+    when there is no <END>)."""
+    ends = np.flatnonzero(np.asarray(caption) == Vocab.end_idx)
+    return int(ends[0]) + 1 if ends.size else len(caption)
+
+
+class FeatureCaptions(torch.utils.data.Dataset):
+    """The kit's dataset of (features, caption) pairs: item i is the caption in row i of `captions` and
+    the features of its image, row ``image_idxs[i]`` of the HDF5 dataset `key` in the file `path`.
+
+    Returns (features (R, D) float32, caption (L,) int64 up to and including <END>, padding removed).
+    The file is opened on first use, in the process that reads (so each DataLoader worker opens its own);
+    features that fit in `preload_bytes` are then read into memory at once (h5py reads one item in
+    about 75 microseconds, a training step would wait for it).
+    """
+
+    def __init__(self, path, key, captions, image_idxs, preload_bytes: int = PRELOAD_BYTES):
+        self.path, self.key = str(path), key
+        self.captions = torch.as_tensor(np.asarray(captions), dtype=torch.long)
+        self.image_idxs = torch.as_tensor(np.asarray(image_idxs), dtype=torch.long)
+        if self.captions.ndim != 2 or self.image_idxs.shape != (len(self.captions),):
+            raise ValueError(f"captions must be (M, T) and image_idxs (M,), got {tuple(self.captions.shape)} "
+                             f"and {tuple(self.image_idxs.shape)}")
+        if not Path(self.path).is_file():
+            raise DatasetError(f"missing file {self.path}")
+        self.preload_bytes = preload_bytes
+        self.lengths = [caption_length(c) for c in self.captions.numpy()]
+        self._features = None
+
+    def _open(self):
+        f = _open_h5(Path(self.path))
+        if self.key not in f:
+            f.close()
+            raise DatasetError(f"{self.path}: missing key {self.key!r}")
+        d = f[self.key]
+        n = d.shape[0]
+        if len(self.image_idxs) and int(self.image_idxs.max()) >= n:
+            f.close()
+            raise DatasetError(f"{self.path}: image_idxs reach {int(self.image_idxs.max())} but {self.key!r} "
+                               f"holds {n} images")
+        self._features = _read(f, self.key, self.path) if d.size * d.dtype.itemsize <= self.preload_bytes else d
+
+    def __len__(self):
+        return len(self.captions)
+
+    def __getitem__(self, i):
+        if self._features is None:
+            self._open()
+        feats = np.asarray(self._features[int(self.image_idxs[i])], dtype=np.float32)
+        return torch.from_numpy(feats.reshape(-1, feats.shape[-1])), self.captions[i, : self.lengths[i]]
+
+
+def pad_collate(batch, null_idx: int = Vocab.null_idx):
+    """The kit's collate function: [(features (R, D), caption (L_i,)), ...] ->
+    (features (B, R, D), captions (B, max L_i) padded with `null_idx`)."""
+    features, captions = zip(*batch)
+    padded = torch.nn.utils.rnn.pad_sequence(list(captions), batch_first=True, padding_value=null_idx)
+    return torch.stack(features), padded
+
+
 # ----------------------------------------------------------------------------------- validation
 def _check(cond, path, problem):
     if not cond:
@@ -396,7 +481,7 @@ def _load_course_h5(path: Path, name=None, preload=None) -> CaptionDataset:
             if coco_folder is not None and "image_ids" in extra:
                 extra["coco_folder"] = dict(zip(("train", "val"), _strings(coco_folder)))[split]
             ds.splits[split] = Split(ds, split, caps, idxs, _features_source(f, feats_key, path, preload),
-                                     n, path, **extra)
+                                     n, path, features_key=feats_key, **extra)
         return ds
     except BaseException:
         f.close()

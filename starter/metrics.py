@@ -19,7 +19,7 @@ import time
 
 import torch
 
-__all__ = ["tokenize", "caption_scores", "evaluate_captioner", "format_scores"]
+__all__ = ["tokenize", "caption_scores", "exact_match", "evaluate_captioner", "format_scores"]
 
 _WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
 METRICS = ("BLEU-1", "BLEU-2", "BLEU-3", "BLEU-4", "CIDEr", "ROUGE-L")
@@ -62,6 +62,13 @@ def caption_scores(references, generated) -> dict[str, float]:
     return scores
 
 
+def exact_match(references, generated) -> float:
+    """Fraction of images whose generated caption equals one of their references, word for word
+    (after `tokenize`)."""
+    hits = [tokenize(generated[k]) in {tokenize(r) for r in refs} for k, refs in references.items()]
+    return sum(hits) / len(hits)
+
+
 def format_scores(scores: dict[str, float]) -> str:
     return "  ".join(f"{k} {scores[k]:.3f}" for k in METRICS if k in scores)
 
@@ -72,7 +79,8 @@ def evaluate_captioner(model, decode_fn, split, vocab, max_len: int, num_images:
     """Caption the first `num_images` images of `split` (all by default) with
     ``decode_fn(model, features, max_len, **decode_kwargs)`` and score them against all their references.
 
-    Returns (scores dict, generated captions list of str, image indices). The model is put in eval mode.
+    Returns (scores dict: caption_scores' plus "exact_match", generated captions list of str, image
+    indices). The model is put in eval mode.
     """
     device = device if device is not None else next(model.parameters()).device
     model.eval()
@@ -86,5 +94,6 @@ def evaluate_captioner(model, decode_fn, split, vocab, max_len: int, num_images:
         generated += vocab.decode(tokens.cpu())
     refs = {i: split.references(i) for i in range(n)}
     scores = caption_scores(refs, dict(enumerate(generated)))
+    scores["exact_match"] = exact_match(refs, dict(enumerate(generated)))
     scores["seconds"] = time.perf_counter() - t0
     return scores, generated, list(range(n))

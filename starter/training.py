@@ -25,8 +25,8 @@ import torch
 
 from .runtime import OneLineError, missing_checkpoint
 
-__all__ = ["GRADING", "pick_device", "seed_everything", "train", "save_checkpoint", "load_checkpoint",
-           "overfit_small_batch", "count_parameters"]
+__all__ = ["GRADING", "pick_device", "seed_everything", "train", "default_step", "warmup_cosine", "save_checkpoint",
+           "load_checkpoint", "overfit_small_batch", "count_parameters"]
 
 GRADING = bool(os.environ.get("NBGRADER_EXECUTION"))
 
@@ -85,11 +85,77 @@ def _lr_factor(step: float, steps: int, warmup: int) -> float:
     return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
 
 
+def warmup_cosine(step: float, total_steps: int, warmup_steps: int, peak_lr: float) -> float:
+    """The kit's learning-rate schedule (notebook 04 asks you to write your own): `peak_lr` times the
+    linear warm-up and cosine decay of `_lr_factor`."""
+    return peak_lr * _lr_factor(step, total_steps, warmup_steps)
+
+
+def default_step(model, loss_fn, optimizer, features, captions, lr: float, grad_clip: float | None = 1.0) -> float:
+    """The kit's training step (notebook 04 asks you to write your own): set the learning rate, clear the
+    gradients, compute the loss, backpropagate, clip the gradient norm, update. Returns the loss."""
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    model.train()
+    optimizer.zero_grad(set_to_none=True)
+    loss = loss_fn(model, features, captions)
+    loss.backward()
+    if grad_clip:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+    optimizer.step()
+    return loss.item()
+
+
+def _as_pair(batch, device):
+    """(features, captions) on `device` from a DataLoader batch (features, captions) or from
+    Split.sample_batch's (captions, features, image_idxs)."""
+    if len(batch) == 3:
+        captions, features, _ = batch
+    else:
+        features, captions = batch
+    return features.to(device), captions.to(device)
+
+
+def _training_batches(source, batch_size: int, seed: int, device):
+    """Endless (features, captions) batches: from a Split (`sample_batch`, a new shuffle each epoch), or
+    from a DataLoader, epoch after epoch. Seeded: the same `seed` gives the same batches on every call
+    (a DataLoader's own generator is re-seeded)."""
+    if hasattr(source, "sample_batch"):
+        gen = torch.Generator().manual_seed(seed)
+        while True:
+            yield _as_pair(source.sample_batch(batch_size, generator=gen), device)
+    if getattr(source, "generator", None) is not None:
+        source.generator.manual_seed(seed)
+    while True:
+        empty = True
+        for batch in source:
+            empty = False
+            yield _as_pair(batch, device)
+        if empty:
+            raise ValueError("the training DataLoader yields no batches (is its dataset empty, or smaller than "
+                             "batch_size with drop_last=True?)")
+
+
+def _fixed_batches(source, batch_size: int, count: int, device) -> list:
+    """`count` fixed (features, captions) batches for the validation loss: the first batches of a
+    DataLoader (make it unshuffled), or batches drawn with a fixed seed from a Split."""
+    if hasattr(source, "sample_batch"):
+        gen = torch.Generator().manual_seed(12345)
+        return [_as_pair(source.sample_batch(min(batch_size, len(source)), generator=gen), device)
+                for _ in range(count)]
+    out = []
+    for batch in source:
+        out.append(_as_pair(batch, device))
+        if len(out) == count:
+            break
+    return out
+
+
 @torch.no_grad()
 def _val_loss(model, loss_fn, batches) -> float:
     was_training = model.training
     model.eval()
-    total = sum(float(loss_fn(model, feats, caps)) for caps, feats in batches) / len(batches)
+    total = sum(float(loss_fn(model, feats, caps)) for feats, caps in batches) / len(batches)
     model.train(was_training)
     return total
 
@@ -97,13 +163,17 @@ def _val_loss(model, loss_fn, batches) -> float:
 def train(model, loss_fn, split, steps: int, batch_size: int = 64, lr: float = 2e-3, weight_decay: float = 0.01,
           warmup: int = 50, grad_clip: float | None = 1.0, device=None, seed: int = 0, val_split=None,
           val_every: int | None = None, val_batches: int = 4, time_limit: float | None = None,
-          progress: bool = True, history: dict | None = None) -> dict:
+          progress: bool = True, history: dict | None = None, step_fn=None, lr_fn=None) -> dict:
     """Train `model` with AdamW on minibatches of `split` for `steps` steps, or fewer if `time_limit` binds.
 
-    Each step: a batch of (captions, features) from ``split.sample_batch`` (a new shuffle each epoch, seeded
-    by `seed`), ``loss = loss_fn(model, features, captions)``, backward, gradient clipping, AdamW step with
-    warm-up and cosine decay of the learning rate. Every `val_every` steps (default: 10 times per run) and
-    after the last step, the loss on a few fixed batches of `val_split` is recorded.
+    `split`: a Split (batches from ``split.sample_batch``, a new shuffle each epoch) or a DataLoader of
+    (features, captions) batches (`batch_size` is then the loader's); either way seeded by `seed`, so the
+    same seed gives the same batches. Each step is ``step_fn(model, loss_fn, optimizer, features, captions,
+    lr, grad_clip)`` (default: the kit's `default_step`; notebook 04 passes your `train_step`) with the
+    learning rate ``lr_fn(step, steps, warmup, lr)`` (default: the kit's `warmup_cosine`; notebook 04 passes
+    your `lr_at_step`).
+    Every `val_every` steps (default: 10 times per run) and after the last step, the loss on `val_batches`
+    fixed batches of `val_split` (a Split, or an unshuffled DataLoader) is recorded.
 
     Time budget: `time_limit` (seconds) shortens the run instead of cutting it off. The schedule follows
     the run's progress = max(steps done / `steps`, time used / `time_limit`), and the run ends when
@@ -131,12 +201,10 @@ def train(model, loss_fn, split, steps: int, batch_size: int = 64, lr: float = 2
     hist = history if history is not None else {"step": [], "loss": [], "lr": [], "val_step": [], "val_loss": []}
     offset = hist.get("steps_done", 0)
     val_every = val_every or max(1, steps // 10)
-    fixed_val = []
-    if val_split is not None:
-        gen = torch.Generator().manual_seed(12345)
-        for _ in range(val_batches):
-            caps, feats, _ = val_split.sample_batch(min(batch_size, len(val_split)), generator=gen, device=device)
-            fixed_val.append((caps, feats))
+    fixed_val = [] if val_split is None else _fixed_batches(val_split, batch_size, val_batches, device)
+    step_fn = step_fn or default_step
+    lr_fn = lr_fn or warmup_cosine
+    batches = _training_batches(split, batch_size, seed, device)
     bar = tqdm(total=steps, desc="training", disable=not progress, mininterval=1.0)
     t0 = _clock()
     startup = 0.0  # seconds taken by the first step
@@ -150,23 +218,17 @@ def train(model, loss_fn, split, steps: int, batch_size: int = 64, lr: float = 2
                 startup = elapsed
             time_used = (elapsed - startup) / (time_limit - startup) if time_limit > startup else 1.0
             sched_step = max(step, steps * min(1.0, time_used))  # max() keeps the int `step` on a tie
-        for group in opt.param_groups:
-            group["lr"] = lr * _lr_factor(sched_step, steps, warmup)
-        captions, features, _ = split.sample_batch(batch_size, generator=seed, device=device)
-        loss = loss_fn(model, features, captions)
-        if not torch.isfinite(loss):
+        features, captions = next(batches)
+        step_lr = float(lr_fn(sched_step, steps, warmup, lr))
+        loss = float(step_fn(model, loss_fn, opt, features, captions, step_lr, grad_clip))
+        if not math.isfinite(loss):
             bar.close()
-            raise FloatingPointError(f"loss is {loss.item()} at step {step}: lower the learning rate or check "
+            raise FloatingPointError(f"loss is {loss} at step {step}: lower the learning rate or check "
                                      "the loss for divisions by zero")
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        if grad_clip:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
-        opt.step()
         done += 1
         hist["step"].append(offset + done)
-        hist["loss"].append(loss.item())  # .item() waits for the GPU, so the clock below sees the real time
-        hist["lr"].append(opt.param_groups[0]["lr"])
+        hist["loss"].append(loss)  # a float: the step waited for the GPU, so the clock below sees the real time
+        hist["lr"].append(step_lr)
         last = done == steps or (time_limit is not None and _clock() - t0 >= time_limit)
         bar.update(1)
         if fixed_val and (done % val_every == 0 or last):
@@ -259,8 +321,10 @@ def overfit_small_batch(model, loss_fn, split, batch_size: int = 8, steps: int =
     """Train a copy of `model` (dropout off) on ONE fixed batch; a correct model and loss drive the loss
     close to zero. Prints one line and returns {"losses", "passed", "seconds"}; the model is untouched.
 
-    If the loss stalls, the usual suspects are a loss that averages over padding, a causal mask that lets
-    a word see itself in the target, or a forward pass that ignores the image or the words.
+    If the loss stalls, the model cannot even memorise one batch: typically a forward pass that ignores the
+    image or the words, or a loss that compares the wrong positions. Passing is no proof: a causal mask that
+    lets a word see its own target, or a loss averaged over padding, overfits one batch just as well.
+    `split`: a Split, or a DataLoader (the first `batch_size` captions of its first batch).
     """
     device = torch.device(device) if device is not None else next(model.parameters()).device
     seed_everything(seed)
@@ -269,8 +333,11 @@ def overfit_small_batch(model, loss_fn, split, batch_size: int = 8, steps: int =
         if isinstance(m, torch.nn.Dropout):
             m.p = 0.0
     probe.train()
-    captions, features, _ = split.sample_batch(batch_size, generator=torch.Generator().manual_seed(seed),
-                                               device=device)
+    if hasattr(split, "sample_batch"):
+        features, captions = _as_pair(split.sample_batch(batch_size, generator=torch.Generator().manual_seed(seed)),
+                                      device)
+    else:  # a DataLoader: the first `batch_size` captions of its first batch
+        features, captions = (t[:batch_size] for t in _fixed_batches(split, batch_size, 1, device)[0])
     opt = torch.optim.Adam(probe.parameters(), lr=lr)
     losses = []
     t0 = _clock()

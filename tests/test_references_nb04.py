@@ -145,3 +145,255 @@ def test_beam_matches_independent_search(name, dtype):
         k = case.const_kwargs
         np.testing.assert_array_equal(got, _loop_greedy(model, feats, k["max_len"], k["start_idx"], k["end_idx"],
                                                         k["null_idx"]))
+
+
+# ---- the data pipeline, training step and evaluation: each stored answer against another implementation ----
+
+def test_vocab_references_match_the_dataset_builders_vocab():
+    """Stored positions = where data.common.build_vocab (the shapes builder's own) puts each probe word."""
+    from data.common import build_vocab
+    for name in _names("vocab"):
+        case = load_case(name)
+        kw = case.const_kwargs
+        words = build_vocab(kw["captions"], kw["min_count"])
+        assert case.expected["size"] == len(words), name
+        want = [words.index(w) if w in words else -1 for w in kw["probe"]]
+        np.testing.assert_array_equal(case.expected["positions"], want, err_msg=name)
+
+
+def test_encode_references_match_the_dataset_builders_encoder():
+    from data.common import encode_captions
+    for name in _names("encode"):
+        case = load_case(name)
+        kw = case.const_kwargs
+        np.testing.assert_array_equal(case.expected["captions"],
+                                      encode_captions(kw["captions"], kw["word_to_idx"], kw["max_len"]), err_msg=name)
+        assert case.expected["captions"].dtype == np.int64
+
+
+def test_dataset_references_index_the_features_by_image():
+    for name in _names("dataset"):
+        case = load_case(name)
+        feats, caps, idxs = (case.inputs[k] for k in ("features", "captions", "image_idxs"))
+        np.testing.assert_array_equal(case.expected["item_features"], feats.astype(np.float16).astype(np.float32)[idxs])
+        for i, row in enumerate(caps):
+            n = list(row).index(2) + 1
+            assert case.expected["item_lengths"][i] == n, name
+            np.testing.assert_array_equal(case.expected["item_captions"][i, :n], row[:n])
+            assert (case.expected["item_captions"][i, n:] == -1).all()
+
+
+def test_collate_references_match_pad_sequence():
+    for name in _names("collate"):
+        case = load_case(name)
+        caps, lengths = case.inputs["captions"], case.inputs["lengths"]
+        items = [_t(caps[b, :lengths[b]]) for b in range(len(caps))]
+        padded = nn.utils.rnn.pad_sequence(items, batch_first=True, padding_value=case.const_kwargs["null_idx"])
+        np.testing.assert_array_equal(case.expected["captions"], padded.numpy())
+        np.testing.assert_array_equal(case.expected["features"], case.inputs["features"])
+
+
+def test_schedule_references_match_the_training_loops_schedule():
+    from starter.training import _lr_factor
+    for name in _names("schedule"):
+        case = load_case(name)
+        kw = case.const_kwargs
+        want = [kw["peak_lr"] * _lr_factor(s, kw["total_steps"], kw["warmup_steps"]) for s in case.inputs["steps"]]
+        np.testing.assert_allclose(case.expected["lr"], want, rtol=1e-12, err_msg=name)
+
+
+@pytest.mark.parametrize("name", _names("step"))
+def test_train_step_references_match_a_hand_written_update(name):
+    """Plain SGD / AdamW formulas, written out, with the gradient clipped by hand."""
+    from starter.pipeline import _toy_loss
+    case = load_case(name)
+    kw = case.const_kwargs
+    model = ToyCaptioner(**case.init).double()
+    model.load_state_dict({k.removeprefix("model."): _t(v).double() for k, v in case.params.items()})
+    params = list(model.parameters())
+    m = [torch.zeros_like(p) for p in params]
+    v = [torch.zeros_like(p) for p in params]
+    feats, caps = _t(case.inputs["features"]).double(), _t(case.inputs["captions"])
+    losses = []
+    for t, lr in enumerate(kw["lrs"], start=1):
+        for p in params:
+            p.grad = None
+        loss = _toy_loss(model, feats, caps)
+        loss.backward()
+        losses.append(loss.item())
+        grads = [p.grad for p in params]
+        if kw["grad_clip"] is not None:
+            norm = torch.sqrt(sum((g ** 2).sum() for g in grads))
+            grads = [g * min(1.0, kw["grad_clip"] / (float(norm) + 1e-6)) for g in grads]
+        with torch.no_grad():
+            for i, (p, g) in enumerate(zip(params, grads)):
+                if kw["optimizer"] == "sgd":
+                    p -= lr * g
+                else:  # AdamW: decoupled weight decay 0.01, betas (0.9, 0.999), eps 1e-8
+                    p *= 1 - lr * 0.01
+                    m[i] = 0.9 * m[i] + 0.1 * g
+                    v[i] = 0.999 * v[i] + 0.001 * g * g
+                    p -= lr * (m[i] / (1 - 0.9 ** t)) / ((v[i] / (1 - 0.999 ** t)).sqrt() + 1e-8)
+    np.testing.assert_allclose(case.expected["losses"], losses, rtol=1e-5)
+    flat = torch.cat([p.detach().reshape(-1) for p in params]).numpy()
+    np.testing.assert_allclose(case.expected["parameters"], flat, rtol=1e-4, atol=1e-6)
+
+
+def test_evaluate_references_match_the_kits_evaluation():
+    """The kit's evaluate_captioner (starter.metrics) on the same stored captions and references."""
+    from starter.metrics import evaluate_captioner
+    from starter.pipeline import SCORE_NAMES, _Probe, _stored_decoder, _StoredSplit
+    from starter.data import Vocab
+    for name in _names("evaluate"):
+        case = load_case(name)
+        kw = case.const_kwargs
+        scores, _, _ = evaluate_captioner(_Probe(), _stored_decoder(_t(case.inputs["tokens"])),
+                                          _StoredSplit(kw["references"]), Vocab(kw["idx_to_word"]),
+                                          max_len=kw["max_len"], batch_size=kw["batch_size"])
+        np.testing.assert_allclose(case.expected["scores"], [scores[k] for k in SCORE_NAMES], rtol=1e-6, err_msg=name)
+        assert 0 < case.expected["scores"][-1] < 1, f"{name}: exact match should be a fraction strictly inside (0, 1)"
+
+
+# ---- the pipeline tasks: look-alike bugs are named, correct alternatives keep full marks --------------------
+import math  # noqa: E402
+import re  # noqa: E402
+from collections import Counter  # noqa: E402
+
+from starter.checks import CheckFailed, check  # noqa: E402
+from starter import pipeline as P  # noqa: E402
+
+SPECIALS = ["<NULL>", "<START>", "<END>", "<UNK>"]
+
+
+def _tok(s):
+    return [w for w in re.split(r"[^a-z0-9]+", s.lower()) if w]
+
+
+def _encode_with(cut_end=False, drop_unknown=False):
+    def encode(captions, word_to_idx, max_len):
+        rows = []
+        for c in captions:
+            ids = [word_to_idx[w] if w in word_to_idx else 3 for w in _tok(c) if w in word_to_idx or not drop_unknown]
+            row = [1] + ids + [2] if cut_end else [1] + ids[: max_len - 2] + [2]
+            rows.append((row + [0] * max_len)[:max_len])
+        return np.array(rows, dtype=np.int64)  # NumPy is fine: the check converts it, keeping int64
+    return encode
+
+
+class _WholeFile(torch.utils.data.Dataset):
+    """An alternative Dataset: reads the whole feature array when first used."""
+
+    def __init__(self, path, key, captions, image_idxs, row_of=None, trim=True):
+        self.path, self.key, self.captions, self.image_idxs = path, key, captions, image_idxs
+        self.features, self.row_of, self.trim = None, row_of, trim
+
+    def __len__(self):
+        return len(self.captions)
+
+    def __getitem__(self, i):
+        if self.features is None:
+            with h5py.File(self.path, "r") as f:
+                self.features = torch.tensor(f[self.key][:], dtype=torch.float32)
+        row = i if self.row_of == "caption" else self.image_idxs[i]
+        cap = self.captions[i]
+        keep = cap.tolist().index(2) + 1 if self.trim else len(cap)
+        return self.features[row], cap[:keep]
+
+
+def _step_with(zero=True, clip_first=True, set_lr=True):
+    def step(model, loss_fn, optimizer, features, captions, lr, grad_clip=1.0):
+        if set_lr:
+            for g in optimizer.param_groups:
+                g["lr"] = lr
+        model.train()
+        if zero:
+            optimizer.zero_grad(set_to_none=False)
+        loss = loss_fn(model, features, captions)
+        loss.backward()
+        if grad_clip is not None and clip_first:
+            nn.utils.clip_grad_norm_(model.parameters(), max_norm=grad_clip)
+        optimizer.step()
+        if grad_clip is not None and not clip_first:
+            nn.utils.clip_grad_norm_(model.parameters(), max_norm=grad_clip)
+        return float(loss.detach())
+    return step
+
+
+def _evaluate_with(eval_mode=True, all_refs=True, keep_end=False):
+    from itertools import takewhile
+
+    from starter.metrics import caption_scores
+
+    def evaluate(model, decode_fn, split, vocab, max_len, batch_size=250):
+        if eval_mode:
+            model.eval()
+        out = []
+        with torch.inference_mode():
+            for idx in torch.arange(split.num_images).split(batch_size):
+                for row in decode_fn(model, split.features(idx.tolist()), max_len).tolist():
+                    words = list(takewhile(lambda t: t != vocab.end_idx, row)) + ([2] if keep_end else [])
+                    out.append(" ".join(vocab.idx_to_word[t] for t in words if t > 1 or (keep_end and t == 2)))
+        refs = {i: split.references(i) if all_refs else split.references(i)[:1] for i in range(len(out))}
+        scores = caption_scores(refs, out)
+        scores["exact_match"] = float(np.mean([_tok(out[i]) in [_tok(r) for r in refs[i]] for i in refs]))
+        return scores, out
+    return evaluate
+
+
+ALTERNATIVES = {  # correct, written differently from the solution: every case passes
+    "vocab": P.with_probe_words(lambda caps, min_count=1: SPECIALS + [w for w, n in sorted(
+        Counter(w for c in caps for w in _tok(c)).items(), key=lambda kv: (-kv[1], kv[0])) if n >= min_count]),
+    "encode": P.with_long_output(_encode_with()),
+    "dataset": P.with_h5_file(_WholeFile),
+    "collate": P.with_items(lambda batch, null_idx=0: (torch.stack([f for f, _ in batch]), nn.utils.rnn.pad_sequence(
+        [c for _, c in batch], batch_first=True, padding_value=null_idx))),
+    "schedule": P.over_steps(lambda s, total, warm, peak: peak * min(1.0, (s + 1) / warm) if s < warm else
+                             0.1 * peak + 0.9 * peak * (1 + math.cos(math.pi * min(1.0, (s - warm) / max(1, total - warm)))) / 2),
+    "step": P.with_optimizer(_step_with()),
+    "evaluate": P.with_split(_evaluate_with()),
+}
+
+
+@pytest.mark.parametrize("task", sorted(ALTERNATIVES))
+def test_correct_alternatives_pass_every_case(task):
+    for name in _names(task):
+        check(name, ALTERNATIVES[task])
+
+
+PIPELINE_BUGS = [  # (case, look-alike buggy answer, words the one-line message must contain)
+    ("vocab/ties", P.with_probe_words(lambda caps, min_count=1: SPECIALS + [w for w, n in Counter(
+        w for c in caps for w in _tok(c)).most_common() if n >= min_count]), "break ties alphabetically"),
+    ("vocab/punctuation_and_case", P.with_probe_words(lambda caps, min_count=1: SPECIALS + sorted(
+        Counter(w for c in caps for w in c.lower().split()), key=lambda w: (-Counter(
+            x for c in caps for x in c.lower().split())[w], w))), "punctuation"),
+    ("vocab/min_count", P.with_probe_words(lambda caps, min_count=1: SPECIALS + sorted(
+        (w for w, n in Counter(w for c in caps for w in _tok(c)).items() if n > min_count),
+        key=lambda w: (-Counter(x for c in caps for x in _tok(c))[w], w))), "AT LEAST"),
+    ("encode/too_long", P.with_long_output(_encode_with(cut_end=True)), "loses its <END>"),
+    ("encode/unknown_words", P.with_long_output(_encode_with(drop_unknown=True)), "<UNK>"),
+    ("dataset/full_length", P.with_h5_file(lambda *a: _WholeFile(*a, row_of="caption")), "image_idxs[i]"),
+    ("dataset/basic", P.with_h5_file(lambda *a: _WholeFile(*a, trim=False)), "padding"),
+    ("collate/other_null_idx", P.with_items(lambda batch, null_idx=0: (torch.stack([f for f, _ in batch]),
+                                                                      nn.utils.rnn.pad_sequence([c for _, c in batch], batch_first=True))),
+     "null_idx"),
+    ("schedule/basic", P.over_steps(lambda s, total, warm, peak: peak * s / warm if s < warm else
+                                    peak * (0.1 + 0.45 * (1 + math.cos(math.pi * min(1, (s - warm) / (total - warm)))))),
+     "starts at 0"),
+    ("schedule/past_the_end", P.over_steps(lambda s, total, warm, peak: peak * (s + 1) / warm if s < warm else
+                                           peak * (0.1 + 0.45 * (1 + math.cos(math.pi * (s - warm) / (total - warm))))),
+     "rises again"),
+    ("step/sgd", P.with_optimizer(_step_with(zero=False)), "accumulate"),
+    ("step/sgd_clipped", P.with_optimizer(_step_with(clip_first=False)), "unclipped"),
+    ("step/adamw", P.with_optimizer(_step_with(set_lr=False)), "`lr` is not used"),
+    ("evaluate/basic", P.with_split(_evaluate_with(eval_mode=False)), "train mode"),
+    ("evaluate/many_references", P.with_split(_evaluate_with(all_refs=False)), "one reference only"),
+    ("evaluate/uneven_batches", P.with_split(_evaluate_with(keep_end=True)), "<END>"),
+]
+
+
+@pytest.mark.parametrize("name,answer,words", PIPELINE_BUGS, ids=[f"{b[0]}-{b[2]}" for b in PIPELINE_BUGS])
+def test_pipeline_bugs_are_named(name, answer, words):
+    with pytest.raises(CheckFailed) as info:
+        check(name, answer)
+    message = str(info.value)
+    assert words in message and "\n" not in message, message

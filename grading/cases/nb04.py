@@ -471,7 +471,7 @@ def cases(ns) -> list[CaseSpec]:
             return bool((toks == end).any()) and not torch.equal(g_out, toks)
 
         out.append(_prune(_seeded(spec, ns, ok), ns))
-    return out
+    return out + pipeline_cases(ns)
 
 
 def _greedy_on(spec, ns):
@@ -481,3 +481,459 @@ def _greedy_on(spec, ns):
     greedy.target = "_greedy_probe"
     ns["_greedy_probe"] = with_model(lambda model, features, **kws: _greedy(model, features, **kws))
     return torch.from_numpy(build_case(greedy, ns)["expected"]["tokens"])
+
+
+# ==== the data pipeline, training step and evaluation (issue 17) ==========================================
+# Variants are written here from the task text, independently of the solution; each takes the place of the
+# student's function under the same adapter as the check (starter.pipeline).
+from collections import Counter  # noqa: E402
+import math  # noqa: E402
+import re  # noqa: E402
+
+from starter.pipeline import (with_h5_file, with_items, with_long_output, with_optimizer,  # noqa: E402
+                              with_probe_words, with_split, over_steps)
+
+SPECIALS = ["<NULL>", "<START>", "<END>", "<UNK>"]
+
+
+def _words(caption, kind=None):
+    if kind == "no_lowercase":
+        return re.findall(r"[A-Za-z0-9]+", caption)
+    if kind == "split_on_spaces":
+        return caption.lower().split()
+    return re.findall(r"[a-z0-9]+", caption.lower())
+
+
+def _vocab_bug(kind):
+    def build(captions, min_count=1):
+        seen = [w for c in captions for w in _words(c, kind)]
+        counts = Counter(seen)
+        keep = (lambda n: n > min_count) if kind == "strictly_more" else (
+            (lambda n: True) if kind == "min_count_ignored" else (lambda n: n >= min_count))
+        words = [w for w, n in counts.items() if keep(n)]  # Counter keeps first-seen order
+        if kind == "first_seen_order":
+            ordered = words
+        elif kind == "alphabetical":
+            ordered = sorted(words)
+        elif kind == "ties_first_seen":
+            ordered = sorted(words, key=lambda w: -counts[w])  # stable: ties in first-seen order
+        elif kind == "least_frequent_first":
+            ordered = sorted(words, key=lambda w: (counts[w], w))
+        else:
+            ordered = sorted(words, key=lambda w: (-counts[w], w))
+        if kind == "no_specials":
+            return ordered
+        if kind == "specials_last":
+            return ordered + SPECIALS
+        return SPECIALS + ordered
+    return build
+
+
+VOCAB_BUGS = {
+    "no_specials": "the special tokens are missing: the list starts with <NULL>, <START>, <END>, <UNK> (indices 0-3).",
+    "specials_last": "the special tokens must come first (indices 0-3), before the words.",
+    "strictly_more": "words seen exactly min_count times are missing: keep a word seen AT LEAST min_count times (>=).",
+    "min_count_ignored": "rare words are kept: drop the words seen fewer than min_count times.",
+    "first_seen_order": "words are in the order they first appear: sort them, most frequent first.",
+    "alphabetical": "words are in alphabetical order: sort by count first (most frequent first), alphabetically only "
+                    "among words with the same count.",
+    "ties_first_seen": "words with the same count are in first-seen order: break ties alphabetically "
+                       "(key=lambda w: (-counts[w], w)).",
+    "least_frequent_first": "the least frequent words come first: sort by decreasing count.",
+    "no_lowercase": "words are not lower-cased ('Red' and 'red' are counted apart): tokenise with tokenize().",
+    "split_on_spaces": "punctuation stays attached to words ('circle,' is not 'circle'): tokenise with tokenize().",
+}
+
+
+def _encode_bug(kind):
+    def encode(captions, word_to_idx, max_len):
+        out = torch.zeros((len(captions), max_len), dtype=torch.long)
+        for i, c in enumerate(captions):
+            words = _words(c, "split_on_spaces" if kind == "split_on_spaces" else None)
+            if kind == "unknown_dropped":
+                ids = [word_to_idx[w] for w in words if w in word_to_idx]
+            else:
+                ids = [word_to_idx.get(w, 0 if kind == "unknown_as_null" else 3) for w in words]
+            if kind == "end_cut":
+                row = ([1] + ids + [2])[:max_len]
+            elif kind == "one_word_short":
+                row = [1] + ids[: max_len - 3] + [2]
+            elif kind == "no_start":
+                row = ids[: max_len - 1] + [2]
+            elif kind == "no_end":
+                row = [1] + ids[: max_len - 1]
+            else:
+                row = [1] + ids[: max_len - 2] + [2]
+            out[i, : len(row)] = torch.tensor(row)
+        return out
+    return encode
+
+
+ENCODE_BUGS = {
+    "unknown_dropped": "words missing from the vocabulary are dropped: encode each as <UNK> (index 3).",
+    "unknown_as_null": "words missing from the vocabulary become <NULL>: encode them as <UNK> (index 3).",
+    "end_cut": "a caption longer than max_len - 2 words loses its <END>: keep the first max_len - 2 words, then <END>.",
+    "one_word_short": "a long caption keeps one word too few: max_len - 2 words fit between <START> and <END>.",
+    "no_start": "the rows don't begin with <START> (index 1).",
+    "no_end": "<END> (index 2) is missing after the last word.",
+    "split_on_spaces": "punctuation stays attached to words ('circle,' is not 'circle'): tokenise with tokenize().",
+}
+
+
+def _dataset_bug(kind):
+    class Buggy(torch.utils.data.Dataset):
+        def __init__(self, path, key, captions, image_idxs):
+            import h5py
+            with h5py.File(path, "r") as f:
+                self.features = torch.from_numpy(f[key][()])
+            self.captions, self.image_idxs = captions, image_idxs
+
+        def __len__(self):
+            return len(self.captions)
+
+        def __getitem__(self, i):
+            row = i if kind == "caption_row_as_image" else int(self.image_idxs[i])
+            feats = self.features[row].float()
+            cap = self.captions[i]
+            end = int((cap == 2).nonzero()[0]) if (cap == 2).any() else len(cap) - 1
+            if kind == "padding_kept":
+                return feats, cap
+            if kind == "end_dropped":
+                return feats, cap[:end]
+            return feats, cap[:end + 1]
+    return Buggy
+
+
+DATASET_BUGS = {
+    "caption_row_as_image": "item i has the features of image i, not of its caption's image: use image_idxs[i].",
+    "padding_kept": "the caption keeps its padding: cut it after its <END> (padding is added per batch).",
+    "end_dropped": "the caption stops before <END>: keep <END>, the model must learn to stop.",
+}
+
+
+def _collate_bug(kind):
+    def collate(batch, null_idx=0):
+        feats = torch.stack([f for f, _ in batch])
+        longest = max(len(c) for _, c in batch)
+        pad = 0 if kind == "hardcoded_null" else null_idx
+        caps = torch.full((len(batch), longest), pad, dtype=torch.long)
+        for b, (_, c) in enumerate(batch):
+            if kind == "pad_left":
+                caps[b, longest - len(c):] = c
+            else:
+                caps[b, : len(c)] = c
+        return feats, caps
+    return collate
+
+
+COLLATE_BUGS = {
+    "hardcoded_null": "padding uses index 0: pad with the null_idx argument.",
+    "pad_left": "padding is added before the caption: pad at the end, so every caption starts with <START>.",
+}
+
+
+def _schedule_bug(kind):
+    def lr(step, total_steps, warmup_steps, peak_lr):
+        if warmup_steps and step < warmup_steps and kind != "no_warmup":
+            return peak_lr * min(1.0, (step if kind == "warmup_from_zero" else step + 1) / warmup_steps)
+        if kind == "progress_over_total":
+            p = min(1.0, step / max(1, total_steps))
+        else:
+            p = (step - warmup_steps) / max(1, total_steps - warmup_steps)
+            if kind != "no_clamp":
+                p = min(1.0, p)
+        floor = 0.0 if kind == "cosine_to_zero" else 0.1
+        return peak_lr * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * p)))
+    return lr
+
+
+SCHEDULE_BUGS = {
+    "warmup_from_zero": "the warm-up starts at 0 (the first step doesn't move): use (step + 1) / warmup_steps.",
+    "no_warmup": "there is no warm-up: for step < warmup_steps the rate rises linearly to the peak.",
+    "cosine_to_zero": "the cosine decays to 0: it ends at 10 % of the peak (0.1 + 0.45 (1 + cos(pi p))).",
+    "progress_over_total": "the cosine's progress must start at the end of the warm-up: "
+                           "p = (step - warmup_steps) / (total_steps - warmup_steps).",
+    "no_clamp": "after total_steps the rate rises again: clamp the progress at 1 (min(1, ...)).",
+}
+
+
+def _step_bug(kind):
+    def step(model, loss_fn, optimizer, features, captions, lr, grad_clip=1.0):
+        if kind != "lr_ignored" and kind != "lr_set_after_step":
+            for g in optimizer.param_groups:
+                g["lr"] = lr
+        model.train()
+        if kind not in ("no_zero_grad", "zero_grad_after_backward"):
+            optimizer.zero_grad()
+        loss = loss_fn(model, features, captions)
+        loss.backward()
+        if kind == "zero_grad_after_backward":
+            optimizer.zero_grad()
+        if grad_clip is not None and kind != "no_clipping":
+            torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+        optimizer.step()
+        if kind == "lr_set_after_step":
+            for g in optimizer.param_groups:
+                g["lr"] = lr
+        return loss.item()
+    return step
+
+
+STEP_BUGS = {
+    "no_zero_grad": "gradients accumulate across steps: call optimizer.zero_grad() before backward().",
+    "zero_grad_after_backward": "the gradients are cleared between backward() and step(), so nothing is learned: "
+                                "zero_grad() comes before backward().",
+    # clipping after step() changes nothing (the next step clears the gradients): one bug, one message
+    "no_clipping": "the update uses unclipped gradients: call torch.nn.utils.clip_grad_norm_(model.parameters(), "
+                   "grad_clip) after backward() and before optimizer.step().",
+    "lr_ignored": "the learning rate `lr` is not used: set group['lr'] = lr in every optimizer.param_groups entry.",
+    "lr_set_after_step": "the learning rate is set after optimizer.step(), so each step uses the previous step's "
+                         "rate: set it first.",
+}
+
+
+def _tokens_to_words(row, idx_to_word, kind):
+    words = []
+    for t in row:
+        if t == 2 and kind != "no_stop_at_end":
+            if kind == "end_kept":
+                words.append(idx_to_word[t])
+            break
+        if t in (0, 1, 2):  # <NULL>, <START>, and <END> when the caption goes on after it
+            continue
+        words.append(idx_to_word[t])
+    return " ".join(words)
+
+
+def _evaluate_bug(kind):
+    def evaluate(model, decode_fn, split, vocab, max_len, batch_size=250):
+        from starter.metrics import caption_scores
+        if kind != "train_mode":
+            model.eval()
+        n = split.num_images
+        stop = n - n % batch_size if kind == "last_batch_dropped" and n % batch_size else n
+        generated = []
+        with (torch.enable_grad() if kind == "grad_enabled" else torch.no_grad()):
+            for start in range(0, stop, batch_size):
+                idx = list(range(start, min(stop, start + batch_size)))
+                for row in decode_fn(model, split.features(idx), max_len).tolist():
+                    generated.append(_tokens_to_words(row, vocab.idx_to_word, kind))
+        refs = {i: split.references(i)[:1] if kind == "one_reference" else split.references(i)
+                for i in range(len(generated))}
+        scores = caption_scores(refs, dict(enumerate(generated)))
+        exact_refs = {i: split.references(i)[:1] if kind in ("exact_first_reference", "one_reference")
+                      else split.references(i) for i in range(len(generated))}
+        hits = [_words(generated[i]) in [_words(r) for r in rs] for i, rs in exact_refs.items()]
+        scores["exact_match"] = sum(hits) / len(hits) * (100 if kind == "exact_percent" else 1)
+        return scores, generated
+    return evaluate
+
+
+EVALUATE_BUGS = {
+    "train_mode": "the model is in train mode while evaluating (dropout on): call model.eval() first.",
+    "grad_enabled": "the evaluation runs with gradients on: wrap it in torch.no_grad().",
+    "last_batch_dropped": "the last, smaller batch of images is skipped: range(0, num_images, batch_size) with "
+                          "idx up to min(num_images, start + batch_size).",
+    "one_reference": "captions are scored against one reference only: pass all of split.references(i).",
+    "end_kept": "the <END> token is part of the caption text: stop before it.",
+    "no_stop_at_end": "words after <END> are kept: stop at the first <END>.",
+    "exact_first_reference": "exact match compares with the first reference only: a caption matching any of the "
+                             "image's references counts.",
+    "exact_percent": "exact_match is a percentage: return the fraction (between 0 and 1).",
+}
+
+
+def _variants(bugs, maker, adapter):
+    return {k: (m, lambda ns, k=k: adapter(maker(k))) for k, m in bugs.items()}
+
+
+def _text_captions(g, n, words, extra=(), length=(2, 7)):
+    """`n` captions of random words from `words`, with capitals and punctuation sprinkled in."""
+    out = []
+    for _ in range(n):
+        k = int(torch.randint(length[0], length[1] + 1, (1,), generator=g))
+        picked = [words[int(i)] for i in torch.randint(len(words), (k,), generator=g)]
+        if torch.rand(1, generator=g) < 0.4:
+            picked[0] = picked[0].capitalize()
+        if torch.rand(1, generator=g) < 0.4:
+            picked[-1] += "."
+        if k > 2 and torch.rand(1, generator=g) < 0.3:
+            picked[1] += ","
+        out.append(" ".join(picked))
+    return out + list(extra)
+
+
+def pipeline_cases(ns) -> list[CaseSpec]:
+    g = torch.Generator().manual_seed(2117)
+    for fn, adapter in (("build_vocab", with_probe_words), ("encode_captions", with_long_output),
+                        ("CaptionFeatures", with_h5_file), ("collate_captions", with_items),
+                        ("lr_at_step", over_steps), ("train_step", with_optimizer),
+                        ("evaluate_captions", with_split)):
+        ns[f"{adapter.__name__}({fn})"] = adapter(ns[fn])
+    out = []
+    pool = ["a", "red", "blue", "circle", "square", "left", "right", "of", "the", "small", "big", "above", "there",
+            "is", "green", "triangle"]
+
+    # build_vocab(captions, min_count) -> where each probe word landed
+    vocab = {
+        # name: (captions, min_count, public)
+        "vocab/basic": (_text_captions(g, 12, pool[:10]), 1, True),
+        "vocab/min_count": (_text_captions(g, 20, pool), 3, False),
+        "vocab/punctuation_and_case": (["A red circle, left.", "The RED square; right!", "a dog's ball (red)",
+                                        "Red-ish circle... left", "red circle 2 left"], 1, False),
+        "vocab/ties": (["d c", "c d", "b a", "a b", "e", "a"], 1, False),  # ties first seen d, c, b
+        "vocab/single_caption": (["One small step"], 2, False),
+    }
+    for name, (captions, min_count, public) in vocab.items():
+        probe = SPECIALS + sorted({w for c in captions for w in _words(c)} | {w.lower() for c in captions
+                                  for w in re.findall(r"[A-Za-z0-9]+", c)} | {w for c in captions for w in c.lower().split()}
+                                  | {w for c in captions for w in re.findall(r"[A-Za-z0-9]+", c)})
+        spec = CaseSpec(
+            name=name, target="with_probe_words(build_vocab)", args=[], inputs={},
+            const_kwargs={"captions": captions, "min_count": min_count, "probe": probe},
+            outputs=["size", "positions"], variants=_variants(VOCAB_BUGS, _vocab_bug, with_probe_words),
+            public=public, hint="SPECIAL_TOKENS + the words with count >= min_count, sorted by (-count, word).",
+            forbid=["data.common.build_vocab"])
+        out.append(_prune(spec, ns))
+
+    # encode_captions(captions, word_to_idx, max_len)
+    words = SPECIALS + ["a", "red", "circle", "left", "blue", "square", "of", "the"]
+    w2i = {w: i for i, w in enumerate(words)}
+    encode = {
+        # name: (captions, max_len, public)
+        "encode/basic": (["a red circle", "The blue square, left.", "a circle"], 7, True),
+        "encode/unknown_words": (["a purple circle", "zebra", "the red hexagon left of a square"], 10, False),
+        "encode/too_long": (["a red circle left of the blue square", "a red circle left of a square", "a"], 6, False),
+        "encode/punctuation_and_case": (["A RED circle!", "(left) of: the square", "red,blue;circle"], 8, False),
+        "encode/exact_fit": (["a red circle left", "a red circle left of"], 6, False),
+    }
+    for name, (captions, max_len, public) in encode.items():
+        spec = CaseSpec(
+            name=name, target="with_long_output(encode_captions)", args=[], inputs={},
+            const_kwargs={"captions": captions, "word_to_idx": w2i, "max_len": max_len}, outputs=["captions"],
+            variants=_variants(ENCODE_BUGS, _encode_bug, with_long_output), public=public,
+            hint="<START>, the first max_len - 2 words (unknown -> <UNK>), <END>, then <NULL>.",
+            forbid=["data.common.encode_captions", "starter.data.Vocab.encode"])
+        out.append(_prune(spec, ns))
+
+    # CaptionFeatures(path, key, captions, image_idxs)[i] for every i
+    dataset = {
+        # name: (N images, R, D, caption lengths (words), T, public)
+        "dataset/basic": (3, 4, 5, [2, 4, 1, 3], 8, True),
+        "dataset/shared_images": (2, 3, 4, [3, 1, 2, 5, 2], 8, False),
+        "dataset/full_length": (3, 2, 3, [6, 1, 4], 8, False),
+        "dataset/one_region": (4, 1, 6, [2, 3, 2], 6, False),
+    }
+    for name, (n, r, d, lengths, t, public) in dataset.items():
+        caps = _captions(lengths, t, 12, g)
+        idxs = torch.randint(n, (len(lengths),), generator=g)
+        idxs[0] = n - 1  # rows differ from their image index
+        spec = CaseSpec(
+            name=name, target="with_h5_file(CaptionFeatures)", args=["features", "captions", "image_idxs"],
+            inputs={"features": _randn(n, r, d, g=g).half().float(), "captions": caps, "image_idxs": idxs},
+            outputs=["item_features", "item_captions", "item_lengths"],
+            variants=_variants(DATASET_BUGS, _dataset_bug, with_h5_file), public=public,
+            hint="item i: (features of image image_idxs[i] as float32, captions[i] up to and including <END>).",
+            forbid=["starter.data.FeatureCaptions.__getitem__"])
+        out.append(_prune(spec, ns))
+
+    # collate_captions(batch, null_idx)
+    collate = {
+        # name: (caption lengths (words), R, D, null_idx, public)
+        "collate/basic": ([3, 1, 5], 4, 3, 0, True),
+        "collate/other_null_idx": ([2, 6, 4], 2, 3, 7, False),
+        "collate/equal_lengths": ([3, 3], 3, 2, 0, False),
+        "collate/one_item": ([4], 2, 2, 0, False),
+    }
+    for name, (lengths, r, d, null, public) in collate.items():
+        t = max(lengths) + 4
+        caps = _captions(lengths, t, 12, g, null=null, specials=(0, 1, 2, 3, null))
+        spec = CaseSpec(
+            name=name, target="with_items(collate_captions)", args=["features", "captions", "lengths"],
+            const_kwargs={"null_idx": null},
+            inputs={"features": _randn(len(lengths), r, d, g=g), "captions": caps,
+                    "lengths": torch.tensor([n + 2 for n in lengths])},
+            outputs=["features", "captions"], variants=_variants(COLLATE_BUGS, _collate_bug, with_items),
+            public=public, hint="torch.stack the features; pad the captions at the end with null_idx to the "
+                                "longest caption of the batch.", forbid=["starter.data.pad_collate"])
+        out.append(_prune(spec, ns))
+
+    # lr_at_step(step, total_steps, warmup_steps, peak_lr) at many steps
+    schedule = {
+        # name: (steps, total, warmup, peak, public)
+        "schedule/basic": (list(range(0, 100, 3)) + [99], 100, 10, 1e-3, True),
+        "schedule/long_warmup": (list(range(0, 60, 2)), 60, 40, 5e-4, False),
+        "schedule/fractional_steps": ([0.5, 4.25, 9.5, 9.99, 10.5, 33.3, 71.7], 80, 10, 2e-3, False),
+        "schedule/past_the_end": ([0, 5, 49, 50, 60, 75, 120], 50, 5, 3e-3, False),
+        "schedule/no_warmup": ([0, 1, 2, 10, 20, 29, 30], 30, 0, 1e-2, False),
+    }
+    for name, (steps, total, warmup, peak, public) in schedule.items():
+        spec = CaseSpec(
+            name=name, target="over_steps(lr_at_step)", args=["steps"],
+            const_kwargs={"total_steps": total, "warmup_steps": warmup, "peak_lr": peak},
+            inputs={"steps": torch.tensor(steps, dtype=torch.float64)}, outputs=["lr"], atol=1e-9, rtol=1e-6,
+            variants=_variants(SCHEDULE_BUGS, _schedule_bug, over_steps), public=public,
+            hint="warm-up peak * min(1, (step + 1) / warmup); then peak * (0.1 + 0.45 (1 + cos(pi p))).",
+            forbid=["starter.training.warmup_cosine", "starter.training._lr_factor"])
+        out.append(_prune(spec, ns))
+
+    # train_step(...) a few times on the toy model
+    step = {
+        # name: (optimizer, lrs, grad_clip, lengths, public)
+        "step/adamw": ("adamw", [0.01, 0.02, 0.005], 0.5, [3, 5], True),
+        "step/sgd": ("sgd", [0.5, 0.3], 1.0, [4, 2, 3], False),
+        "step/sgd_clipped": ("sgd", [0.2, 0.2, 0.2], 0.05, [2, 5], False),
+        "step/no_clipping": ("sgd", [0.3, 0.1], None, [3, 3], False),
+        "step/adamw_changing_lr": ("adamw", [0.001, 0.05, 0.02], 2.0, [5, 1, 2], False),
+    }
+    for name, (opt, lrs, clip, lengths, public) in step.items():
+        spec = CaseSpec(
+            name=name, target="with_optimizer(train_step)", kind="module",
+            init={"vocab_size": 9, "feature_dim": 4, "hidden": 8, "max_len": 16}, args=["features", "captions"],
+            const_kwargs={"optimizer": opt, "lrs": lrs, "grad_clip": clip},
+            inputs={"features": _randn(len(lengths), 3, 4, g=g), "captions": _captions(lengths, 8, 9, g)},
+            outputs=["losses", "parameters"], atol=1e-5, rtol=1e-4,
+            variants=_variants(STEP_BUGS, _step_bug, with_optimizer), public=public,
+            hint="set lr; model.train(); zero_grad(); loss = loss_fn(...); backward(); clip_grad_norm_; step(); "
+                 "return loss.item().", forbid=["starter.training.default_step"])
+        out.append(_prune(spec, ns))
+
+    # evaluate_captions(model, decode_fn, split, vocab, max_len, batch_size) on stored tokens and references
+    eval_words = SPECIALS + ["a", "red", "blue", "circle", "square", "left", "right", "of", "the", "big"]
+    evaluate = {
+        # name: (number of images, references per image, batch_size, garbage after <END>, public)
+        "evaluate/basic": (6, 3, 4, False, True),
+        "evaluate/uneven_batches": (7, 2, 3, False, False),
+        "evaluate/many_references": (5, 5, 5, False, False),
+        "evaluate/words_after_end": (6, 3, 2, True, False),
+        "evaluate/one_batch": (4, 2, 10, False, False),
+    }
+    for name, (n, k, batch, garbage, public) in evaluate.items():
+        max_len = 8
+        tokens = torch.zeros((n, max_len), dtype=torch.long)
+        references = []
+        for i in range(n):
+            length = int(torch.randint(2, 6, (1,), generator=g))
+            words = torch.randint(4, len(eval_words), (length,), generator=g)
+            tokens[i, :length] = words
+            tokens[i, length] = 2
+            if garbage:
+                tokens[i, length + 1:] = torch.randint(4, len(eval_words), (max_len - length - 1,), generator=g)
+            caption = " ".join(eval_words[int(w)] for w in words)
+            refs = [" ".join(eval_words[int(w)] for w in torch.randint(4, len(eval_words), (length,), generator=g))
+                    for _ in range(k)]
+            hit = i % 3  # a third of the images have their caption among the references, not always first
+            if hit < 2:
+                refs[min(hit + (i % 2), k - 1)] = caption.capitalize() + "."
+            references.append(refs)
+        spec = CaseSpec(
+            name=name, target="with_split(evaluate_captions)", args=["tokens"],
+            const_kwargs={"references": references, "idx_to_word": eval_words, "max_len": max_len,
+                          "batch_size": batch},
+            inputs={"tokens": tokens}, outputs=["scores"], atol=1e-6, rtol=1e-5,
+            variants=_variants(EVALUATE_BUGS, _evaluate_bug, with_split), public=public,
+            hint="model.eval(); torch.no_grad(); decode every batch; words up to <END> without <NULL>/<START>; "
+                 "caption_scores against all references; exact_match as a fraction.",
+            forbid=["starter.metrics.evaluate_captioner", "starter.metrics.exact_match"])
+        out.append(_prune(spec, ns))
+    return out

@@ -1,0 +1,284 @@
+"""Notebook 04's data pipeline, training step and evaluation: the adapters its checks use, and the
+switch that uses your version of a piece when its public check passes, the kit's otherwise.
+
+Each graded piece of the pipeline is checked on stored cases like every other task. Its inputs and
+outputs are words, files, optimisers and score dictionaries rather than tensors, so an adapter turns
+the task into a tensor function the checks can compare:
+
+    check("vocab/basic", with_probe_words(build_vocab))           # where each word landed in the list
+    check("encode/basic", with_long_output(encode_captions))      # the encoded (M, T) tensor
+    check("dataset/basic", with_h5_file(CaptionFeatures))         # every item of a file the check writes
+    check("collate/basic", with_items(collate_captions))          # a batch padded from its items
+    check("schedule/basic", over_steps(lr_at_step))               # the learning rate at many steps
+    check("step/adamw", with_optimizer(train_step))               # losses and weights after a few steps
+    check("evaluate/basic", with_split(evaluate_captions))        # the scores of stored captions
+
+    build_vocab = yours_or_kit("build_vocab", build_vocab)        # your function if it passes, else the kit's
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+from typing import Callable
+
+import h5py
+import numpy as np
+import torch
+from torch import nn
+
+from .layers import ToyCaptioner
+
+__all__ = ["with_probe_words", "with_long_output", "with_h5_file", "with_items", "over_steps", "with_optimizer",
+           "with_split", "yours_or_kit", "SCORE_NAMES", "KIT_VERSIONS"]
+
+SCORE_NAMES = ("BLEU-1", "BLEU-2", "BLEU-3", "BLEU-4", "CIDEr", "exact_match")
+END, NULL = 2, 0
+
+
+def _named(adapter, fn):
+    adapter.__name__ = adapter.__qualname__ = getattr(fn, "__name__", "function")
+    return adapter
+
+
+def _require(fn):
+    if fn is None:
+        raise TypeError("the function is None: run the cell that defines it first")
+
+
+# ---- data preparation --------------------------------------------------------------------------------
+def with_probe_words(build_vocab):
+    """``build_vocab(captions, min_count) -> list of words`` as a tensor function: (size: the list's
+    length, positions: the index of each `probe` word in the list, -1 where it is missing)."""
+    def probe_words(captions, min_count, probe):
+        _require(build_vocab)
+        words = build_vocab(list(captions), min_count)
+        if not isinstance(words, (list, tuple)) or not all(isinstance(w, str) for w in words):
+            raise TypeError(f"build_vocab must return a list of strings, got {type(words).__name__}")
+        index = {}
+        for i, w in enumerate(words):
+            index.setdefault(w, i)
+        return (torch.tensor(len(words), dtype=torch.long),
+                torch.tensor([index.get(w, -1) for w in probe], dtype=torch.long))
+    return _named(probe_words, build_vocab)
+
+
+def with_long_output(encode_captions):
+    """``encode_captions(captions, word_to_idx, max_len)`` with its result as a tensor (a NumPy array is
+    converted, keeping its dtype, so an int32 answer is reported as the wrong dtype)."""
+    def encoded(captions, word_to_idx, max_len):
+        _require(encode_captions)
+        out = encode_captions(list(captions), dict(word_to_idx), max_len)
+        return out if isinstance(out, torch.Tensor) else torch.as_tensor(np.asarray(out))
+    return _named(encoded, encode_captions)
+
+
+def with_h5_file(dataset_class):
+    """``dataset_class(path, key, captions, image_idxs)`` over an HDF5 file this adapter writes from
+    `features`; returns every item as (features (M, R, D), captions (M, T) padded with -1, lengths (M,))."""
+    def items(features, captions, image_idxs):
+        _require(dataset_class)
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "features.h5")
+            with h5py.File(path, "w") as f:
+                f.create_dataset("train/features", data=features.numpy().astype(np.float16),
+                                 chunks=(1, *features.shape[1:]))
+            data = dataset_class(path, "train/features", captions.clone(), image_idxs.clone())
+            if len(data) != len(captions):
+                raise ValueError(f"len(dataset) is {len(data)}, expected {len(captions)} (one item per caption)")
+            feats, caps, lengths = [], torch.full(captions.shape, -1, dtype=torch.long), []
+            for i in range(len(data)):
+                item = data[i]
+                if not (isinstance(item, tuple) and len(item) == 2):
+                    raise TypeError("an item must be a tuple (features, caption)")
+                f_i, c_i = item
+                feats.append(f_i)
+                n = min(len(c_i), captions.shape[1])
+                caps[i, :n] = torch.as_tensor(c_i)[:n]
+                lengths.append(len(c_i))
+            del data  # close the student's file handle before the folder goes
+            return torch.stack(feats), caps, torch.tensor(lengths, dtype=torch.long)
+    return _named(items, dataset_class)
+
+
+def with_items(collate):
+    """``collate(batch, null_idx)`` on the items of a padded batch: item b is (features[b], its caption
+    up to and including <END>)."""
+    def collated(features, captions, lengths, null_idx):
+        _require(collate)
+        batch = [(features[b], captions[b, : int(lengths[b])]) for b in range(len(captions))]
+        return collate(batch, null_idx=null_idx)
+    return _named(collated, collate)
+
+
+# ---- training ----------------------------------------------------------------------------------------
+def over_steps(lr_at_step):
+    """``lr_at_step(step, total_steps, warmup_steps, peak_lr)`` at every step of `steps` (float64)."""
+    def schedule(steps, total_steps, warmup_steps, peak_lr):
+        _require(lr_at_step)
+        values = [lr_at_step(float(s) if s != int(s) else int(s), total_steps, warmup_steps, peak_lr)
+                  for s in steps.tolist()]
+        return torch.tensor([float(v) for v in values], dtype=torch.float64)
+    return _named(schedule, lr_at_step)
+
+
+def _toy_loss(model, features, captions):
+    """The loss the training-step checks train with: cross-entropy of every position against the next
+    word (padding included; any differentiable loss would do here)."""
+    logits = model(features, captions[:, :-1])
+    return nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), captions[:, 1:].reshape(-1))
+
+
+def with_optimizer(train_step, model_class=ToyCaptioner):
+    """``train_step(model, loss_fn, optimizer, features, captions, lr, grad_clip)`` called once per entry
+    of `lrs` on a ``model_class`` with the stored weights. Returns (the losses it returned, every
+    parameter afterwards, flattened and concatenated)."""
+    def run(self, features, captions, optimizer, lrs, grad_clip):
+        _require(train_step)
+        params = list(self.model.parameters())
+        opt = (torch.optim.SGD(params, lr=1.0) if optimizer == "sgd" else
+               torch.optim.AdamW(params, lr=1.0, weight_decay=0.01))
+        losses = []
+        for lr in lrs:
+            loss = train_step(self.model, _toy_loss, opt, features, captions, lr, grad_clip)
+            if not isinstance(loss, (float, int)) or isinstance(loss, bool):
+                raise TypeError(f"train_step must return the loss as a Python float (loss.item()), "
+                                f"got {type(loss).__name__}")
+            losses.append(float(loss))
+        flat = torch.cat([p.detach().reshape(-1) for p in params])
+        return torch.tensor(losses, dtype=flat.dtype), flat
+
+    class Training(nn.Module):
+        def __init__(self, **init):
+            super().__init__()
+            self.model = model_class(**init)
+
+        forward = run
+
+    return _named(Training, train_step)
+
+
+# ---- evaluation --------------------------------------------------------------------------------------
+class _StoredSplit:
+    """A stand-in split for the evaluation checks: image i's "features" are its index (N, 1, 1), and its
+    references are stored strings."""
+
+    def __init__(self, references):
+        self.references_ = [list(r) for r in references]
+        self.num_images = len(self.references_)
+
+    def features(self, idx):
+        idx = torch.as_tensor(np.atleast_1d(np.asarray(idx, dtype=np.int64)))
+        if idx.numel() and (idx.min() < 0 or idx.max() >= self.num_images):
+            raise IndexError(f"image index out of range [0, {self.num_images})")
+        return idx.to(torch.float32).reshape(-1, 1, 1)
+
+    def references(self, image_idx):
+        return list(self.references_[int(image_idx)])
+
+
+class _StoredWords:
+    """A stand-in vocabulary: `idx_to_word` and `word_to_idx` only (no decode: turning indices into
+    words is part of the task)."""
+
+    null_idx, start_idx, end_idx, unk_idx = 0, 1, 2, 3
+
+    def __init__(self, idx_to_word):
+        self.idx_to_word = list(idx_to_word)
+        self.word_to_idx = {w: i for i, w in enumerate(self.idx_to_word)}
+
+    def __len__(self):
+        return len(self.idx_to_word)
+
+
+class _Probe(nn.Module):
+    """The stand-in model of the evaluation checks: no weights, one dropout layer (so its mode shows)."""
+
+    def __init__(self):
+        super().__init__()
+        self.dropout = nn.Dropout(0.5)
+        self.anchor = nn.Parameter(torch.zeros(1))  # so that next(model.parameters()) gives a device
+
+
+def _stored_decoder(tokens):
+    """A decode function that returns the stored tokens of the images it is given. Used in train mode
+    it returns empty captions, and with gradients on it returns every word as word 4, so that an
+    evaluation which forgets `model.eval()` or `torch.no_grad()` scores differently (and each
+    differently from the other)."""
+    def decode(model, features, max_len, **_):
+        rows = tokens[features.reshape(len(features), -1)[:, 0].long().cpu()][:, :max_len]
+        if model.training:
+            return torch.full_like(rows, END)
+        if torch.is_grad_enabled():
+            return rows.masked_fill(rows > 3, 4)
+        return rows.clone()
+    return decode
+
+
+def with_split(evaluate):
+    """``evaluate(model, decode_fn, split, vocab, max_len, batch_size)`` on stored decoder outputs and
+    references; returns the scores of SCORE_NAMES as a float32 tensor."""
+    def scores(tokens, references, idx_to_word, max_len, batch_size):
+        _require(evaluate)
+        model = _Probe().train()
+        out = evaluate(model, _stored_decoder(tokens), _StoredSplit(references), _StoredWords(idx_to_word),
+                       max_len=max_len, batch_size=batch_size)
+        if isinstance(out, tuple) and len(out) == 2:
+            out = out[0]
+        if not isinstance(out, dict):
+            raise TypeError(f"evaluate_captions must return (scores dict, generated captions), got "
+                            f"{type(out).__name__}")
+        missing = [k for k in SCORE_NAMES if k not in out]
+        if missing:
+            raise KeyError(f"the scores have no {', '.join(missing)}")
+        return torch.tensor([float(out[k]) for k in SCORE_NAMES], dtype=torch.float32)
+    return _named(scores, evaluate)
+
+
+# ---- your version, or the kit's --------------------------------------------------------------------
+def _kit_encode(captions, word_to_idx, max_len):
+    from data.common import encode_captions
+    return torch.from_numpy(encode_captions(captions, word_to_idx, max_len).astype(np.int64))
+
+
+def _kit_evaluate(model, decode_fn, split, vocab, max_len, batch_size=250, device=None):
+    from .metrics import evaluate_captioner
+    scores, generated, _ = evaluate_captioner(model, decode_fn, split, vocab, max_len=max_len,
+                                              batch_size=batch_size, device=device)
+    return scores, generated
+
+
+def _kit(name) -> Callable:
+    from data.common import build_vocab
+
+    from . import data, training
+    return {"build_vocab": build_vocab, "encode_captions": _kit_encode, "CaptionFeatures": data.FeatureCaptions,
+            "collate_captions": data.pad_collate, "lr_at_step": training.warmup_cosine,
+            "train_step": training.default_step, "evaluate_captions": _kit_evaluate}[name]
+
+
+# the public case and adapter of each piece
+KIT_VERSIONS = {
+    "build_vocab": ("vocab/basic", with_probe_words),
+    "encode_captions": ("encode/basic", with_long_output),
+    "CaptionFeatures": ("dataset/basic", with_h5_file),
+    "collate_captions": ("collate/basic", with_items),
+    "lr_at_step": ("schedule/basic", over_steps),
+    "train_step": ("step/adamw", with_optimizer),
+    "evaluate_captions": ("evaluate/basic", with_split),
+}
+
+
+def yours_or_kit(name: str, yours):
+    """`yours` if it passes its public check, else the kit's version of `name` with one line saying why
+    (so an unfinished piece never stops the rest of the notebook)."""
+    from .checks import load_case, observe, verdict
+
+    case_name, adapter = KIT_VERSIONS[name]
+    case = load_case(case_name)
+    message = verdict(case, observe(case, adapter(yours)))
+    if message is None:
+        print(f"using your {name}")
+        return yours
+    first = message.splitlines()[0]
+    print(f"using the kit's {name}: yours does not pass {case_name} yet ({first[:160]})")
+    return _kit(name)
