@@ -189,6 +189,29 @@ def _backbone():
     return run
 
 
+class GridBackbone(torch.nn.Module):
+    """EfficientNet-Lite0 up to block FEATURE_BLOCK: (B, 3, H, W) normalised with MEAN/STD ->
+    (B, 112, H/16, W/16), the grid features of `shapes` before the PCA. Returned in train mode, as
+    torchvision's models are: the caller puts it in eval mode (its BatchNorm layers care)."""
+
+    def __init__(self, pretrained: bool = True):
+        super().__init__()
+        from data.efficientnet_lite import efficientnet_lite0
+
+        self.net = efficientnet_lite0(pretrained=pretrained).train()
+
+    def forward(self, x):
+        return self.net.features(x, upto=FEATURE_BLOCK)
+
+
+def project(features, path) -> np.ndarray:
+    """(N, R, 112) backbone features -> (N, R, feature_dim) as stored in the `shapes` file at `path`
+    (its PCA: mean, components and scale)."""
+    with h5py.File(path, "r") as f:
+        mean, comps, scale = f["pca/mean"][()], f["pca/components"][()], float(f["pca"].attrs["scale"])
+    return ((np.asarray(features, dtype=np.float32) - mean) @ comps.T / scale).astype(np.float32)
+
+
 def fit_pca(x: np.ndarray, dim: int):
     """PCA of rows of x (K, C): returns mean (C,), components (dim, C) with a fixed sign, and the
     scale that gives the projected data unit variance overall."""

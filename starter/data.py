@@ -34,7 +34,7 @@ from data import coco_cs231n, coco_grid, shapes
 from data.common import FORMAT_NAME, SPECIAL_TOKENS, default_data_dir
 
 __all__ = ["DatasetError", "Vocab", "Split", "CaptionDataset", "FeatureCaptions", "pad_collate", "load_dataset",
-           "default_data_dir"]
+           "write_caption_file", "default_data_dir"]
 
 COCO_URL = "http://images.cocodataset.org/{folder}/COCO_{folder}_{id:012d}.jpg"
 PRELOAD_BYTES = 2 * 1024**3  # features smaller than this are read into memory once
@@ -384,6 +384,32 @@ def pad_collate(batch, null_idx: int = Vocab.null_idx):
     features, captions = zip(*batch)
     padded = torch.nn.utils.rnn.pad_sequence(list(captions), batch_first=True, padding_value=null_idx)
     return torch.stack(features), padded
+
+
+def write_caption_file(path, name: str, vocab, grid_shape, splits: dict, description: str = "") -> Path:
+    """Write a course-format HDF5 file that `load_dataset(path)` reads: `vocab` (a Vocab or idx_to_word
+    list) and, for each split name ("train" and "val"), (features (N, R, D), captions (M, T) int,
+    image_idxs (M,) int). Features are stored as float16, one chunk per image. Written to a temporary
+    file and renamed when complete, so a failed write leaves nothing under `path`."""
+    from data.common import atomic_output, write_header
+
+    path = Path(path)
+    words = list(getattr(vocab, "idx_to_word", vocab))
+    dims = {np.asarray(f).shape[1:] for f, _, _ in splits.values()}
+    if len(dims) != 1 or len(next(iter(dims))) != 2:
+        raise ValueError(f"features must be (N, R, D) with the same R, D in every split, got {sorted(dims)}")
+    regions, dim = next(iter(dims))
+    if regions != grid_shape[0] * grid_shape[1]:
+        raise ValueError(f"features have {regions} regions but the grid is {grid_shape[0]}x{grid_shape[1]}")
+    with atomic_output(path) as tmp, h5py.File(tmp, "w") as f:
+        write_header(f, name, grid_shape, dim, words, description)
+        for split, (features, captions, image_idxs) in splits.items():
+            features = np.asarray(features, dtype=np.float16)
+            g = f.create_group(split)
+            g.create_dataset("features", data=features, chunks=(1, regions, dim) if len(features) else None)
+            g.create_dataset("captions", data=np.asarray(captions, dtype=np.int32))
+            g.create_dataset("image_idxs", data=np.asarray(image_idxs, dtype=np.int32))
+    return path
 
 
 # ----------------------------------------------------------------------------------- validation

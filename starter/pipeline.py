@@ -5,12 +5,14 @@ Each graded piece of the pipeline is checked on stored cases like every other ta
 outputs are words, files, optimisers and score dictionaries rather than tensors, so an adapter turns
 the task into a tensor function the checks can compare:
 
+    check("features/basic", with_cnn(extract_grid_features))      # grid features of a stand-in CNN
     check("vocab/basic", with_probe_words(build_vocab))           # where each word landed in the list
     check("encode/basic", with_long_output(encode_captions))      # the encoded (M, T) tensor
     check("dataset/basic", with_h5_file(CaptionFeatures))         # every item of a file the check writes
     check("collate/basic", with_items(collate_captions))          # a batch padded from its items
     check("schedule/basic", over_steps(lr_at_step))               # the learning rate at many steps
     check("step/adamw", with_optimizer(train_step))               # losses and weights after a few steps
+    check("validation/basic", with_batches(validation_loss))      # the loss, and the mode it ran in
     check("evaluate/basic", with_split(evaluate_captions))        # the scores of stored captions
 
     build_vocab = yours_or_kit("build_vocab", build_vocab)        # your function if it passes, else the kit's
@@ -28,7 +30,7 @@ from torch import nn
 
 from .layers import ToyCaptioner
 
-__all__ = ["with_probe_words", "with_long_output", "with_h5_file", "with_items", "over_steps", "with_optimizer",
+__all__ = ["with_cnn", "TinyCNN", "IMAGENET_MEAN", "IMAGENET_STD", "with_probe_words", "with_long_output", "with_h5_file", "with_items", "over_steps", "with_optimizer", "with_batches",
            "with_split", "yours_or_kit", "SCORE_NAMES", "KIT_VERSIONS"]
 
 SCORE_NAMES = ("BLEU-1", "BLEU-2", "BLEU-3", "BLEU-4", "CIDEr", "exact_match")
@@ -46,6 +48,40 @@ def _require(fn):
 
 
 # ---- data preparation --------------------------------------------------------------------------------
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+
+
+class TinyCNN(nn.Module):
+    """The stand-in CNN of the feature-extraction checks: two stride-2 convolutions with a BatchNorm
+    between them (so train and eval mode give different maps), (B, 3, S, S) -> (B, 5, S/4, S/4). Its
+    weights come from a fixed seed: every check sees the same network."""
+
+    def __init__(self):
+        super().__init__()
+        g = torch.Generator().manual_seed(404)
+        self.conv1 = nn.Conv2d(3, 6, 3, stride=2, padding=1)
+        self.norm = nn.BatchNorm2d(6)
+        self.conv2 = nn.Conv2d(6, 5, 3, stride=2, padding=1)
+        with torch.no_grad():
+            for t in (*self.parameters(), self.norm.running_mean):
+                t.copy_(torch.randn(t.shape, generator=g) * 0.5)
+            self.norm.running_var.copy_(torch.rand(6, generator=g) + 0.5)
+            self.norm.weight.add_(1.0)
+
+    def forward(self, x):
+        return self.conv2(torch.relu(self.norm(self.conv1(x))))
+
+
+def with_cnn(extract):
+    """``extract(cnn, images, size)`` on the stand-in CNN, handed over in train mode (as a freshly built
+    torchvision model is): (B, R, C) features."""
+    def features(images, size):
+        _require(extract)
+        return extract(TinyCNN().train(), images.clone(), size=size)
+    return _named(features, extract)
+
+
 def with_probe_words(build_vocab):
     """``build_vocab(captions, min_count) -> list of words`` as a tensor function: (size: the list's
     length, positions: the index of each `probe` word in the list, -1 where it is missing)."""
@@ -157,6 +193,47 @@ def with_optimizer(train_step, model_class=ToyCaptioner):
     return _named(Training, train_step)
 
 
+class _Recorder(nn.Module):
+    """Wraps a model and records, for each forward call, whether it ran in train mode and with gradients."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model, self.calls = model, []
+
+    def forward(self, *args, **kwargs):
+        self.calls.append((self.training, torch.is_grad_enabled()))
+        return self.model(*args, **kwargs)
+
+
+def with_batches(validation_loss, model_class=ToyCaptioner):
+    """``validation_loss(model, loss_fn, batches)`` on a ``model_class`` with the stored weights, handed over
+    in train mode, with `batches` cut from (features, captions) at `sizes`. Returns (the loss, the share of
+    forward calls made in train mode, the share made with gradients on, 1.0 if the model is back in train
+    mode afterwards)."""
+    def run(self, features, captions, sizes):
+        _require(validation_loss)
+        model = _Recorder(self.model).train()
+        bounds = np.cumsum([0, *sizes])
+        batches = [(features[a:b], captions[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]
+        loss = validation_loss(model, _toy_loss, batches)
+        if isinstance(loss, torch.Tensor) and loss.numel() == 1:
+            loss = loss.item()
+        if not isinstance(loss, (float, int)) or isinstance(loss, bool):
+            raise TypeError(f"validation_loss must return a Python float, got {type(loss).__name__}")
+        calls = model.calls or [(True, True)]
+        share = [sum(c[k] for c in calls) / len(calls) for k in (0, 1)]
+        return torch.tensor([float(loss), *share, float(model.training)], dtype=features.dtype)
+
+    class Validation(nn.Module):
+        def __init__(self, **init):
+            super().__init__()
+            self.model = model_class(**init)
+
+        forward = run
+
+    return _named(Validation, validation_loss)
+
+
 # ---- evaluation --------------------------------------------------------------------------------------
 class _StoredSplit:
     """A stand-in split for the evaluation checks: image i's "features" are its index (N, 1, 1), and its
@@ -235,6 +312,16 @@ def with_split(evaluate):
 
 
 # ---- your version, or the kit's --------------------------------------------------------------------
+def _kit_extract(cnn, images, size=224):
+    cnn.eval()
+    with torch.no_grad():
+        x = torch.as_tensor(np.asarray(images)).permute(0, 3, 1, 2).float().div(255)
+        x = nn.functional.interpolate(x, size=(size, size), mode="bilinear", antialias=True, align_corners=False)
+        mean, std = torch.tensor(IMAGENET_MEAN).view(1, 3, 1, 1), torch.tensor(IMAGENET_STD).view(1, 3, 1, 1)
+        fmap = cnn(((x - mean) / std).to(next(cnn.parameters()).device))
+        return fmap.flatten(2).transpose(1, 2).float().cpu()
+
+
 def _kit_encode(captions, word_to_idx, max_len):
     from data.common import encode_captions
     return torch.from_numpy(encode_captions(captions, word_to_idx, max_len).astype(np.int64))
@@ -251,19 +338,21 @@ def _kit(name) -> Callable:
     from data.common import build_vocab
 
     from . import data, training
-    return {"build_vocab": build_vocab, "encode_captions": _kit_encode, "CaptionFeatures": data.FeatureCaptions,
+    return {"extract_grid_features": _kit_extract, "build_vocab": build_vocab, "encode_captions": _kit_encode, "CaptionFeatures": data.FeatureCaptions,
             "collate_captions": data.pad_collate, "lr_at_step": training.warmup_cosine,
-            "train_step": training.default_step, "evaluate_captions": _kit_evaluate}[name]
+            "train_step": training.default_step, "validation_loss": training.mean_loss, "evaluate_captions": _kit_evaluate}[name]
 
 
 # the public case and adapter of each piece
 KIT_VERSIONS = {
+    "extract_grid_features": ("features/basic", with_cnn),
     "build_vocab": ("vocab/basic", with_probe_words),
     "encode_captions": ("encode/basic", with_long_output),
     "CaptionFeatures": ("dataset/basic", with_h5_file),
     "collate_captions": ("collate/basic", with_items),
     "lr_at_step": ("schedule/basic", over_steps),
     "train_step": ("step/adamw", with_optimizer),
+    "validation_loss": ("validation/basic", with_batches),
     "evaluate_captions": ("evaluate/basic", with_split),
 }
 

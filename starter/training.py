@@ -25,7 +25,7 @@ import torch
 
 from .runtime import OneLineError, missing_checkpoint
 
-__all__ = ["GRADING", "pick_device", "seed_everything", "train", "default_step", "warmup_cosine", "save_checkpoint",
+__all__ = ["GRADING", "pick_device", "seed_everything", "train", "default_step", "warmup_cosine", "mean_loss", "save_checkpoint",
            "load_checkpoint", "overfit_small_batch", "count_parameters"]
 
 GRADING = bool(os.environ.get("NBGRADER_EXECUTION"))
@@ -151,11 +151,14 @@ def _fixed_batches(source, batch_size: int, count: int, device) -> list:
     return out
 
 
-@torch.no_grad()
-def _val_loss(model, loss_fn, batches) -> float:
+def mean_loss(model, loss_fn, batches) -> float:
+    """The kit's validation loss (notebook 04 asks you to write your own, `validation_loss`): the mean of
+    `loss_fn` over `batches` of (features, captions), in eval mode and without gradients; the model's
+    mode is restored afterwards."""
     was_training = model.training
     model.eval()
-    total = sum(float(loss_fn(model, feats, caps)) for feats, caps in batches) / len(batches)
+    with torch.no_grad():
+        total = sum(float(loss_fn(model, feats, caps)) for feats, caps in batches) / len(batches)
     model.train(was_training)
     return total
 
@@ -163,7 +166,7 @@ def _val_loss(model, loss_fn, batches) -> float:
 def train(model, loss_fn, split, steps: int, batch_size: int = 64, lr: float = 2e-3, weight_decay: float = 0.01,
           warmup: int = 50, grad_clip: float | None = 1.0, device=None, seed: int = 0, val_split=None,
           val_every: int | None = None, val_batches: int = 4, time_limit: float | None = None,
-          progress: bool = True, history: dict | None = None, step_fn=None, lr_fn=None) -> dict:
+          progress: bool = True, history: dict | None = None, step_fn=None, lr_fn=None, val_fn=None) -> dict:
     """Train `model` with AdamW on minibatches of `split` for `steps` steps, or fewer if `time_limit` binds.
 
     `split`: a Split (batches from ``split.sample_batch``, a new shuffle each epoch) or a DataLoader of
@@ -173,7 +176,9 @@ def train(model, loss_fn, split, steps: int, batch_size: int = 64, lr: float = 2
     learning rate ``lr_fn(step, steps, warmup, lr)`` (default: the kit's `warmup_cosine`; notebook 04 passes
     your `lr_at_step`).
     Every `val_every` steps (default: 10 times per run) and after the last step, the loss on `val_batches`
-    fixed batches of `val_split` (a Split, or an unshuffled DataLoader) is recorded.
+    fixed batches of `val_split` (a Split, or an unshuffled DataLoader) is recorded, as
+    ``val_fn(model, loss_fn, batches)`` (default: the kit's `mean_loss`; notebook 04 passes your
+    `validation_loss`).
 
     Time budget: `time_limit` (seconds) shortens the run instead of cutting it off. The schedule follows
     the run's progress = max(steps done / `steps`, time used / `time_limit`), and the run ends when
@@ -204,6 +209,7 @@ def train(model, loss_fn, split, steps: int, batch_size: int = 64, lr: float = 2
     fixed_val = [] if val_split is None else _fixed_batches(val_split, batch_size, val_batches, device)
     step_fn = step_fn or default_step
     lr_fn = lr_fn or warmup_cosine
+    val_fn = val_fn or mean_loss
     batches = _training_batches(split, batch_size, seed, device)
     bar = tqdm(total=steps, desc="training", disable=not progress, mininterval=1.0)
     t0 = _clock()
@@ -233,7 +239,7 @@ def train(model, loss_fn, split, steps: int, batch_size: int = 64, lr: float = 2
         bar.update(1)
         if fixed_val and (done % val_every == 0 or last):
             hist["val_step"].append(offset + done)
-            hist["val_loss"].append(_val_loss(model, loss_fn, fixed_val))
+            hist["val_loss"].append(float(val_fn(model, loss_fn, fixed_val)))
             bar.set_postfix(loss=f"{hist['loss'][-1]:.3f}", val=f"{hist['val_loss'][-1]:.3f}", refresh=False)
         elif step % 10 == 0:
             bar.set_postfix(loss=f"{hist['loss'][-1]:.3f}", refresh=False)

@@ -86,7 +86,10 @@ def test_handing_in_the_kits_version_is_refused(capsys):
     import starter.metrics
     import starter.training
 
+    import starter.pipeline
+
     delegates = {
+        "extract_grid_features": lambda *a, **k: starter.pipeline._kit_extract(*a, **k),
         "build_vocab": lambda captions, min_count=1: data.common.build_vocab(captions, min_count),
         "encode_captions": lambda c, w, n: torch.from_numpy(data.common.encode_captions(c, w, n)).long(),
         "CaptionFeatures": type("Mine", (starter.data.FeatureCaptions,), {
@@ -94,6 +97,7 @@ def test_handing_in_the_kits_version_is_refused(capsys):
         "collate_captions": lambda batch, null_idx=0: starter.data.pad_collate(batch, null_idx),
         "lr_at_step": lambda *a: starter.training.warmup_cosine(*a),
         "train_step": lambda *a: starter.training.default_step(*a),
+        "validation_loss": lambda *a: starter.training.mean_loss(*a),
         "evaluate_captions": lambda *a, **k: starter.metrics.evaluate_captioner(*a, **k)[:2],
     }
     assert set(delegates) == set(KIT_VERSIONS)

@@ -340,7 +340,43 @@ def _evaluate_with(eval_mode=True, all_refs=True, keep_end=False):
     return evaluate
 
 
+def _extract_alternative(cnn, images, size=224):
+    """Correct, written differently: NumPy in, einops-style reshape out."""
+    from torchvision.transforms import functional as TF
+    cnn.train(False)
+    x = torch.from_numpy(np.ascontiguousarray(np.asarray(images).transpose(0, 3, 1, 2))).float().div(255)
+    x = TF.normalize(TF.resize(x, [size, size], antialias=True), P.IMAGENET_MEAN, P.IMAGENET_STD)
+    with torch.inference_mode():
+        fmap = cnn(x)
+    return fmap.permute(0, 2, 3, 1).reshape(fmap.shape[0], -1, fmap.shape[1]).clone()
+
+
+def _extract_without_eval(cnn, images, size=224):
+    cnn.train()  # a student who thinks "train mode" is the default for a pretrained net
+    with torch.no_grad():
+        x = torch.as_tensor(images).permute(0, 3, 1, 2).float() / 255
+        x = F.interpolate(x, size=(size, size), mode="bilinear", antialias=True)
+        x = (x - torch.tensor(P.IMAGENET_MEAN)[:, None, None]) / torch.tensor(P.IMAGENET_STD)[:, None, None]
+        return cnn(x).flatten(2).transpose(1, 2)
+
+
+
+def _validation_with(eval_mode=True, restore=True):
+    def validation(model, loss_fn, batches):
+        before = model.training
+        if eval_mode:
+            model.train(False)
+        with torch.inference_mode():
+            total = torch.stack([loss_fn(model, f, c) for f, c in batches]).mean()
+        if restore:
+            model.train(before)
+        return total.item()
+    return validation
+
+
 ALTERNATIVES = {  # correct, written differently from the solution: every case passes
+    "features": P.with_cnn(_extract_alternative),
+    "validation": P.with_batches(_validation_with()),
     "vocab": P.with_probe_words(lambda caps, min_count=1: SPECIALS + [w for w, n in sorted(
         Counter(w for c in caps for w in _tok(c)).items(), key=lambda kv: (-kv[1], kv[0])) if n >= min_count]),
     "encode": P.with_long_output(_encode_with()),
@@ -361,6 +397,13 @@ def test_correct_alternatives_pass_every_case(task):
 
 
 PIPELINE_BUGS = [  # (case, look-alike buggy answer, words the one-line message must contain)
+    ("validation/basic", P.with_batches(_validation_with(eval_mode=False)), "model.eval()"),
+    ("validation/one_batch", P.with_batches(_validation_with(restore=False)), "restore"),
+    ("features/basic", P.with_cnn(_extract_without_eval), "cnn.eval()"),
+    ("features/resize", P.with_cnn(lambda cnn, images, size=224: cnn.eval()(
+        (F.interpolate(torch.as_tensor(images).permute(0, 3, 1, 2).float(), size=(size, size), mode="bilinear",
+                       antialias=True) - torch.tensor(P.IMAGENET_MEAN)[:, None, None])
+        / torch.tensor(P.IMAGENET_STD)[:, None, None]).flatten(2).transpose(1, 2).detach()), "divide the uint8"),
     ("vocab/ties", P.with_probe_words(lambda caps, min_count=1: SPECIALS + [w for w, n in Counter(
         w for c in caps for w in _tok(c)).most_common() if n >= min_count]), "break ties alphabetically"),
     ("vocab/punctuation_and_case", P.with_probe_words(lambda caps, min_count=1: SPECIALS + sorted(
@@ -397,3 +440,33 @@ def test_pipeline_bugs_are_named(name, answer, words):
         check(name, answer)
     message = str(info.value)
     assert words in message and "\n" not in message, message
+
+
+def test_feature_references_match_torchvisions_transforms():
+    """torchvision's resize (antialiased bilinear) and normalize, then the stand-in CNN in eval mode."""
+    from torchvision.transforms import functional as TF
+
+    for name in _names("features"):
+        case = load_case(name)
+        size = case.const_kwargs["size"]
+        x = TF.convert_image_dtype(_t(case.inputs["images"]).permute(0, 3, 1, 2), torch.float32)
+        x = TF.normalize(TF.resize(x, [size, size], antialias=True), P.IMAGENET_MEAN, P.IMAGENET_STD)
+        with torch.no_grad():
+            fmap = P.TinyCNN().eval()(x)
+        want = fmap.permute(0, 2, 3, 1).reshape(len(x), -1, fmap.shape[1])
+        np.testing.assert_allclose(case.expected["features"], want.numpy(), rtol=1e-4, atol=1e-4, err_msg=name)
+
+
+
+
+def test_validation_references_match_the_kits_mean_loss():
+    from starter.training import mean_loss
+    for name in _names("validation"):
+        case = load_case(name)
+        model = ToyCaptioner(**case.init).double()
+        model.load_state_dict({k.removeprefix("model."): _t(v).double() for k, v in case.params.items()})
+        feats, caps = _t(case.inputs["features"]).double(), _t(case.inputs["captions"])
+        bounds = np.cumsum([0, *case.const_kwargs["sizes"]])
+        batches = [(feats[a:b], caps[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]
+        loss = mean_loss(model.train(), P._toy_loss, batches)
+        np.testing.assert_allclose(case.expected["loss_and_modes"], [loss, 0.0, 0.0, 1.0], rtol=1e-5, err_msg=name)

@@ -471,7 +471,7 @@ def cases(ns) -> list[CaseSpec]:
             return bool((toks == end).any()) and not torch.equal(g_out, toks)
 
         out.append(_prune(_seeded(spec, ns, ok), ns))
-    return out + pipeline_cases(ns)
+    return out + feature_cases(ns) + pipeline_cases(ns) + validation_cases(ns)
 
 
 def _greedy_on(spec, ns):
@@ -935,5 +935,124 @@ def pipeline_cases(ns) -> list[CaseSpec]:
             hint="model.eval(); torch.no_grad(); decode every batch; words up to <END> without <NULL>/<START>; "
                  "caption_scores against all references; exact_match as a fraction.",
             forbid=["starter.metrics.evaluate_captioner", "starter.metrics.exact_match"])
+        out.append(_prune(spec, ns))
+    return out
+
+
+# ---- extract_grid_features(cnn, images, size) on the stand-in CNN ---------------------------------------
+from starter.pipeline import IMAGENET_MEAN, IMAGENET_STD, with_cnn  # noqa: E402
+
+
+def _extract_bug(kind):
+    def extract(cnn, images, size=224):
+        if kind != "train_mode":
+            cnn.eval()
+        with torch.no_grad():
+            x = torch.as_tensor(images)
+            B, H, W, _ = x.shape
+            x = x.reshape(B, 3, H, W).float() if kind == "reshape_not_permute" else x.permute(0, 3, 1, 2).float()
+            if kind != "not_scaled":
+                x = x / 255
+            x = F.interpolate(x, size=(size, size), mode="bilinear", antialias=kind != "no_antialias")
+            if kind != "not_normalised":
+                x = (x - torch.tensor(IMAGENET_MEAN).view(1, 3, 1, 1)) / torch.tensor(IMAGENET_STD).view(1, 3, 1, 1)
+            fmap = cnn(x)
+            if kind == "column_by_column":
+                return fmap.transpose(2, 3).flatten(2).transpose(1, 2)
+            return fmap.flatten(2).transpose(1, 2)
+    return extract
+
+
+EXTRACT_BUGS = {
+    "train_mode": "the CNN runs in train mode (BatchNorm uses the batch's statistics): call cnn.eval() first.",
+    "reshape_not_permute": "the images were reshaped to (B, 3, H, W), which scrambles the pixels: permute(0, 3, 1, 2).",
+    "not_scaled": "the pixels were not scaled to [0, 1]: divide the uint8 values by 255 before normalising.",
+    "not_normalised": "the images are not normalised: subtract IMAGENET_MEAN and divide by IMAGENET_STD per channel.",
+    "no_antialias": "the resize skips pixels when it shrinks: F.interpolate(..., mode='bilinear', antialias=True).",
+    "column_by_column": "the regions are flattened column by column: flatten the (h, w) map row by row "
+                        "(fmap.flatten(2).transpose(1, 2)).",
+}
+
+
+def feature_cases(ns) -> list[CaseSpec]:
+    ns["with_cnn(extract_grid_features)"] = with_cnn(ns["extract_grid_features"])
+    g = torch.Generator().manual_seed(4)
+    out = []
+    cases = {
+        # name: (B, H, W, size, public)
+        "features/basic": (2, 16, 16, 16, True),
+        "features/resize": (2, 20, 20, 12, False),
+        "features/rectangular": (3, 24, 16, 16, False),
+        "features/one_image": (1, 8, 8, 8, False),
+    }
+    for name, (b, h, w, size, public) in cases.items():
+        spec = CaseSpec(
+            name=name, target="with_cnn(extract_grid_features)", args=["images"], const_kwargs={"size": size},
+            inputs={"images": torch.randint(0, 256, (b, h, w, 3), generator=g, dtype=torch.uint8)},
+            outputs=["features"], atol=1e-4, rtol=1e-4, variants=_variants(EXTRACT_BUGS, _extract_bug, with_cnn),
+            public=public, hint="eval mode, no_grad; permute to (B, 3, H, W), / 255, bilinear antialiased resize, "
+                                "(x - mean) / std; (B, C, h, w) -> (B, h*w, C).", forbid=["starter.pipeline._kit_extract"])
+        out.append(_prune(spec, ns))
+    return out
+
+
+# ---- validation_loss(model, loss_fn, batches) -------------------------------------------------------------
+from starter.pipeline import with_batches  # noqa: E402
+
+
+def _validation_bug(kind):
+    def validation(model, loss_fn, batches):
+        was = model.training
+        if kind != "train_mode":
+            model.eval()
+        ctx = torch.enable_grad() if kind == "grad_enabled" else torch.no_grad()
+        with ctx:
+            losses = [loss_fn(model, f, c).item() for f, c in batches]
+        if kind not in ("mode_not_restored",):
+            model.train(was)
+        if kind == "summed":
+            return sum(losses)
+        if kind == "last_batch":
+            return losses[-1]
+        if kind == "weighted_by_size":
+            sizes = [len(f) for f, _ in batches]
+            return sum(n * x for n, x in zip(sizes, losses)) / sum(sizes)
+        return sum(losses) / len(losses)
+    return validation
+
+
+VALIDATION_BUGS = {
+    "train_mode": "the validation loss is measured in train mode (dropout on): call model.eval() first.",
+    "grad_enabled": "the validation loss is computed with gradients on: wrap it in torch.no_grad().",
+    "mode_not_restored": "the model stays in eval mode afterwards, so training would go on without dropout: "
+                         "restore model.train(was_training).",
+    "summed": "the batches' losses are summed: return their mean.",
+    "last_batch": "only the last batch's loss is returned: average over all the batches.",
+    "weighted_by_size": "the mean is weighted by batch size: each batch counts once (the mean of the batches' "
+                        "losses).",
+}
+
+
+def validation_cases(ns) -> list[CaseSpec]:
+    ns["with_batches(validation_loss)"] = with_batches(ns["validation_loss"])
+    g = torch.Generator().manual_seed(11)
+    out = []
+    cases = {
+        # name: (batch sizes, public)
+        "validation/basic": ([2, 2, 2], True),
+        "validation/uneven_batches": ([3, 1, 2], False),
+        "validation/one_batch": ([3], False),
+    }
+    for name, (sizes, public) in cases.items():
+        n = sum(sizes)
+        lengths = [int(x) for x in torch.randint(1, 6, (n,), generator=g)]
+        spec = CaseSpec(
+            name=name, target="with_batches(validation_loss)", kind="module",
+            init={"vocab_size": 9, "feature_dim": 4, "hidden": 8, "max_len": 16}, args=["features", "captions"],
+            const_kwargs={"sizes": sizes}, inputs={"features": _randn(n, 3, 4, g=g), "captions": _captions(lengths, 8, 9, g)},
+            outputs=["loss_and_modes"], atol=1e-5, variants=_variants(VALIDATION_BUGS, _validation_bug, with_batches),
+            public=public, hint="[loss, share of calls in train mode, share with gradients, back in train mode]: "
+                                "model.eval(); torch.no_grad(); mean of the batches' losses; model.train(was).",
+            forbid=["starter.training.mean_loss"])
         out.append(_prune(spec, ns))
     return out
