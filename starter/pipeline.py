@@ -157,6 +157,19 @@ def over_steps(lr_at_step):
     return _named(schedule, lr_at_step)
 
 
+def _on_model(run, model_class, fn):
+    """A module class that holds a ``model_class(**init)`` as `.model` (so that the check loads the stored
+    weights into it) and whose forward is `run(self, ...)`; named after `fn`."""
+    class OnModel(nn.Module):
+        def __init__(self, **init):
+            super().__init__()
+            self.model = model_class(**init)
+
+        forward = run
+
+    return _named(OnModel, fn)
+
+
 def _toy_loss(model, features, captions):
     """The loss the training-step checks train with: cross-entropy of every position against the next
     word (padding included; any differentiable loss would do here)."""
@@ -183,14 +196,7 @@ def with_optimizer(train_step, model_class=ToyCaptioner):
         flat = torch.cat([p.detach().reshape(-1) for p in params])
         return torch.tensor(losses, dtype=flat.dtype), flat
 
-    class Training(nn.Module):
-        def __init__(self, **init):
-            super().__init__()
-            self.model = model_class(**init)
-
-        forward = run
-
-    return _named(Training, train_step)
+    return _on_model(run, model_class, train_step)
 
 
 class _Recorder(nn.Module):
@@ -224,14 +230,7 @@ def with_batches(validation_loss, model_class=ToyCaptioner):
         share = [sum(c[k] for c in calls) / len(calls) for k in (0, 1)]
         return torch.tensor([float(loss), *share, float(model.training)], dtype=features.dtype)
 
-    class Validation(nn.Module):
-        def __init__(self, **init):
-            super().__init__()
-            self.model = model_class(**init)
-
-        forward = run
-
-    return _named(Validation, validation_loss)
+    return _on_model(run, model_class, validation_loss)
 
 
 # ---- evaluation --------------------------------------------------------------------------------------
