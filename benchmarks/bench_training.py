@@ -1,6 +1,6 @@
 """Train notebook 04's reference model on the default dataset and print training time and val scores.
 
-    python benchmarks/bench_training.py [--layers torch|mine] [--steps N] [--threads N]
+    python benchmarks/bench_training.py [--layers torch|mine] [--steps N] [--threads N] [--seed S]
                                         [--data split kit yours]
 
 Uses the solution notebook's definitions and its "shapes" configuration (the CONFIGS cell). `--data`
@@ -48,6 +48,7 @@ def main() -> None:
     ap.add_argument("--layers", default="torch", choices=["torch", "mine"])
     ap.add_argument("--steps", type=int, default=None)
     ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--seed", type=int, default=0, help="seed of the model, the batches and dropout (the notebook: 0)")
     ap.add_argument("--data", nargs="+", default=["split", "kit", "yours"], choices=["split", "kit", "yours"])
     args = ap.parse_args()
     if args.threads:
@@ -81,13 +82,13 @@ def main() -> None:
             def loader(split, name, shuffle):
                 return DataLoader(dataset(*split.features_file, caps[name], split.image_idxs), batch_size=batch_size,
                                   shuffle=shuffle, collate_fn=collate, drop_last=shuffle,
-                                  generator=torch.Generator().manual_seed(0))
+                                  generator=torch.Generator().manual_seed(args.seed))
             source, val = loader(train_split, "train", True), loader(val_split, "val", False)
-        seed_everything(0)
+        seed_everything(args.seed)
         model = ns["CaptioningTransformer"](vocab_size=len(vocab), feature_dim=ds.feature_dim,
                                             num_regions=ds.num_regions, max_len=ds.max_length, layers=args.layers,
                                             **cfg["model"])
-        hist = train(model, ns["teacher_forcing_loss"], source, val_split=val, seed=0, progress=False,
+        hist = train(model, ns["teacher_forcing_loss"], source, val_split=val, seed=args.seed, progress=False,
                      batch_size=batch_size, **targs, **step)
         base = base or hist["seconds"]
         scores, _, _ = evaluate_captioner(model, ns["greedy_decode"], val_split, vocab, max_len=ds.max_length - 1)
