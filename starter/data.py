@@ -338,8 +338,8 @@ class FeatureCaptions(torch.utils.data.Dataset):
 
     Returns (features (R, D) float32, caption (L,) int64 up to and including <END>, padding removed).
     The file is opened on first use, in the process that reads (so each DataLoader worker opens its own);
-    features that fit in `preload_bytes` are then read into memory at once (h5py reads one item in
-    about 75 microseconds, a training step would wait for it).
+    features that fit in `preload_bytes` are then read into memory at once (faster than reading the file
+    item by item); larger ones are read a row per item from the opened array.
     """
 
     def __init__(self, path, key, captions, image_idxs, preload_bytes: int = PRELOAD_BYTES):

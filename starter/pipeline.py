@@ -28,13 +28,17 @@ import numpy as np
 import torch
 from torch import nn
 
+from data.efficientnet_lite import MEAN as IMAGENET_MEAN  # the statistics the kit's backbone was trained with
+from data.efficientnet_lite import STD as IMAGENET_STD
+
 from .layers import ToyCaptioner
 
-__all__ = ["with_cnn", "TinyCNN", "IMAGENET_MEAN", "IMAGENET_STD", "with_probe_words", "with_long_output", "with_h5_file", "with_items", "over_steps", "with_optimizer", "with_batches",
-           "with_split", "yours_or_kit", "SCORE_NAMES", "KIT_VERSIONS"]
+__all__ = ["with_cnn", "TinyCNN", "IMAGENET_MEAN", "IMAGENET_STD", "with_probe_words", "with_long_output",
+           "with_h5_file", "with_items", "over_steps", "with_optimizer", "with_batches", "with_split", "yours_or_kit",
+           "SCORE_NAMES", "KIT_VERSIONS"]
 
 SCORE_NAMES = ("BLEU-1", "BLEU-2", "BLEU-3", "BLEU-4", "CIDEr", "exact_match")
-END, NULL = 2, 0
+END = 2  # <END>
 
 
 def _named(adapter, fn):
@@ -48,8 +52,6 @@ def _require(fn):
 
 
 # ---- data preparation --------------------------------------------------------------------------------
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
 
 
 class TinyCNN(nn.Module):
@@ -337,7 +339,8 @@ def _kit(name) -> Callable:
     from data.common import build_vocab
 
     from . import data, training
-    return {"extract_grid_features": _kit_extract, "build_vocab": build_vocab, "encode_captions": _kit_encode, "CaptionFeatures": data.FeatureCaptions,
+    return {"extract_grid_features": _kit_extract, "build_vocab": build_vocab, "encode_captions": _kit_encode,
+            "CaptionFeatures": data.FeatureCaptions,
             "collate_captions": data.pad_collate, "lr_at_step": training.warmup_cosine,
             "train_step": training.default_step, "validation_loss": training.mean_loss, "evaluate_captions": _kit_evaluate}[name]
 

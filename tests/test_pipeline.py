@@ -47,7 +47,6 @@ def test_same_seed_same_batches_in_the_training_loop(tmp_path):
     data = FeatureCaptions(_file(tmp_path), "train/features", _captions(), torch.arange(10) % 6)
     loader = DataLoader(data, batch_size=3, shuffle=True, collate_fn=pad_collate, drop_last=True,
                         generator=torch.Generator().manual_seed(123))
-    seen: dict[int, list] = {0: [], 1: []}
     runs = []
     for seed in (0, 0, 1):
         batches = []
@@ -61,7 +60,6 @@ def test_same_seed_same_batches_in_the_training_loop(tmp_path):
         model = ToyCaptioner(9, 4, hidden=8, max_len=16)
         train(model, loss_fn, loader, steps=7, warmup=2, seed=seed, progress=False)  # 7 steps: over two epochs
         runs.append((batches, torch.cat([p.detach().reshape(-1) for p in model.parameters()])))
-        seen[seed] = batches
     (b0, w0), (b1, w1), (b2, _) = runs
     assert all(torch.equal(x, y) for x, y in zip(b0, b1)) and torch.equal(w0, w1)
     assert not all(x.shape == y.shape and torch.equal(x, y) for x, y in zip(b0, b2))

@@ -10,12 +10,17 @@ case are dropped for that case.
 from __future__ import annotations
 
 import dataclasses
+import math
+import re
+from collections import Counter
 
 import torch
 import torch.nn.functional as F
 
 from grading.references import CaseSpec, _run, build_case
 from starter.layers import with_attention, with_model
+from starter.pipeline import (IMAGENET_MEAN, IMAGENET_STD, over_steps, with_batches, with_cnn, with_h5_file,
+                              with_items, with_long_output, with_optimizer, with_probe_words, with_split)
 
 # ---- CaptioningTransformer.forward ------------------------------------------------------------------
 
@@ -471,6 +476,9 @@ def cases(ns) -> list[CaseSpec]:
             return bool((toks == end).any()) and not torch.equal(g_out, toks)
 
         out.append(_prune(_seeded(spec, ns, ok), ns))
+    # the pipeline tasks' adapters (starter.pipeline), under the names their test cells show
+    for fn, adapter in PIPELINE_ADAPTERS.items():
+        ns[f"{adapter.__name__}({fn})"] = adapter(ns[fn])
     return out + feature_cases(ns) + pipeline_cases(ns) + validation_cases(ns)
 
 
@@ -486,14 +494,12 @@ def _greedy_on(spec, ns):
 # ==== the data pipeline, training step and evaluation (issue 17) ==========================================
 # Variants are written here from the task text, independently of the solution; each takes the place of the
 # student's function under the same adapter as the check (starter.pipeline).
-from collections import Counter  # noqa: E402
-import math  # noqa: E402
-import re  # noqa: E402
-
-from starter.pipeline import (with_h5_file, with_items, with_long_output, with_optimizer,  # noqa: E402
-                              with_probe_words, with_split, over_steps)
 
 SPECIALS = ["<NULL>", "<START>", "<END>", "<UNK>"]
+PIPELINE_ADAPTERS = {"extract_grid_features": with_cnn, "build_vocab": with_probe_words,
+                     "encode_captions": with_long_output, "CaptionFeatures": with_h5_file,
+                     "collate_captions": with_items, "lr_at_step": over_steps, "train_step": with_optimizer,
+                     "validation_loss": with_batches, "evaluate_captions": with_split}
 
 
 def _words(caption, kind=None):
@@ -765,11 +771,6 @@ def _text_captions(g, n, words, extra=(), length=(2, 7)):
 
 def pipeline_cases(ns) -> list[CaseSpec]:
     g = torch.Generator().manual_seed(2117)
-    for fn, adapter in (("build_vocab", with_probe_words), ("encode_captions", with_long_output),
-                        ("CaptionFeatures", with_h5_file), ("collate_captions", with_items),
-                        ("lr_at_step", over_steps), ("train_step", with_optimizer),
-                        ("evaluate_captions", with_split)):
-        ns[f"{adapter.__name__}({fn})"] = adapter(ns[fn])
     out = []
     pool = ["a", "red", "blue", "circle", "square", "left", "right", "of", "the", "small", "big", "above", "there",
             "is", "green", "triangle"]
@@ -940,7 +941,6 @@ def pipeline_cases(ns) -> list[CaseSpec]:
 
 
 # ---- extract_grid_features(cnn, images, size) on the stand-in CNN ---------------------------------------
-from starter.pipeline import IMAGENET_MEAN, IMAGENET_STD, with_cnn  # noqa: E402
 
 
 def _extract_bug(kind):
@@ -975,7 +975,6 @@ EXTRACT_BUGS = {
 
 
 def feature_cases(ns) -> list[CaseSpec]:
-    ns["with_cnn(extract_grid_features)"] = with_cnn(ns["extract_grid_features"])
     g = torch.Generator().manual_seed(4)
     out = []
     cases = {
@@ -997,7 +996,6 @@ def feature_cases(ns) -> list[CaseSpec]:
 
 
 # ---- validation_loss(model, loss_fn, batches) -------------------------------------------------------------
-from starter.pipeline import with_batches  # noqa: E402
 
 
 def _validation_bug(kind):
@@ -1034,7 +1032,6 @@ VALIDATION_BUGS = {
 
 
 def validation_cases(ns) -> list[CaseSpec]:
-    ns["with_batches(validation_loss)"] = with_batches(ns["validation_loss"])
     g = torch.Generator().manual_seed(11)
     out = []
     cases = {
