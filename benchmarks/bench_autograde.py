@@ -25,10 +25,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-from conftest import filled_submission, write_nb  # noqa: E402
-from grading import course, notebooks  # noqa: E402
-from grading.autograde import autograde  # noqa: E402
-import postgres  # noqa: E402
+import postgres
+from conftest import filled_submission, write_nb
+
+from grading import course, notebooks
+from grading.autograde import autograde
 
 BUG = {"causal_mask": "def causal_mask(T, device=None):\n    return torch.ones(T, T, dtype=torch.bool).tril(-1)\n"}
 PLAIN = """

@@ -20,8 +20,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from grading import class_report, notebooks  # noqa: E402
-from grading.report import graded_columns  # noqa: E402
+from grading import class_report, notebooks
+from grading.report import graded_columns
 
 KINDS = ["known bug: no_scale", "known bug: mask_after", "wrong shape", "raises RuntimeError", "wrong values",
          "did not run"]

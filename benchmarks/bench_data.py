@@ -24,8 +24,8 @@ from PIL import Image
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from data import coco_grid, shapes  # noqa: E402
-from starter.data import load_dataset  # noqa: E402
+from data import coco_grid, shapes
+from starter.data import load_dataset
 
 
 def bench_shapes(tmp: Path, quick: bool):

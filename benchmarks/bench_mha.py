@@ -24,7 +24,7 @@ from torch import nn
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from grading import notebooks  # noqa: E402
+from grading import notebooks
 
 SOLUTION = notebooks.SOLUTIONS / "03_multi_head_attention.ipynb"
 

@@ -1,6 +1,6 @@
 """Train notebook 04's reference model on the default dataset and print training time and val scores.
 
-    python benchmarks/bench_training.py [--layers torch|mine] [--steps N] [--threads N] [--seed S]
+    python benchmarks/bench_training.py [--layers torch|mine] [--steps N] [--threads N] [--seed S] [--lr LR]
                                         [--data split kit yours]
 
 Uses the solution notebook's definitions and its "shapes" configuration (the CONFIGS cell). `--data`
@@ -21,14 +21,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-import torch  # noqa: E402
+import torch
+from torch.utils.data import DataLoader
 
-from grading import notebooks as nbs  # noqa: E402
-from torch.utils.data import DataLoader  # noqa: E402
-
-from starter.data import FeatureCaptions, Vocab, load_dataset, pad_collate  # noqa: E402
-from starter.metrics import evaluate_captioner, format_scores  # noqa: E402
-from starter.training import seed_everything, train  # noqa: E402
+from grading import notebooks as nbs
+from starter.data import FeatureCaptions, Vocab, load_dataset, pad_collate
+from starter.metrics import evaluate_captioner, format_scores
+from starter.training import seed_everything, train
 
 NOTEBOOK = nbs.SOLUTIONS / "04_captioning_transformer.ipynb"
 
@@ -39,7 +38,7 @@ def shapes_config() -> dict:
         if cell.cell_type == "code" and cell.source.startswith("CONFIGS = {"):
             tree = ast.parse(cell.source.split("\nconfig = ")[0])
             expr = ast.Expression(tree.body[0].value)
-            return eval(compile(expr, "CONFIGS", "eval"), {"__builtins__": {}, "dict": dict})["shapes"]  # noqa: S307
+            return eval(compile(expr, "CONFIGS", "eval"), {"__builtins__": {}, "dict": dict})["shapes"]
     raise SystemExit("CONFIGS cell not found in the solution notebook")
 
 
@@ -48,6 +47,7 @@ def main() -> None:
     ap.add_argument("--layers", default="torch", choices=["torch", "mine"])
     ap.add_argument("--steps", type=int, default=None)
     ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--lr", type=float, default=None, help="peak learning rate (default: the notebook's)")
     ap.add_argument("--seed", type=int, default=0, help="seed of the model, the batches and dropout (the notebook: 0)")
     ap.add_argument("--data", nargs="+", default=["split", "kit", "yours"], choices=["split", "kit", "yours"])
     args = ap.parse_args()
@@ -60,6 +60,8 @@ def main() -> None:
     targs = dict(cfg["train"])
     if args.steps:
         targs.update(steps=args.steps, time_limit=None)
+    if args.lr:
+        targs.update(lr=args.lr)
     ds = load_dataset("shapes")
     train_split, val_split = ds.split("train"), ds.split("val")
     batch_size = targs.pop("batch_size")
@@ -79,7 +81,7 @@ def main() -> None:
                 dataset, collate = ns["CaptionFeatures"], ns["collate_captions"]
                 step = dict(step_fn=ns["train_step"], lr_fn=ns["lr_at_step"])
 
-            def loader(split, name, shuffle):
+            def loader(split, name, shuffle, dataset=dataset, caps=caps, collate=collate):
                 return DataLoader(dataset(*split.features_file, caps[name], split.image_idxs), batch_size=batch_size,
                                   shuffle=shuffle, collate_fn=collate, drop_last=shuffle,
                                   generator=torch.Generator().manual_seed(args.seed))

@@ -67,11 +67,40 @@ def main(argv=None) -> int:
     except DownloadError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    from starter.data import load_dataset  # validate what we got
-
-    ds = load_dataset(folder)
-    print(f"ready: {folder}\n{ds}")
+    try:
+        summary = check_folder(folder)
+    except DownloadError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    print(f"ready: {folder}\n{summary}")
     return 0
+
+
+def check_folder(folder) -> str:
+    """Open every file of the folder and check the arrays `starter.data` reads (a DownloadError naming the
+    file if one is missing or unreadable); returns a one-line summary. (`data` never imports `starter`.)"""
+    import json
+
+    import h5py
+
+    folder = Path(folder)
+    wanted = {CAPTIONS_FILE: ["train_captions", "train_image_idxs", "val_captions", "val_image_idxs"],
+              **{name: ["features"] for name in FEATURE_FILES.values()}}
+    sizes = {}
+    for name, keys in wanted.items():
+        try:
+            with h5py.File(folder / name, "r") as f:
+                for key in keys:
+                    sizes[f"{name}:{key}"] = f[key].shape
+        except (OSError, KeyError) as exc:
+            raise DownloadError(f"{folder / name}: unreadable or incomplete ({exc}); run {command(folder.parent)} "
+                                "again") from None
+    try:
+        words = json.loads((folder / VOCAB_FILE).read_text())["idx_to_word"]
+    except (OSError, ValueError, KeyError) as exc:
+        raise DownloadError(f"{folder / VOCAB_FILE}: unreadable ({exc})") from None
+    return (f"{sizes[CAPTIONS_FILE + ':train_captions'][0]} training and {sizes[CAPTIONS_FILE + ':val_captions'][0]} "
+            f"validation captions, {len(words)} words, features {sizes[FEATURE_FILES['train'] + ':features']}")
 
 
 if __name__ == "__main__":

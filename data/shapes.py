@@ -50,8 +50,7 @@ import torch
 from PIL import Image, ImageDraw
 from tqdm.auto import tqdm
 
-from data.common import (atomic_output, build_vocab, default_data_dir, encode_captions,
-                         write_header)
+from data.common import atomic_output, build_vocab, default_data_dir, encode_captions, write_header
 
 COLOURS = {"red": (220, 45, 45), "green": (50, 175, 70), "blue": (50, 95, 230),
            "yellow": (235, 215, 50), "purple": (160, 70, 200)}
@@ -162,7 +161,7 @@ def render(objects, background: int, scale: int = 1) -> np.ndarray:
             d.rectangle([x - h, y - w, x + h, y + w], fill=fill)
             d.rectangle([x - w, y - h, x + w, y + h], fill=fill)
     if scale > 1:
-        img = img.resize((IMAGE_SIZE, IMAGE_SIZE), Image.LANCZOS)
+        img = img.resize((IMAGE_SIZE, IMAGE_SIZE), Image.Resampling.LANCZOS)
     return np.asarray(img)
 
 

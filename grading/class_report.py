@@ -113,7 +113,7 @@ def build(out: Path, anonymise: bool = False) -> dict:
         return student in graded and stem in records.get(student, {})
 
     totals = {s: float(row_of[s]["total"]) for s in graded if s in row_of}
-    ranked = sorted(totals, key=totals.get)
+    ranked = sorted(totals, key=lambda s: totals[s])
     weaker, better = set(ranked[: len(ranked) // 2]), set(ranked[(len(ranked) + 1) // 2:])
 
     distributions = {}
@@ -151,7 +151,10 @@ def build(out: Path, anonymise: bool = False) -> dict:
             stats.mean_credit = statistics.fmean(credit) if credit else 0.0
             for case, results in case_rows.items():
                 passed = {s for s, k in results if k["passed"]}
-                rate = lambda group: len(passed & group) / len(group) if group else 0.0  # noqa: E731
+
+                def rate(group, passed=passed):
+                    return len(passed & group) / len(group) if group else 0.0
+
                 stats.cases.append(CaseStats(stem, task, case, results[0][1]["public"], len(results), len(passed),
                                              round(rate(better) - rate(weaker), 3)))
             tasks.append(stats)
@@ -163,7 +166,9 @@ def build(out: Path, anonymise: bool = False) -> dict:
         diagnoses.append(DiagnosisStats(stem, task, kind, message, sorted(alias[s] for s, _ in hits), named))
     diagnoses.sort(key=lambda d: (-len(d.students), d.notebook, d.task, d.diagnosis))
 
-    review, missing, sandbox = [], [], Counter()
+    review: list[dict] = []
+    missing: list[dict] = []
+    sandbox: Counter[str] = Counter()
     for s in students:
         entry = by_student[s]
         review += [{"student": alias[s], "flag": flag} for flag in entry.get("flags", [])]
@@ -173,7 +178,7 @@ def build(out: Path, anonymise: bool = False) -> dict:
         absent = [stem for stem in stems if stem not in entry.get("notebooks", [])]
         if absent:
             missing.append({"student": alias[s], "missing": absent})
-        for stem, rec in records.get(s, {}).items():
+        for rec in records.get(s, {}).values():
             if rec.get("sandbox") not in ("finished", None):
                 sandbox[rec["sandbox"]] += 1
     all_cases = [c for t in tasks for c in t.cases if not c.public and c.students >= 4]

@@ -80,7 +80,7 @@ def run(root: Path, students: list[str], workers: int = 1, scheduler: str | None
                 except KilledWorker:
                     records[student] = _failed(root, student, "the grading worker died twice on this student "
                                                               "(out of memory, or killed)")
-                except Exception as exc:  # noqa: BLE001 - the grader's own failure on this student
+                except Exception as exc:
                     records[student] = _failed(root, student, f"{type(exc).__name__}: {exc}"[:400])
                 bar.update(1)
             bar.close()

@@ -154,7 +154,7 @@ def _launch_options() -> dict:
     try:
         import zmq
         curve = zmq.has("curve")
-    except Exception:  # noqa: BLE001 - no zmq build information: leave the default
+    except Exception:
         curve = False
     if curve and KernelManager.class_traits().get("transport_encryption") is not None:
         return {"transport_encryption": "auto"}
@@ -185,7 +185,7 @@ def execute_notebook(path: Path, out_dir: Path, timeout: int = 1200, figures_dir
         client.execute(env=kernel_env(), **_launch_options())  # both go to KernelManager.start_kernel
     except CellExecutionError as exc:  # pragma: no cover - allow_errors keeps going
         error = str(exc).splitlines()[0]
-    except Exception as exc:  # noqa: BLE001 - e.g. a dead kernel or timeout
+    except Exception as exc:
         error = f"{type(exc).__name__}: {exc}"
     seconds = time.perf_counter() - start
     errors = []
@@ -202,10 +202,10 @@ def execute_notebook(path: Path, out_dir: Path, timeout: int = 1200, figures_dir
     if error:
         errors.append(error)
     nbformat.write(nb, str(out_dir / path.name))
-    html = out_dir / f"{path.stem}.html"
+    html: Path | None = out_dir / f"{path.stem}.html"
     try:
-        write_html(nb, html, path.parent)
-    except Exception as exc:  # noqa: BLE001 - the run itself still counts; say why there is no HTML
+        write_html(nb, out_dir / f"{path.stem}.html", path.parent)
+    except Exception as exc:
         errors.append(f"HTML export: {type(exc).__name__}: {exc}")
         html = None
     figures = save_figures(nb, (figures_dir or BUILD / "figures" / path.stem))

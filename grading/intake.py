@@ -99,7 +99,7 @@ def read_submission(path: Path):
     """(notebook, None), or (None, why it cannot be read)."""
     try:
         return read_any(path), None
-    except Exception as exc:  # noqa: BLE001 - any parse failure is the student's file
+    except Exception as exc:
         return None, f"corrupt notebook ({type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:120]})"
 
 

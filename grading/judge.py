@@ -22,15 +22,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import nbformat
+from nbgrader.preprocessors import NbGraderPreprocessor
 from traitlets import List, Unicode
 
-from nbgrader.preprocessors import NbGraderPreprocessor
-
-from starter.checks import (PUBLIC_DIR, CheckFailed, Diagnosis, Observation, case_file, case_names, diagnose,
-                            load_case)
+from starter.checks import PUBLIC_DIR, CheckFailed, Diagnosis, Observation, case_file, case_names, diagnose, load_case
 
 from . import notebooks
-
 
 
 @dataclass
@@ -106,7 +103,7 @@ def judge_cell(grade_id: str, source: str, max_points: float, observations: dict
             found = diagnose(_reference(name, tuple(reference_dirs)), obs)
         except CheckFailed as exc:  # the reference itself is missing: the grader's fault, said plainly
             found = Diagnosis("not graded", f"not graded: {exc}")
-        except Exception as exc:  # noqa: BLE001 - malformed observation (shapes/dtypes nonsense)
+        except Exception as exc:
             found = Diagnosis("unreadable result", f"the recorded result could not be compared ({type(exc).__name__})")
         results.append(CaseResult(name, label, is_public, found is None, found.message if found else "",
                                   found.kind if found else ""))

@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import nbformat
 
@@ -58,7 +58,7 @@ def execute_definitions(path: Path) -> dict:
     """Run a notebook's set-up and solution cells in a fresh namespace and return it."""
     nb = read(path)
     namespace: dict = {"__name__": f"notebook_{path.stem}"}
-    exec(compile(definitions_source(nb), str(path), "exec"), namespace)  # noqa: S102 - our own source
+    exec(compile(definitions_source(nb), str(path), "exec"), namespace)
     return namespace
 
 

@@ -65,7 +65,7 @@ def check_no_leak(dest: Path) -> None:
         if path.suffix == ".h5":
             with h5py.File(path, "r") as f:
                 names: list[str] = []
-                f.visititems(lambda n, o: names.append(n) if isinstance(o, h5py.Group) else None)
+                f.visititems(lambda n, o, names=names: names.append(n) if isinstance(o, h5py.Group) else None)
             if hidden & set(names):
                 raise LeakError(f"{rel}: holds hidden reference cases {sorted(hidden & set(names))[:3]}")
 

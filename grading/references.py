@@ -14,9 +14,10 @@ import importlib
 import json
 import os
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import h5py
 import numpy as np
@@ -107,9 +108,22 @@ def build_case(spec: CaseSpec, ns: dict) -> dict:
                 params[name] = torch.randn(p.shape, generator=g).mul(0.1).to(p.dtype)
             if "norm" in name and name.endswith("weight"):
                 params[name] = 1 + torch.randn(p.shape, generator=g).mul(0.1).to(p.dtype)
+    raises = next((p for p in spec.properties if p[0] == "raises"), None)
+    if raises is not None:  # a case of bad input: the solution must raise; the outputs stored are placeholders
+        try:
+            _run(spec, obj, params, dtype64=True, with_grad=False)
+        except Exception as exc:
+            if raises[1] not in [c.__name__ for c in type(exc).__mro__]:
+                raise ValueError(f"{spec.name}: the solution raised {type(exc).__name__}, not {raises[1]}") from exc
+        else:
+            raise ValueError(f"{spec.name}: the solution does not raise {raises[1]}")
+        return {"spec": spec, "inputs": {k: v.cpu().numpy() for k, v in spec.inputs.items()},
+                "params": {k: v.numpy() for k, v in (params or {}).items()},
+                "expected": {k: np.zeros(0, dtype=_to_numpy(torch.zeros(0), dtype).dtype) for k in spec.outputs},
+                "grad_weights": {}, "grads": {}, "variants": {}}
     with_grad = bool(spec.grad_wrt)
     outs, inputs, module = _run(spec, obj, params, dtype64=True, with_grad=with_grad)
-    record = {
+    record: dict[str, Any] = {
         "spec": spec,
         "inputs": {k: v.cpu().numpy() for k, v in spec.inputs.items()},
         "params": {k: v.numpy() for k, v in (params or {}).items()},
@@ -118,7 +132,7 @@ def build_case(spec: CaseSpec, ns: dict) -> dict:
     }
     if with_grad:
         g = torch.Generator().manual_seed(spec.seed + 2)
-        loss = 0
+        loss = torch.zeros((), dtype=torch.float64)
         for k, v in outs.items():
             if v.is_floating_point():
                 w = torch.randn(v.shape, generator=g, dtype=torch.float64)

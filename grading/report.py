@@ -53,7 +53,7 @@ def write_grades(out: Path, results: list[StudentResult], db_url: str) -> Path:
     stems = list(dict.fromkeys(c[0] for c in cols))
     header = ["student", "status"] + [f"{s}:{g}" for s, g, _ in cols] + [f"{s}:total" for s in stems]
     header += ["total", "max_total", "review", "notes"]
-    rows = [["(max points)", ""] + [p for _, _, p in cols]
+    rows: list[list] = [["(max points)", ""] + [p for _, _, p in cols]
             + [sum(p for s2, _, p in cols if s2 == s) for s in stems]
             + [sum(p for *_, p in cols), sum(p for *_, p in cols), "", ""]]
     from nbgrader.api import Gradebook

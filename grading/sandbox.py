@@ -42,9 +42,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import nbformat
-from traitlets import Bool, Integer, Unicode
-
 from nbgrader.preprocessors import NbGraderPreprocessor
+from traitlets import Bool, Integer, Unicode
 
 from starter.checks import CASE_INPUTS_ENV, Observation, case_groups, read_observations
 
@@ -220,7 +219,7 @@ class Session:
         self._proc: subprocess.Popen | None = None
         self._scratch: Path | None = None
 
-    def __enter__(self) -> "Session":
+    def __enter__(self) -> Session:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -256,8 +255,9 @@ class Session:
         if self._proc is not None:
             self._proc.wait()
             for pipe in (self._proc.stdin, self._proc.stdout):
-                with contextlib.suppress(OSError):
-                    pipe.close()
+                if pipe is not None:
+                    with contextlib.suppress(OSError):
+                        pipe.close()
 
     def close(self) -> None:
         if self._stack is not None:
@@ -279,10 +279,12 @@ class Session:
         job = {"folder": f"nb-{secrets.token_hex(6)}", "notebook": json.loads(nbformat.writes(nb)),
                "seconds": max(5, self.limits.notebook_seconds - 15)}
         status, message = "finished", ""
+        proc = self._proc
+        assert proc is not None and proc.stdin is not None and proc.stdout is not None  # (started above)
         try:
-            self._proc.stdin.write((json.dumps(job) + "\n").encode())
-            self._proc.stdin.flush()
-            reply = _read_line(self._proc.stdout, self.limits.notebook_seconds, MAX_REPLY_BYTES)
+            proc.stdin.write((json.dumps(job) + "\n").encode())
+            proc.stdin.flush()
+            reply = _read_line(proc.stdout, self.limits.notebook_seconds, MAX_REPLY_BYTES)
         except OSError:
             reply = b""
         answer: dict = {}
@@ -295,7 +297,7 @@ class Session:
                 code, stuck = int(answer["exit"]), answer.get("stuck")
             except (ValueError, KeyError, TypeError):  # no answer: the server itself died
                 self._kill()
-                status, message = "killed", f"the sandbox ended with exit code {self._proc.returncode}{self._server_error()}"
+                status, message = "killed", f"the sandbox ended with exit code {proc.returncode}{self._server_error()}"
             else:
                 if answer.get("time_limit"):
                     status, message = "time limit", (f"stopped at the notebook's time limit "
@@ -315,7 +317,7 @@ class Session:
         if isinstance(answer.get("out"), str):
             try:
                 executed = nbformat.reads(answer["out"], as_version=4)
-            except Exception as exc:  # noqa: BLE001 - written by untrusted code
+            except Exception as exc:
                 message = message or f"the executed notebook could not be read ({type(exc).__name__})"
         if executed is not None and status == "finished":
             run = executed.metadata.get("grading_run") or {}
@@ -329,7 +331,7 @@ class Session:
         if dropped or answer.get("dropped"):
             problems.append(f"{int(dropped) + int(answer.get('dropped') or 0)} unreadable result file(s), not read back "
                             "(links, special files, odd names, or over the size limit)")
-        if self._proc.poll() is not None:  # killed above: the next notebook gets a new sandbox
+        if proc.poll() is not None:  # killed above: the next notebook gets a new sandbox
             self.close()
         return SandboxResult(status=status, message=message, seconds=time.perf_counter() - start, notebook=executed,
                              observations=observations, problems=problems, isolated=self.isolate)

@@ -66,7 +66,7 @@ def rebuild(student, template) -> Rebuilt:
             continue
         src = _source(cell)
         meta = notebooks.nbgrader_meta(cell)
-        gid = meta.get("grade_id")
+        gid = str(meta.get("grade_id") or "")
         if gid in sol_index and meta.get("solution"):
             if gid in solutions:
                 out.notes.append(f"a second cell with grade_id '{gid}' was ignored")
@@ -92,7 +92,7 @@ def rebuild(student, template) -> Rebuilt:
             gid = by_line[0]
             solutions[gid], out.matched[gid] = src, "first line"
             anchor = sol_index[gid]
-        elif not has_meta and next_gid in sol_index and next_gid not in solutions:
+        elif not has_meta and next_gid is not None and next_gid in sol_index and next_gid not in solutions:
             solutions[next_gid], out.matched[next_gid] = src, "position"
             anchor = sol_index[next_gid]
         elif src.strip():
@@ -111,7 +111,7 @@ def rebuild(student, template) -> Rebuilt:
         cells.append(nbformat.v4.new_code_cell(extra))
     for i, cell in enumerate(t_cells):
         cell = copy.deepcopy(cell)
-        gid = notebooks.nbgrader_meta(cell).get("grade_id")
+        gid = str(notebooks.nbgrader_meta(cell).get("grade_id") or "")
         if notebooks.is_solution(cell) and gid in solutions:
             cell.source = solutions[gid]
         cell.outputs = [] if cell.cell_type == "code" else None

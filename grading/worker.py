@@ -13,12 +13,15 @@ import shutil
 import time
 import traceback
 from pathlib import Path
+from typing import Any
+
+from starter.notebook_loader import python_source, read_cells
 
 from . import course, sandbox
 from .judge import read_records
 from .notebooks import ASSIGNMENT
 from .scan import suspicious
-from starter.notebook_loader import python_source, read_cells
+
 
 def student_code(path: Path) -> str:
     """The student's own code in a submitted (rebuilt) notebook: answer cells and extra cells."""
@@ -53,7 +56,7 @@ def grade_student(root: str | Path, student: str) -> dict:
     root = Path(root)
     api = course.api(root)
     start = time.perf_counter()
-    record = {"student": student, "ok": False, "notes": [], "flags": []}
+    record: dict[str, Any] = {"student": student, "ok": False, "notes": [], "flags": []}
     shutil.rmtree(root / "records" / student, ignore_errors=True)  # the judge's records of an earlier run
     try:
         with sandbox.student_session():  # one sandbox for all of this student's notebooks
@@ -66,7 +69,7 @@ def grade_student(root: str | Path, student: str) -> dict:
         else:
             record["error"] = course.last_error(result)
         record["flags"] = review_flags(root, student)
-    except Exception as exc:  # noqa: BLE001 - recorded for this student, the others go on
+    except Exception as exc:
         record["error"] = f"{type(exc).__name__}: {exc}"
         record["traceback"] = traceback.format_exc()[-4000:]
     record["seconds"] = round(time.perf_counter() - start, 2)

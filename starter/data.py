@@ -158,7 +158,7 @@ class Split:
         """(path of the HDF5 file holding this split's features, key of the (N, R, D) or (N, D) dataset)."""
         return str(self._path), self._features_key
 
-    def head(self, num_images: int) -> "Split":
+    def head(self, num_images: int) -> Split:
         """This split restricted to its first `num_images` images and their captions (e.g. to evaluate on
         a part of it)."""
         n = max(0, min(int(num_images), self.num_images))
@@ -186,6 +186,7 @@ class Split:
         """
         if not 0 < batch_size <= len(self):
             raise ValueError(f"batch_size must be in 1..{len(self)} for split {self.name!r}")
+        key: object
         if isinstance(generator, torch.Generator):
             key, gen = id(generator), generator
         else:
@@ -263,6 +264,8 @@ class Split:
                 return np.asarray(Image.open(local).convert("RGB"))
         if self._coco_folder:
             url = self.image_url(i)
+            if url is None:
+                raise DatasetError(f"image {i} of split {self.name!r} has no URL and no local file")
             try:
                 with urllib.request.urlopen(url, timeout=20) as r:
                     return np.asarray(Image.open(io.BytesIO(r.read())).convert("RGB"))
@@ -352,6 +355,11 @@ class FeatureCaptions(torch.utils.data.Dataset):
         if not Path(self.path).is_file():
             raise DatasetError(f"missing file {self.path}")
         self.preload_bytes = preload_bytes
+        ends = (self.captions == Vocab.end_idx).any(dim=1)
+        if not bool(ends.all()):
+            row = int((~ends).nonzero()[0])
+            raise DatasetError(f"caption row {row} has no <END> ({self.captions[row].tolist()}): captions must be "
+                               "encoded <START> ... <END> <NULL>...")
         self.lengths = [caption_length(c) for c in self.captions.numpy()]
         self._features = None
 
@@ -559,7 +567,7 @@ def _load_cs231n(folder: Path, preload=None) -> CaptionDataset:
                 urls = upath.read_text().split()
                 m = [re.search(r"COCO_(train|val)2014_(\d+)", u) for u in urls]
                 if urls and all(m):  # COCO's own file names: the image id is known
-                    ids = [int(x.group(2)) for x in m]
+                    ids = [int(x.group(2)) for x in m if x is not None]
                     folder_name = f"{split}2014"
             ds.splits[split] = Split(ds, split, caps, idxs, fsrc, n, fpath, image_ids=ids, urls=urls,
                                      coco_folder=folder_name)

@@ -17,7 +17,6 @@ from pathlib import Path
 from .runtime import OneLineError, course_folder
 
 
-
 class NotebookLoadError(OneLineError, RuntimeError):
     """Your notebook can't be found or run."""
 
@@ -71,10 +70,10 @@ def load_definitions(name: str, names: list[str], folder: str | Path | None = No
         if not ("setup" in meta.get("tags", []) or (meta.get("nbgrader") or {}).get("solution")):
             continue
         try:
-            exec(compile(python_source(cell), f"{path.name} cell {index}", "exec"), namespace)  # noqa: S102 - the student's own code
+            exec(compile(python_source(cell), f"{path.name} cell {index}", "exec"), namespace)
         except NotImplementedError:
             pass  # an unfinished answer: reported below if it is one of `names`
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             raise NotebookLoadError(f"{path} cell {index} raised {type(exc).__name__}: {exc}") from None
     missing = [n for n in names if n not in namespace]
     if missing:

@@ -13,6 +13,7 @@ the task into a tensor function the checks can compare:
     check("schedule/basic", over_steps(lr_at_step))               # the learning rate at many steps
     check("step/adamw", with_optimizer(train_step))               # losses and weights after a few steps
     check("validation/basic", with_batches(validation_loss))      # the loss, and the mode it ran in
+    check("fit/basic", with_loader(fit))                          # the history and weights after a short run
     check("evaluate/basic", with_split(evaluate_captions))        # the scores of stored captions
 
     build_vocab = yours_or_kit("build_vocab", build_vocab)        # your function if it passes, else the kit's
@@ -21,7 +22,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from typing import Callable
+from collections.abc import Callable
 
 import h5py
 import numpy as np
@@ -34,7 +35,7 @@ from data.efficientnet_lite import STD as IMAGENET_STD
 from .layers import ToyCaptioner
 
 __all__ = ["with_cnn", "TinyCNN", "IMAGENET_MEAN", "IMAGENET_STD", "with_probe_words", "with_long_output",
-           "with_h5_file", "with_items", "over_steps", "with_optimizer", "with_batches", "with_split", "yours_or_kit",
+           "with_h5_file", "with_items", "over_steps", "with_optimizer", "with_batches", "with_loader", "with_split", "yours_or_kit",
            "SCORE_NAMES", "KIT_VERSIONS"]
 
 SCORE_NAMES = ("BLEU-1", "BLEU-2", "BLEU-3", "BLEU-4", "CIDEr", "exact_match")
@@ -235,6 +236,72 @@ def with_batches(validation_loss, model_class=ToyCaptioner):
     return _on_model(run, model_class, validation_loss)
 
 
+class _EpochLoader:
+    """A stand-in DataLoader for the training-loop checks: the same batches every epoch, in an order that
+    turns by one batch per epoch (as a shuffling loader's order changes from epoch to epoch)."""
+
+    def __init__(self, batches):
+        self.batches, self.epochs = batches, 0
+
+    def __iter__(self):
+        k = self.epochs % len(self.batches)
+        self.epochs += 1
+        return iter(self.batches[k:] + self.batches[:k])
+
+    def __len__(self):
+        return len(self.batches)
+
+
+class _FixedPlan:
+    """A stand-in TrainingPlan: yields (step, lr) for the stored rates, no clock and no progress bar."""
+
+    def __init__(self, lrs):
+        self.lrs = list(lrs)
+
+    def __iter__(self):
+        return iter(enumerate(self.lrs))
+
+    def __len__(self):
+        return len(self.lrs)
+
+    def show(self, **values):
+        pass
+
+
+def with_loader(fit, model_class=ToyCaptioner):
+    """``fit(model, loss_fn, optimizer, loader, plan, val_batches, val_every, step_fn, val_fn, device)`` on a
+    ``model_class`` with the stored weights: the loader's batches are cut from the first rows of (features,
+    captions) at `sizes`, the validation batch is the remaining rows, the plan yields `lrs`; the kit's step
+    (SGD, clipping at 1) and validation loss. Returns (the history's steps, losses, rates, validation steps
+    and losses, and every parameter afterwards)."""
+    from .training import HISTORY_KEYS, default_step, mean_loss
+
+    def run(self, features, captions, sizes, lrs, val_every):
+        _require(fit)
+        bounds = np.cumsum([0, *sizes])
+        loader = _EpochLoader([(features[a:b], captions[a:b]) for a, b in zip(bounds[:-1], bounds[1:])])
+        val_batches = [(features[bounds[-1]:], captions[bounds[-1]:])]
+        params = list(self.model.parameters())
+        opt = torch.optim.SGD(params, lr=1.0)
+
+        def step_fn(model, loss_fn, optimizer, features, captions, lr):
+            return default_step(model, loss_fn, optimizer, features, captions, lr, grad_clip=1.0)
+
+        history = fit(self.model, _toy_loss, opt, loader, _FixedPlan(lrs), val_batches, val_every, step_fn,
+                      mean_loss, torch.device("cpu"))
+        if not isinstance(history, dict) or not all(k in history for k in HISTORY_KEYS):
+            raise TypeError(f"fit must return the history: a dict with the keys {', '.join(HISTORY_KEYS)}")
+        dtype = features.dtype
+        flat = torch.cat([p.detach().reshape(-1) for p in params])
+        return (torch.tensor([int(s) for s in history["step"]], dtype=torch.long),
+                torch.tensor([float(x) for x in history["loss"]], dtype=dtype),
+                torch.tensor([float(x) for x in history["lr"]], dtype=dtype),
+                torch.tensor([int(s) for s in history["val_step"]], dtype=torch.long),
+                torch.tensor([float(x) for x in history["val_loss"]], dtype=dtype), flat)
+
+    return _on_model(run, model_class, fit)
+
+
 # ---- evaluation --------------------------------------------------------------------------------------
 class _StoredSplit:
     """A stand-in split for the evaluation checks: image i's "features" are its index (N, 1, 1), and its
@@ -314,6 +381,8 @@ def with_split(evaluate):
 
 # ---- your version, or the kit's --------------------------------------------------------------------
 def _kit_extract(cnn, images, size=224):
+    if np.ndim(images) != 4 or np.shape(images)[-1] != 3:
+        raise ValueError(f"images must be a (B, H, W, 3) batch of RGB images, got shape {tuple(np.shape(images))}")
     cnn.eval()
     with torch.no_grad():
         x = torch.as_tensor(np.asarray(images)).permute(0, 3, 1, 2).float().div(255)
@@ -339,10 +408,12 @@ def _kit(name) -> Callable:
     from data.common import build_vocab
 
     from . import data, training
-    return {"extract_grid_features": _kit_extract, "build_vocab": build_vocab, "encode_captions": _kit_encode,
+    versions: dict[str, Callable] = {"extract_grid_features": _kit_extract, "build_vocab": build_vocab, "encode_captions": _kit_encode,
             "CaptionFeatures": data.FeatureCaptions,
             "collate_captions": data.pad_collate, "lr_at_step": training.warmup_cosine,
-            "train_step": training.default_step, "validation_loss": training.mean_loss, "evaluate_captions": _kit_evaluate}[name]
+            "train_step": training.default_step, "validation_loss": training.mean_loss, "fit": training.default_fit,
+            "evaluate_captions": _kit_evaluate}
+    return versions[name]
 
 
 # the public case and adapter of each piece
@@ -355,6 +426,7 @@ KIT_VERSIONS = {
     "lr_at_step": ("schedule/basic", over_steps),
     "train_step": ("step/adamw", with_optimizer),
     "validation_loss": ("validation/basic", with_batches),
+    "fit": ("fit/basic", with_loader),
     "evaluate_captions": ("evaluate/basic", with_split),
 }
 

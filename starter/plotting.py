@@ -1,7 +1,7 @@
 """Plots shared by the notebooks. Every figure gets a title, axis labels and, for heat maps, a colour bar."""
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -54,7 +54,7 @@ def show_matrix(values, title: str, xlabel: str, ylabel: str, ax=None, cmap: str
     if ax is None:
         _, ax = plt.subplots(figsize=(8, 4))
     lim = float(np.abs(v).max()) if symmetric else None
-    im = ax.imshow(v, cmap=cmap, aspect="auto", vmin=-lim if symmetric else None, vmax=lim)
+    im = ax.imshow(v, cmap=cmap, aspect="auto", vmin=None if lim is None else -lim, vmax=lim)
     ax.figure.colorbar(im, ax=ax, label=colorbar_label)
     ax.set_title(title)
     ax.set_xlabel(xlabel)

@@ -25,7 +25,7 @@ import torch
 
 from .runtime import OneLineError, missing_checkpoint
 
-__all__ = ["GRADING", "pick_device", "seed_everything", "train", "default_step", "warmup_cosine", "mean_loss", "save_checkpoint",
+__all__ = ["GRADING", "pick_device", "seed_everything", "train", "TrainingPlan", "default_fit", "default_step", "warmup_cosine", "mean_loss", "save_checkpoint",
            "load_checkpoint", "overfit_small_batch", "count_parameters"]
 
 GRADING = bool(os.environ.get("NBGRADER_EXECUTION"))
@@ -116,24 +116,26 @@ def _as_pair(batch, device):
     return features.to(device), captions.to(device)
 
 
-def _training_batches(source, batch_size: int, seed: int, device):
-    """Endless (features, captions) batches: from a Split (`sample_batch`, a new shuffle each epoch), or
-    from a DataLoader, epoch after epoch. Seeded: the same `seed` gives the same batches on every call
-    (a DataLoader's own generator is re-seeded)."""
-    if hasattr(source, "sample_batch"):
-        gen = torch.Generator().manual_seed(seed)
+class _SplitBatches:
+    """A Split as a loader: one endless, seeded stream of (features, captions) batches from `sample_batch`
+    (a new shuffle each epoch). Iterating it again continues the same stream."""
+
+    def __init__(self, split, batch_size: int, seed: int):
+        self.split, self.batch_size, self.generator = split, batch_size, torch.Generator().manual_seed(seed)
+
+    def __iter__(self):
         while True:
-            yield _as_pair(source.sample_batch(batch_size, generator=gen), device)
+            yield _as_pair(self.split.sample_batch(self.batch_size, generator=self.generator), "cpu")
+
+
+def _loader_for(source, batch_size: int, seed: int):
+    """An iterable of (features, captions) batches, seeded: the same `seed` gives the same batches on every
+    call (a DataLoader's own generator is re-seeded; a Split is wrapped as a seeded stream)."""
+    if hasattr(source, "sample_batch"):
+        return _SplitBatches(source, batch_size, seed)
     if getattr(source, "generator", None) is not None:
         source.generator.manual_seed(seed)
-    while True:
-        empty = True
-        for batch in source:
-            empty = False
-            yield _as_pair(batch, device)
-        if empty:
-            raise ValueError("the training DataLoader yields no batches (is its dataset empty, or smaller than "
-                             "batch_size with drop_last=True?)")
+    return source
 
 
 def _fixed_batches(source, batch_size: int, count: int, device) -> list:
@@ -163,31 +165,134 @@ def mean_loss(model, loss_fn, batches) -> float:
     return total
 
 
+HISTORY_KEYS = ("step", "loss", "lr", "val_step", "val_loss")  # what a training loop records
+
+
+class TrainingPlan:
+    """The steps of one training run, each with its learning rate, kept to a time budget; shows a progress bar.
+
+        plan = TrainingPlan(steps=700, lr_fn=lr_at_step, warmup=50, peak_lr=2e-3, time_limit=180)
+        for step, lr in plan:         # step = 0, 1, 2, ... (0-based); lr = the schedule's rate for this step
+            ...                       # one training step at rate lr
+
+    Time budget: `time_limit` (seconds) shortens the run instead of cutting it off. The schedule follows
+    the run's progress = max(steps done / `steps`, time used / `time_limit`), and the plan ends when
+    progress reaches 1 (after the step in which the budget runs out). On a machine too slow for `steps`
+    steps in time, warm-up and cosine decay are thus compressed into the steps that fit and still run to
+    their end. The first step doesn't set the pace (it carries one-off start-up costs such as CUDA
+    initialisation): time used counts from its end, as a fraction of the budget left then. As long as the
+    machine keeps pace, nothing changes: the same steps and rates as without `time_limit`.
+
+    After the loop: `done` (steps taken), `shortened` (True if the budget ended the run early), `seconds`.
+    `show(**values)` puts values (a loss, say) next to the bar.
+    """
+
+    def __init__(self, steps: int, lr_fn, warmup: int, peak_lr: float, time_limit: float | None = None,
+                 progress: bool = True):
+        if time_limit is not None and not time_limit > 0:
+            raise ValueError(f"time_limit must be a positive number of seconds or None, not {time_limit}")
+        if steps < 1:
+            raise ValueError(f"steps must be at least 1, not {steps}")
+        self.steps, self.lr_fn, self.warmup, self.peak_lr = steps, lr_fn, warmup, peak_lr
+        self.time_limit, self.progress = time_limit, progress
+        self.done, self.shortened, self.seconds = 0, False, 0.0
+        self.lrs: list[float] = []
+        self._values: dict = {}
+        self._bar = None
+
+    def __len__(self) -> int:
+        return self.steps
+
+    def show(self, **values) -> None:
+        self._values.update({k: f"{v:.3f}" if isinstance(v, float) else v for k, v in values.items()})
+        if self._bar is not None:
+            self._bar.set_postfix(self._values, refresh=False)
+
+    def __iter__(self):
+        from tqdm.auto import tqdm
+
+        steps, time_limit = self.steps, self.time_limit
+        self._bar = bar = tqdm(total=steps, desc="training", disable=not self.progress, mininterval=1.0)
+        t0 = _clock()
+        startup = 0.0  # seconds taken by the first step
+        try:
+            for step in range(steps):  # `step` steps are done
+                # the schedule's step: `step` itself, or, when time used is ahead of it, that fraction of `steps`
+                sched_step = step
+                if time_limit is not None and step >= 1:
+                    elapsed = _clock() - t0
+                    if step == 1:
+                        startup = elapsed
+                    time_used = (elapsed - startup) / (time_limit - startup) if time_limit > startup else 1.0
+                    sched_step = max(step, steps * min(1.0, time_used))  # max() keeps the int `step` on a tie
+                lr = float(self.lr_fn(sched_step, steps, self.warmup, self.peak_lr))
+                self.lrs.append(lr)
+                yield step, lr
+                self.done += 1
+                bar.update(1)
+                if time_limit is not None and _clock() - t0 >= time_limit:
+                    break
+        finally:
+            self.seconds = _clock() - t0
+            self.shortened = self.done < steps
+            if self.shortened and self.done:  # a complete schedule: show a full bar (not a red, short one)
+                bar.total = self.done
+                widget = getattr(bar, "container", None)  # tqdm.notebook's widgets: (label, bar, text)
+                if widget is not None:
+                    widget.children[1].max = self.done
+                bar.set_description("training (time budget)", refresh=False)
+            bar.close()
+            self._bar = None
+
+
+def default_fit(model, loss_fn, optimizer, loader, plan, val_batches, val_every, step_fn, val_fn, device) -> dict:
+    """The kit's training loop (notebook 04 asks you to write your own, `fit`): one `step_fn` per
+    (step, lr) of `plan`, on batches drawn from `loader` epoch after epoch and moved to `device`; the
+    validation loss every `val_every` steps and after the last one."""
+    history: dict = {key: [] for key in HISTORY_KEYS}
+    batches = iter(loader)
+    for step, lr in plan:
+        batch = next(batches, None)
+        if batch is None:  # the end of an epoch: start the next one (a DataLoader shuffles anew)
+            batches = iter(loader)
+            batch = next(batches, None)
+            if batch is None:
+                raise ValueError("the training loader yields no batches (is its dataset empty, or smaller than "
+                                 "batch_size with drop_last=True?)")
+        features, captions = batch
+        loss = step_fn(model, loss_fn, optimizer, features.to(device), captions.to(device), lr)
+        history["step"].append(step + 1)
+        history["loss"].append(loss)
+        history["lr"].append(lr)
+        if (step + 1) % val_every == 0:
+            history["val_step"].append(step + 1)
+            history["val_loss"].append(val_fn(model, loss_fn, val_batches))
+    if history["step"] and history["val_step"][-1:] != history["step"][-1:]:
+        history["val_step"].append(history["step"][-1])
+        history["val_loss"].append(val_fn(model, loss_fn, val_batches))
+    return history
+
+
 def train(model, loss_fn, split, steps: int, batch_size: int = 64, lr: float = 2e-3, weight_decay: float = 0.01,
           warmup: int = 50, grad_clip: float | None = 1.0, device=None, seed: int = 0, val_split=None,
           val_every: int | None = None, val_batches: int = 4, time_limit: float | None = None,
-          progress: bool = True, history: dict | None = None, step_fn=None, lr_fn=None, val_fn=None) -> dict:
+          progress: bool = True, history: dict | None = None, step_fn=None, lr_fn=None, val_fn=None,
+          fit_fn=None) -> dict:
     """Train `model` with AdamW on minibatches of `split` for `steps` steps, or fewer if `time_limit` binds.
 
     `split`: a Split (batches from ``split.sample_batch``, a new shuffle each epoch) or a DataLoader of
     (features, captions) batches (`batch_size` is then the loader's); either way seeded by `seed`, so the
-    same seed gives the same batches. Each step is ``step_fn(model, loss_fn, optimizer, features, captions,
-    lr, grad_clip)`` (default: the kit's `default_step`; notebook 04 passes your `train_step`) with the
-    learning rate ``lr_fn(step, steps, warmup, lr)`` (default: the kit's `warmup_cosine`; notebook 04 passes
-    your `lr_at_step`).
+    same seed gives the same batches. The loop is ``fit_fn(model, loss_fn, optimizer, loader, plan,
+    val_batches, val_every, step_fn, val_fn, device)`` (default: the kit's `default_fit`; notebook 04
+    passes your `fit`) over a `TrainingPlan` (the steps, their learning rates ``lr_fn(step, steps, warmup,
+    lr)``, the time budget and the progress bar). Each step is ``step_fn(model, loss_fn, optimizer,
+    features, captions, lr, grad_clip)`` (default: the kit's `default_step`; notebook 04 passes your
+    `train_step`); `lr_fn` defaults to the kit's `warmup_cosine` (notebook 04: your `lr_at_step`).
     Every `val_every` steps (default: 10 times per run) and after the last step, the loss on `val_batches`
     fixed batches of `val_split` (a Split, or an unshuffled DataLoader) is recorded, as
-    ``val_fn(model, loss_fn, batches)`` (default: the kit's `mean_loss`; notebook 04 passes your
-    `validation_loss`).
-
-    Time budget: `time_limit` (seconds) shortens the run instead of cutting it off. The schedule follows
-    the run's progress = max(steps done / `steps`, time used / `time_limit`), and the run ends when
-    progress reaches 1 (after the step in which the budget runs out, plus the final validation). On a
-    machine too slow for `steps` steps in time, warm-up and cosine decay are thus compressed into the
-    steps that fit and still run to their end. The first step doesn't set the pace (it carries one-off
-    start-up costs such as CUDA initialisation): time used counts from its end, as a fraction of the
-    budget left then. As long as the machine keeps pace (time used never ahead of steps done), nothing
-    changes: the same steps and learning rates as without `time_limit` (a seeded run repeats exactly).
+    ``val_fn(model, loss_fn, batches)`` (default: the kit's `mean_loss`; notebook 04: your `validation_loss`).
+    The time budget is `TrainingPlan`'s: a machine too slow for `steps` steps in `time_limit` seconds
+    trains fewer, with the whole schedule compressed into them.
 
     `progress`: show a progress bar and print one summary line (device, steps, seconds, and whether the
     time budget shortened the run). Returns the history dict: "step", "loss", "lr", "val_step",
@@ -195,74 +300,52 @@ def train(model, loss_fn, split, steps: int, batch_size: int = 64, lr: float = 2
     the time budget shortened the run), "summary" (that line). Pass it back in as `history` to continue
     a run's curve: steps and seconds add up.
     """
-    from tqdm.auto import tqdm
-
-    if time_limit is not None and not time_limit > 0:
-        raise ValueError(f"time_limit must be a positive number of seconds or None, not {time_limit}")
     device = torch.device(device) if device is not None else next(model.parameters()).device
+    plan = TrainingPlan(steps, lr_fn or warmup_cosine, warmup, lr, time_limit=time_limit, progress=progress)
     seed_everything(seed)
     model.to(device).train()
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
-    hist = history if history is not None else {"step": [], "loss": [], "lr": [], "val_step": [], "val_loss": []}
-    offset = hist.get("steps_done", 0)
-    val_every = val_every or max(1, steps // 10)
     fixed_val = [] if val_split is None else _fixed_batches(val_split, batch_size, val_batches, device)
-    step_fn = step_fn or default_step
-    lr_fn = lr_fn or warmup_cosine
-    val_fn = val_fn or mean_loss
-    batches = _training_batches(split, batch_size, seed, device)
-    bar = tqdm(total=steps, desc="training", disable=not progress, mininterval=1.0)
-    t0 = _clock()
-    startup = 0.0  # seconds taken by the first step
-    done = 0
-    for step in range(steps):  # `step` steps are done
-        # the schedule's step: `step` itself, or, when time used is ahead of it, that fraction of `steps`
-        sched_step = step
-        if time_limit is not None and step >= 1:
-            elapsed = _clock() - t0
-            if step == 1:
-                startup = elapsed
-            time_used = (elapsed - startup) / (time_limit - startup) if time_limit > startup else 1.0
-            sched_step = max(step, steps * min(1.0, time_used))  # max() keeps the int `step` on a tie
-        features, captions = next(batches)
-        step_lr = float(lr_fn(sched_step, steps, warmup, lr))
-        loss = float(step_fn(model, loss_fn, opt, features, captions, step_lr, grad_clip))
+    step_fn, val_fn = step_fn or default_step, val_fn or mean_loss
+
+    def step(model, loss_fn, optimizer, features, captions, lr):
+        loss = float(step_fn(model, loss_fn, optimizer, features, captions, lr, grad_clip))
         if not math.isfinite(loss):
-            bar.close()
-            raise FloatingPointError(f"loss is {loss} at step {step}: lower the learning rate or check "
-                                     "the loss for divisions by zero")
-        done += 1
-        hist["step"].append(offset + done)
-        hist["loss"].append(loss)  # a float: the step waited for the GPU, so the clock below sees the real time
-        hist["lr"].append(step_lr)
-        last = done == steps or (time_limit is not None and _clock() - t0 >= time_limit)
-        bar.update(1)
-        if fixed_val and (done % val_every == 0 or last):
-            hist["val_step"].append(offset + done)
-            hist["val_loss"].append(float(val_fn(model, loss_fn, fixed_val)))
-            bar.set_postfix(loss=f"{hist['loss'][-1]:.3f}", val=f"{hist['val_loss'][-1]:.3f}", refresh=False)
-        elif step % 10 == 0:
-            bar.set_postfix(loss=f"{hist['loss'][-1]:.3f}", refresh=False)
-        if last:
-            break
-    seconds = _clock() - t0
-    shortened = done < steps
-    if shortened:  # the schedule is complete: show a full bar (a notebook shows a bar short of its total in red)
-        bar.total = done
-        widget = getattr(bar, "container", None)  # tqdm.notebook's widgets: (label, progress bar, text)
-        if widget is not None:
-            widget.children[1].max = done
-        bar.set_description("training (time budget)", refresh=False)
-    bar.close()
+            raise FloatingPointError(f"loss is {loss} at step {plan.done}: lower the learning rate or check the "
+                                     "loss for divisions by zero")
+        if plan.done % 10 == 0:
+            plan.show(loss=loss)
+        return loss  # a float: the step waited for the GPU, so the plan's clock sees the real time
+
+    def validate(model, loss_fn, batches):
+        if not batches:
+            return float("nan")
+        value = float(val_fn(model, loss_fn, batches))
+        plan.show(val=value)
+        return value
+
+    run = (fit_fn or default_fit)(model, loss_fn, opt, _loader_for(split, batch_size, seed), plan, fixed_val,
+                                  val_every or max(1, steps // 10), step, validate, device)
     model.eval()
-    hist["seconds"] = hist.get("seconds", 0.0) + seconds
+    if not (isinstance(run, dict) and all(isinstance(run.get(k), list) for k in HISTORY_KEYS)):
+        raise TypeError(f"the training loop must return a dict of lists with the keys {', '.join(HISTORY_KEYS)}")
+    if not fixed_val:  # no validation set: nothing was measured
+        run["val_step"], run["val_loss"] = [], []
+    hist = history if history is not None else {key: [] for key in HISTORY_KEYS}
+    offset = hist.get("steps_done", 0)
+    for key in ("step", "val_step"):
+        hist[key] += [offset + int(s) for s in run[key]]
+    for key in ("loss", "lr", "val_loss"):
+        hist[key] += [float(v) for v in run[key]]
+    done = plan.done
+    hist["seconds"] = hist.get("seconds", 0.0) + plan.seconds
     hist["steps_done"] = offset + done
     hist["planned_steps"] = hist.get("planned_steps", offset) + steps
     hist["device"] = _device_name(device)
     hist["time_limit"] = time_limit
-    hist["shortened"] = bool(hist.get("shortened", False) or shortened)
-    took = f"{seconds:.1f} s" if seconds < 10 else f"{seconds:.0f} s"
-    if shortened:
+    hist["shortened"] = bool(hist.get("shortened", False) or plan.shortened)
+    took = f"{plan.seconds:.1f} s" if plan.seconds < 10 else f"{plan.seconds:.0f} s"
+    if plan.shortened:
         summary = (f"training on {hist['device']}: {done} of {steps} steps in {took} (time budget {time_limit:g} s: "
                    "the learning-rate schedule was compressed to fit and completed)")
     else:

@@ -11,7 +11,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from grading import notebooks as nbs  # noqa: E402
+from grading import notebooks as nbs
 
 os.environ.setdefault("MPLBACKEND", "Agg")
 
@@ -84,8 +84,7 @@ def load_any_case(name: str):
     """Load a public or hidden case (the tests can see the hidden references)."""
     from starter.checks import load_case
 
-    os.environ["COURSE_HIDDEN_REFERENCES"] = str(nbs.HIDDEN_REFERENCES)
-    return load_case(name)
+    return load_case(name, dirs=[nbs.PUBLIC_REFERENCES, nbs.HIDDEN_REFERENCES])  # no process-wide switch
 
 
 def assert_matches_reference(name: str, case, outs, inputs) -> None:

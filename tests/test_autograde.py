@@ -16,8 +16,8 @@ from html import escape as html_escape
 from pathlib import Path
 
 import pytest
-
 from conftest import filled_submission, write_nb
+
 from grading import notebooks as nbs
 from grading.autograde import autograde, graded_columns
 

@@ -129,7 +129,7 @@ def test_builtin_attention_is_refused():
 
 def test_checks_are_quiet(ns, capsys):
     def noisy(q, k, v, mask=None):
-        warnings.warn("student warning")
+        warnings.warn("student warning", stacklevel=2)
         import sys
         print("to stderr", file=sys.stderr)
         return ns["scaled_dot_product_attention"](q, k, v, mask)

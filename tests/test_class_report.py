@@ -10,8 +10,8 @@ import json
 import shutil
 
 import pytest
-
 from conftest import ROOT, filled_submission, solution_sources, write_nb
+
 from grading import class_report
 from grading.autograde import autograde
 

@@ -30,9 +30,9 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from conftest import SOLUTION_STEMS, filled_submission, write_nb
 from packaging.requirements import Requirement
 
-from conftest import SOLUTION_STEMS, filled_submission, write_nb
 from grading import publish
 
 # What Colab has before the first cell runs, of what the kit uses (Colab has many more; none of them

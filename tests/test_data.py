@@ -273,6 +273,26 @@ def test_fetch_cs231n_end_to_end(server, tmp_path, cs231n):
     assert folder == dest / "coco_captioning"
 
 
+def test_downloaded_folder_check_names_a_damaged_file(cs231n):
+    folder = cs231n
+    with h5py.File(folder / coco_cs231n.CAPTIONS_FILE, "r") as f:
+        counts = (len(f["train_captions"]), len(f["val_captions"]))
+    assert coco_cs231n.check_folder(folder).startswith(f"{counts[0]} training and {counts[1]} validation captions")
+    (folder / coco_cs231n.FEATURE_FILES["val"]).write_bytes(b"truncated")
+    with pytest.raises(DownloadError, match="val2014_vgg16_fc7_pca.h5: unreadable"):
+        coco_cs231n.check_folder(folder)
+
+
+def test_the_data_package_never_imports_the_kit():
+    """`starter` reads what `data` builds; `data` stands alone (no import cycle between the two packages)."""
+    import ast
+    for path in sorted((Path(__file__).resolve().parent.parent / "data").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            assert not any(n == "starter" or n.startswith("starter.") for n in names), f"{path.name} imports {names}"
+
+
 # ---------------------------------------------------------------------------- COCO grid builder
 def _coco_split(root: Path, split: str, ids, rng):
     img_dir = root / f"{split}2014"
@@ -475,7 +495,10 @@ def test_vocab_encode_decode():
 
 def test_sampling_without_replacement_and_epochs(tiny_shapes):
     tr = load_dataset(tiny_shapes).split("train")
-    key = lambda caps, idx: [(int(i), tuple(c.tolist())) for c, i in zip(caps, idx)]
+
+    def key(caps, idx):
+        return [(int(i), tuple(c.tolist())) for c, i in zip(caps, idx)]
+
     everything = Counter(key(tr.captions, tr.image_idxs))
     assert max(everything.values()) == 1
     seen = []

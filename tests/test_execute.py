@@ -9,8 +9,8 @@ import os
 
 import nbformat
 import pytest
-
 from conftest import ROOT
+
 from grading import execute
 
 FIGURE = "import matplotlib.pyplot as plt\nplt.plot([0, 1, 4])\nplt.title('tiny')\nplt.show()"

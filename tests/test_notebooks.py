@@ -8,11 +8,12 @@ import h5py
 import nbformat
 import numpy as np
 import pytest
+from conftest import SOLUTION_STEMS, case_names_in
 from nbclient import NotebookClient
 from nbgrader.validator import Validator
 
-from conftest import SOLUTION_STEMS, case_names_in
-from grading import course, notebooks as nbs, references
+from grading import course, references
+from grading import notebooks as nbs
 
 
 @pytest.mark.parametrize("stem", SOLUTION_STEMS)

@@ -6,10 +6,11 @@ import re
 import shutil
 import subprocess
 import sys
-import tomllib
 import zipfile
 from importlib import metadata
+from pathlib import Path
 
+import tomllib
 from packaging.requirements import Requirement
 
 from grading.notebooks import ROOT
@@ -67,7 +68,7 @@ def test_pinned_versions_satisfy_the_declared_ranges():
         assert req.specifier.contains(pins[key]), f"requirements.txt pins {req.name}=={pins[key]}, outside {req}"
 
 
-def test_wheel_ships_public_references_only_and_builds_without_warnings(tmp_path):
+def test_wheel_builds_cleanly_ships_public_references_only_and_runs_a_check_once_installed(tmp_path):
     tree = tmp_path / "kit"  # a copy: an in-place build would leave build/ in the checkout
     skip = shutil.ignore_patterns("__pycache__", "cache", "work", "*.egg-info")
     for part in ("starter", "data", "grading"):
@@ -83,3 +84,30 @@ def test_wheel_ships_public_references_only_and_builds_without_warnings(tmp_path
     public = sorted(p.name for p in (ROOT / "starter" / "references").glob("*.h5"))
     assert public and sorted(n.split("/")[-1] for n in names if n.startswith("starter/references/")) == public
     assert not [n for n in names if n.startswith(("grading/references/", "data/cache/", "solutions/", "tests/"))]
+
+    # installed into a fresh virtual environment (its dependencies borrowed from this one, without the kit),
+    # the wheel alone runs a public check from outside the repository
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    site = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    ours = [p for p in sys.path if p.endswith("site-packages")]
+    (Path(site) / "borrowed.pth").write_text("\n".join(ours) + "\n")  # paths only: the kit's editable hook stays out
+    with zipfile.ZipFile(wheel) as z:  # a wheel is a zip laid out as site-packages (pip is not needed for this)
+        z.extractall(site)
+    probe = (
+        "import starter\n"
+        "from starter.checks import check\n"
+        "def attention(q, k, v, mask=None):\n"
+        "    s = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5\n"
+        "    if mask is not None:\n"
+        "        s = s.masked_fill(~mask, float('-inf'))\n"
+        "    w = s.softmax(-1)\n"
+        "    return w @ v, w\n"
+        "check('sdpa/basic', attention)\n"
+        "print(starter.__file__)\n")
+    run = subprocess.run([python, "-c", probe], capture_output=True, text=True, cwd=tmp_path,
+                         env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "MPLBACKEND": "Agg"})
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "sdpa/basic passed" in run.stdout and run.stdout.strip().endswith(str(Path(site) / "starter" / "__init__.py"))

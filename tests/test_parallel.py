@@ -14,10 +14,10 @@ import time
 from pathlib import Path
 
 import nbformat
-import pytest
-
 import postgres
+import pytest
 from conftest import filled_submission, write_nb
+
 from grading import engine
 from grading import notebooks as nbs
 from grading.autograde import autograde, graded_columns

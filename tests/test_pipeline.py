@@ -82,9 +82,8 @@ def test_handing_in_the_kits_version_is_refused(capsys):
     import data.common
     import starter.data
     import starter.metrics
-    import starter.training
-
     import starter.pipeline
+    import starter.training
 
     delegates = {
         "extract_grid_features": lambda *a, **k: starter.pipeline._kit_extract(*a, **k),
@@ -96,6 +95,7 @@ def test_handing_in_the_kits_version_is_refused(capsys):
         "lr_at_step": lambda *a: starter.training.warmup_cosine(*a),
         "train_step": lambda *a: starter.training.default_step(*a),
         "validation_loss": lambda *a: starter.training.mean_loss(*a),
+        "fit": lambda *a: starter.training.default_fit(*a),
         "evaluate_captions": lambda *a, **k: starter.metrics.evaluate_captioner(*a, **k)[:2],
     }
     assert set(delegates) == set(KIT_VERSIONS)
@@ -120,6 +120,60 @@ def test_bad_feature_files_give_one_line_naming_the_file(tmp_path, problem):
     with pytest.raises(DatasetError) as err:
         FeatureCaptions(path, key, _captions(), idxs)[0]
     assert str(path) in str(err.value) and len(str(err.value).splitlines()) <= 2
+
+
+def test_a_caption_without_end_is_an_error_naming_its_row(tmp_path):
+    caps = _captions()
+    caps[4] = 0  # an empty caption
+    with pytest.raises(DatasetError, match="caption row 4 has no <END>"):
+        FeatureCaptions(_file(tmp_path), "train/features", caps, torch.arange(10) % 6)
+
+
+def test_bad_input_cases_fail_a_pipeline_that_does_not_check_its_input(hidden_references):
+    """The bad-input cases of notebook 04 (images that are not RGB, a caption without <END>): an answer that
+    computes without looking fails them with a message asking for a clear ValueError."""
+    from starter import pipeline as P
+    from starter.checks import CheckFailed, check
+
+    def extract(cnn, images, size=224):  # the recipe, without the shape check
+        x = torch.as_tensor(images).permute(0, 3, 1, 2).float() / 255
+        x = torch.nn.functional.interpolate(x, size=(size, size), mode="bilinear", antialias=True)
+        x = (x - torch.tensor(P.IMAGENET_MEAN).view(1, 3, 1, 1)) / torch.tensor(P.IMAGENET_STD).view(1, 3, 1, 1)
+        with torch.no_grad():
+            return cnn.eval()(x).flatten(2).transpose(1, 2)
+
+    class Items(torch.utils.data.Dataset):  # the item rule, without the <END> check
+        def __init__(self, path, key, captions, image_idxs):
+            self.features = h5py.File(path, "r")[key]
+            self.captions, self.image_idxs = captions, image_idxs
+
+        def __len__(self):
+            return len(self.captions)
+
+        def __getitem__(self, i):
+            caption = self.captions[i]
+            return (torch.from_numpy(self.features[int(self.image_idxs[i])]).float(),
+                    caption[: int((caption == 2).nonzero()[0]) + 1])
+
+    check("features/basic", P.with_cnn(extract))  # the recipe itself is right
+    check("dataset/basic", P.with_h5_file(Items))
+    for name, answer in (("features/rgba_images", P.with_cnn(extract)),
+                         ("features/grayscale_images", P.with_cnn(extract)),
+                         ("dataset/caption_without_end", P.with_h5_file(Items))):
+        with pytest.raises(CheckFailed, match="expected a clear ValueError") as err:
+            check(name, answer)
+        assert "\n" not in str(err.value)
+
+
+def test_a_loop_that_returns_no_history_is_a_clear_error():
+    model = ToyCaptioner(9, 4, hidden=8, max_len=16)
+    loader = [(torch.randn(2, 3, 4), _captions(2))]
+
+    def loss_fn(model, features, captions):
+        return model(features, captions[:, :-1]).square().mean()
+
+    with pytest.raises(TypeError, match="must return a dict of lists"):
+        train(model, loss_fn, loader, steps=2, warmup=1, progress=False, fit_fn=lambda *a: None)
 
 
 def test_readme_points_table_matches_the_notebooks():

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from conftest import SOLUTION_STEMS, case_names, load_any_case
 
 NAMES = [n for stem in SOLUTION_STEMS for n in case_names(stem)]

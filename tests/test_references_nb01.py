@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-
 from conftest import case_names, load_any_case
 
 STEM = "01_scaled_dot_product_attention"

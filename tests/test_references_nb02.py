@@ -7,13 +7,12 @@ and the cases that expect a ValueError must really get one from the solution.
 """
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
 import torch
+from conftest import assert_matches_reference, case_names, expects_exception, load_any_case
 
 from grading import notebooks as nbs
-from conftest import assert_matches_reference, case_names, expects_exception, load_any_case
 
 STEM = "02_positional_encoding"
 

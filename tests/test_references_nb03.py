@@ -10,13 +10,11 @@ differ from the reference.
 """
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
 import torch
-from torch import nn
-
 from conftest import case_names, load_any_case
+from torch import nn
 
 STEM = "03_multi_head_attention"
 

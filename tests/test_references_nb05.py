@@ -7,13 +7,12 @@ against counting cells one by one. Gradients against autograd through the indepe
 """
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
 import torch
+from conftest import assert_matches_reference, case_names, expects_exception, load_any_case
 
 from grading import notebooks as nbs
-from conftest import assert_matches_reference, case_names, expects_exception, load_any_case
 from starter.checks import CheckFailed, check
 
 STEM = "05_visualizing_attention"
@@ -191,7 +190,7 @@ def test_typical_bugs_are_named(name, bug, words):
     assert words in message and "\n" not in message, message
 
 
-def test_solution_passes_every_case_and_unfinished_code_is_reported():
+def test_solution_passes_every_case_and_unfinished_code_is_reported(hidden_references):
     ns = nbs.execute_definitions(nbs.SOLUTIONS / f"{STEM}.ipynb")
     for name in NAMES:
         target = _load(name).target

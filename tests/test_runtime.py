@@ -6,11 +6,11 @@ import shutil
 import sys
 
 import nbformat
-import torch
 import pytest
+import torch
+from conftest import filled_submission, write_nb
 from nbclient import NotebookClient
 
-from conftest import filled_submission, write_nb
 from grading import notebooks as nbs
 from starter import runtime
 from starter.layers import LayerLoadError, get_layers

@@ -6,8 +6,8 @@ import json
 
 import nbformat
 import pytest
-
 from conftest import filled_submission, solution_sources
+
 from grading import notebooks as nbs
 from grading.submission import read_any, rebuild
 

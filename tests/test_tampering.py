@@ -18,8 +18,8 @@ import zipfile
 
 import nbformat
 import pytest
-
 from conftest import filled_submission, write_nb
+
 from grading import notebooks as nbs
 from grading.autograde import autograde, graded_columns
 from starter.checks import case_names

@@ -179,6 +179,23 @@ def test_time_budget_that_does_not_bind_changes_nothing(monkeypatch):
     assert hist["summary"].endswith(f"{steps} steps in 54 s") and "time budget" not in hist["summary"]
 
 
+def test_lambdalr_applies_the_same_schedule_step_by_step():
+    """Notebook 04 says PyTorch's LambdaLR, given the schedule divided by the peak and stepped once per step,
+    applies the rates of the training loop (on whole steps: the time budget needs fractional ones)."""
+    split = TinySplit()
+    steps, warmup, lr = 30, 5, 1e-2
+    hist = training.train(_linear(), SlowMachine(0.0).loss_fn, split, steps=steps, batch_size=8, lr=lr,
+                          warmup=warmup, progress=False)
+    opt = torch.optim.SGD(_linear().parameters(), lr=lr)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: training.warmup_cosine(s, steps, warmup, lr) / lr)
+    rates = []
+    for _ in range(steps):
+        rates.append(opt.param_groups[0]["lr"])
+        opt.step()
+        scheduler.step()
+    assert rates == pytest.approx(hist["lr"], rel=1e-12)
+
+
 def test_summary_names_the_device_and_pick_device_order(monkeypatch, capsys):
     split = TinySplit()
     hist = training.train(_linear(), SlowMachine(0.0).loss_fn, split, steps=3, batch_size=4, warmup=1,

@@ -147,25 +147,6 @@ def _distinct(variants: dict, ns: dict, args: tuple, target: str) -> dict:
     return keep
 
 
-def _probe(ns) -> None:
-    """Build-time only: the reference run of a case that expects a ValueError must not crash the builder.
-
-    The check itself only verifies that the student's layer raises; what is stored as the expected
-    output of that case is an empty placeholder.
-    """
-    base = ns["PositionalEncoding"]
-    if getattr(base, "_probe", False):
-        return
-
-    def forward(self, x):
-        try:
-            return base.forward(self, x)
-        except ValueError:
-            return x.new_zeros(0)
-
-    ns["PositionalEncoding"] = type("PositionalEncoding", (base,), {"forward": forward, "_probe": True})
-
-
 def cases(ns) -> list[CaseSpec]:
     g = torch.Generator().manual_seed(2025)
     out = []
@@ -227,7 +208,6 @@ def cases(ns) -> list[CaseSpec]:
             grad_wrt=["x"] if grad else [], variants=_posenc_variants(shape[1] == max_len), public=public,
             hint="the output is x + pe[:T] with T = x.shape[1] (dropout is off in checks)."))
 
-    _probe(ns)
     for name, (shape, max_len, public) in {
         "posenc/too_long": ((2, 12, 8), 10, True),
         "posenc/too_long_by_one": ((1, 6, 4), 5, False),

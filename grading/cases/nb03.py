@@ -205,14 +205,14 @@ def cases(ns) -> list[CaseSpec]:
             name=name, target="split_heads", args=["x"], const_args=[h], inputs={"x": _randn(*shape, g=g, dtype=dtype)},
             outputs=["heads"], grad_wrt=["x"] if grad else [], variants=_split_variants(), public=public,
             hint="heads[b, i, t] = x[b, t, i*d_k:(i+1)*d_k]."))
-    for name, (shape, dtype, grad, public) in {
+    for name, (heads_shape, dtype, grad, public) in {
         "merge/basic": ((2, 2, 5, 4), torch.float32, False, True),
         "merge/four_heads": ((3, 4, 3, 2), torch.float32, False, False),
         "merge/float64": ((1, 3, 6, 2), torch.float64, False, False),
         "merge/grad": ((2, 4, 3, 2), torch.float32, True, False),
     }.items():
         out.append(CaseSpec(
-            name=name, target="merge_heads", args=["x"], inputs={"x": _randn(*shape, g=g, dtype=dtype)},
+            name=name, target="merge_heads", args=["x"], inputs={"x": _randn(*heads_shape, g=g, dtype=dtype)},
             outputs=["merged"], grad_wrt=["x"] if grad else [], variants=_merge_variants(), public=public,
             hint="merged[b, t, i*d_k:(i+1)*d_k] = x[b, i, t]."))
 

@@ -19,8 +19,20 @@ import torch.nn.functional as F
 
 from grading.references import CaseSpec, _run, build_case
 from starter.layers import with_attention, with_model
-from starter.pipeline import (IMAGENET_MEAN, IMAGENET_STD, over_steps, with_batches, with_cnn, with_h5_file,
-                              with_items, with_long_output, with_optimizer, with_probe_words, with_split)
+from starter.pipeline import (
+    IMAGENET_MEAN,
+    IMAGENET_STD,
+    over_steps,
+    with_batches,
+    with_cnn,
+    with_h5_file,
+    with_items,
+    with_loader,
+    with_long_output,
+    with_optimizer,
+    with_probe_words,
+    with_split,
+)
 
 # ---- CaptioningTransformer.forward ------------------------------------------------------------------
 
@@ -307,11 +319,12 @@ def _prune(spec: CaseSpec, ns) -> CaseSpec:
     base = dataclasses.replace(spec, variants={}, grad_wrt=[])
     rec = build_case(base, ns)
     params = {k: torch.from_numpy(v) for k, v in rec["params"].items()} or None
-    keep, kept_outs = {}, []
+    keep: dict = {}
+    kept_outs: list[dict] = []
     for name, (message, make) in spec.variants.items():
         try:
             vouts, _, _ = _run(spec, make(ns), params, dtype64=True, with_grad=False)
-        except Exception:  # noqa: BLE001 - a variant that crashes diagnoses nothing
+        except Exception:
             continue
         def close(a, b):  # the check's own tolerance: exact float equality flips with summation order
             return a.shape == b.shape and bool((abs(a.astype("float64") - b.astype("float64"))
@@ -468,18 +481,18 @@ def cases(ns) -> list[CaseSpec]:
             public=public, hint="keep the best (beam_width - finished) of all hypotheses x words at each step; "
                                 "rank finished hypotheses by sum(log p) / length ** length_penalty.")
 
-        def ok(exp, end=end, spec=spec, k=k):
+        def beam_ok(exp, end=end, spec=spec, k=k):
             toks = torch.from_numpy(exp["tokens"])
             if k == 1:
                 return bool((toks == end).any())
             g_out = _greedy_on(spec, ns)
             return bool((toks == end).any()) and not torch.equal(g_out, toks)
 
-        out.append(_prune(_seeded(spec, ns, ok), ns))
+        out.append(_prune(_seeded(spec, ns, beam_ok), ns))
     # the pipeline tasks' adapters (starter.pipeline), under the names their test cells show
     for fn, adapter in PIPELINE_ADAPTERS.items():
         ns[f"{adapter.__name__}({fn})"] = adapter(ns[fn])
-    return out + feature_cases(ns) + pipeline_cases(ns) + validation_cases(ns)
+    return out + feature_cases(ns) + pipeline_cases(ns) + validation_cases(ns) + fit_cases(ns)
 
 
 def _greedy_on(spec, ns):
@@ -499,7 +512,7 @@ SPECIALS = ["<NULL>", "<START>", "<END>", "<UNK>"]
 PIPELINE_ADAPTERS = {"extract_grid_features": with_cnn, "build_vocab": with_probe_words,
                      "encode_captions": with_long_output, "CaptionFeatures": with_h5_file,
                      "collate_captions": with_items, "lr_at_step": over_steps, "train_step": with_optimizer,
-                     "validation_loss": with_batches, "evaluate_captions": with_split}
+                     "validation_loss": with_batches, "fit": with_loader, "evaluate_captions": with_split}
 
 
 def _words(caption, kind=None):
@@ -837,6 +850,15 @@ def pipeline_cases(ns) -> list[CaseSpec]:
             hint="item i: (features of image image_idxs[i] as float32, captions[i] up to and including <END>).",
             forbid=["starter.data.FeatureCaptions.__getitem__"])
         out.append(_prune(spec, ns))
+    caps = _captions([2, 3, 1], 6, 12, g)
+    caps[1] = 0  # an empty caption: no <START>, no <END>
+    out.append(CaseSpec(
+        name="dataset/caption_without_end", target="with_h5_file(CaptionFeatures)",
+        args=["features", "captions", "image_idxs"],
+        inputs={"features": _randn(2, 3, 4, g=g).half().float(), "captions": caps,
+                "image_idxs": torch.tensor([1, 0, 1])},
+        outputs=["item_features", "item_captions", "item_lengths"], public=False,
+        properties=[["raises", "ValueError", "naming the row when a caption (row 1, all <NULL>) has no <END>"]]))
 
     # collate_captions(batch, null_idx)
     collate = {
@@ -915,12 +937,12 @@ def pipeline_cases(ns) -> list[CaseSpec]:
         references = []
         for i in range(n):
             length = int(torch.randint(2, 6, (1,), generator=g))
-            words = torch.randint(4, len(eval_words), (length,), generator=g)
-            tokens[i, :length] = words
+            drawn = torch.randint(4, len(eval_words), (length,), generator=g)
+            tokens[i, :length] = drawn
             tokens[i, length] = 2
             if garbage:
                 tokens[i, length + 1:] = torch.randint(4, len(eval_words), (max_len - length - 1,), generator=g)
-            caption = " ".join(eval_words[int(w)] for w in words)
+            caption = " ".join(eval_words[int(w)] for w in drawn)
             refs = [" ".join(eval_words[int(w)] for w in torch.randint(4, len(eval_words), (length,), generator=g))
                     for _ in range(k)]
             hit = i % 3  # a third of the images have their caption among the references, not always first
@@ -992,6 +1014,11 @@ def feature_cases(ns) -> list[CaseSpec]:
             public=public, hint="eval mode, no_grad; permute to (B, 3, H, W), / 255, bilinear antialiased resize, "
                                 "(x - mean) / std; (B, C, h, w) -> (B, h*w, C).", forbid=["starter.pipeline._kit_extract"])
         out.append(_prune(spec, ns))
+    for name, shape in {"features/rgba_images": (2, 16, 16, 4), "features/grayscale_images": (2, 16, 16)}.items():
+        out.append(CaseSpec(
+            name=name, target="with_cnn(extract_grid_features)", args=["images"], const_kwargs={"size": 16},
+            inputs={"images": torch.randint(0, 256, shape, generator=g, dtype=torch.uint8)}, outputs=["features"],
+            public=False, properties=[["raises", "ValueError", f"naming the shape of images {shape}, not (B, H, W, 3)"]]))
     return out
 
 
@@ -1051,5 +1078,97 @@ def validation_cases(ns) -> list[CaseSpec]:
             public=public, hint="[loss, share of calls in train mode, share with gradients, back in train mode]: "
                                 "model.eval(); torch.no_grad(); mean of the batches' losses; model.train(was).",
             forbid=["starter.training.mean_loss"])
+        out.append(_prune(spec, ns))
+    return out
+
+
+# ---- fit(model, loss_fn, optimizer, loader, plan, val_batches, val_every, step_fn, val_fn, device) --------
+
+
+def _fit_bug(kind):
+    def fit(model, loss_fn, optimizer, loader, plan, val_batches, val_every, step_fn, val_fn, device):
+        history = {"step": [], "loss": [], "lr": [], "val_step": [], "val_loss": []}
+        first_epoch = list(loader) if kind == "first_epoch_reused" else None
+        batches, first_lr = iter(loader), None
+
+        def validate(done, features, captions, lr):
+            measured = [(features, captions)] if kind == "validates_on_training_batch" else val_batches
+            history["val_step"].append(done - 1 if kind == "val_step_zero_based" else done)
+            history["val_loss"].append(val_fn(model, loss_fn, measured))
+            if kind == "trains_on_validation":
+                for f, c in val_batches:
+                    step_fn(model, loss_fn, optimizer, f.to(device), c.to(device), lr)
+
+        for step, lr in plan:
+            if kind == "first_batch_only":
+                batch = next(iter(loader))
+            elif kind == "first_epoch_reused":
+                batch = first_epoch[step % len(first_epoch)]
+            else:
+                batch = next(batches, None)
+                if batch is None:
+                    if kind == "one_epoch":
+                        break
+                    batches = iter(loader)
+                    batch = next(batches)
+            first_lr = lr if first_lr is None else first_lr
+            features, captions = (t.to(device) for t in batch)
+            loss = step_fn(model, loss_fn, optimizer, features, captions, first_lr if kind == "lr_of_first_step" else lr)
+            history["step"].append(step + 1)
+            history["loss"].append(loss)
+            history["lr"].append(lr)
+            due = step % val_every == 0 if kind == "validates_after_first_step" else (step + 1) % val_every == 0
+            if due:
+                validate(step + 1, features, captions, lr)
+        if kind != "no_final_validation" and history["step"] and history["val_step"][-1:] != history["step"][-1:]:
+            validate(history["step"][-1], features, captions, lr)
+        return history
+    return fit
+
+
+FIT_BUGS = {
+    "one_epoch": "training stops when the loader runs out: start a new epoch (batches = iter(loader)) and go on "
+                 "until the plan ends.",
+    "first_batch_only": "every step trains on the loader's first batch (next(iter(loader)) starts a new epoch each "
+                        "time): keep one iterator and draw the next batch from it.",
+    "first_epoch_reused": "every epoch repeats the first epoch's batches in the same order: start each epoch with a "
+                          "new iter(loader), so that a shuffling loader draws a new order.",
+    "lr_of_first_step": "every step uses the first step's learning rate: pass each step's lr from the plan to step_fn.",
+    "validates_on_training_batch": "the validation loss is measured on the training batch: measure it on val_batches.",
+    "trains_on_validation": "the model also trains on the validation batches, so the validation loss no longer "
+                            "measures held-out data: val_batches only go to val_fn, never to step_fn.",
+    "validates_after_first_step": "the validation loss is measured after steps 1, 1 + val_every, ...: measure it "
+                                  "after every val_every steps, when (step + 1) % val_every == 0.",
+    "no_final_validation": "there is no validation after the last step: when the run does not end on a multiple "
+                           "of val_every, measure once more at the end.",
+    "val_step_zero_based": "val_step records the 0-based index of the step: record the number of steps done "
+                           "(step + 1), as history['step'] does.",
+}
+
+
+def fit_cases(ns) -> list[CaseSpec]:
+    g = torch.Generator().manual_seed(1212)
+    out = []
+    cases = {
+        # name: (batch sizes of one epoch, validation rows, steps, val_every, public)
+        "fit/basic": ([2, 2, 2], 3, 7, 3, True),
+        "fit/whole_epochs": ([3, 2], 2, 6, 2, False),
+        "fit/validate_once": ([2, 3, 1], 3, 4, 10, False),
+        "fit/every_step": ([4, 2], 2, 3, 1, False),
+    }
+    for name, (sizes, val_rows, steps, val_every, public) in cases.items():
+        n = sum(sizes) + val_rows
+        lengths = [int(x) for x in torch.randint(1, 6, (n,), generator=g)]
+        lrs = [round(float(x), 4) for x in 0.05 + 0.4 * torch.rand(steps, generator=g)]
+        spec = CaseSpec(
+            name=name, target="with_loader(fit)", kind="module",
+            init={"vocab_size": 9, "feature_dim": 4, "hidden": 8, "max_len": 16}, args=["features", "captions"],
+            const_kwargs={"sizes": sizes, "lrs": lrs, "val_every": val_every},
+            inputs={"features": _randn(n, 3, 4, g=g), "captions": _captions(lengths, 8, 9, g)},
+            outputs=["steps", "losses", "lrs", "val_steps", "val_losses", "parameters"], atol=1e-5, rtol=1e-4,
+            variants=_variants(FIT_BUGS, _fit_bug, with_loader), public=public,
+            hint="for step, lr in plan: next batch (a new iter(loader) when it runs out); loss = step_fn(...); "
+                 "record; validate when (step + 1) % val_every == 0, and after the last step.",
+            forbid=["starter.training.default_fit", "starter.training.train"])
         out.append(_prune(spec, ns))
     return out
