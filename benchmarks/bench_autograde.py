@@ -23,13 +23,14 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+sys.path.insert(0, str(ROOT))
 
-import postgres
-from conftest import filled_submission, write_nb
+import nbformat
 
 from grading import course, notebooks
+from grading import local_postgres as postgres
 from grading.autograde import autograde
+from grading.notebooks import filled_submission
 
 BUG = {"causal_mask": "def causal_mask(T, device=None):\n    return torch.ones(T, T, dtype=torch.bool).tril(-1)\n"}
 PLAIN = """
@@ -47,7 +48,9 @@ def make_class(folder: Path, n: int) -> list[str]:
     for i in range(n):
         for stem in stems:
             overrides = BUG if (i % 2 and stem.startswith("01")) else None
-            write_nb(filled_submission(stem, overrides), folder / f"student{i:03d}" / f"{stem}.ipynb")
+            path = folder / f"student{i:03d}" / f"{stem}.ipynb"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            nbformat.write(filled_submission(stem, overrides), str(path))
     return [f"student{i:03d}" for i in range(n)]
 
 

@@ -14,12 +14,15 @@ their number). Original files are only read, never moved or changed.
 """
 from __future__ import annotations
 
+import logging
 import shutil
 from pathlib import Path
 
 from . import course, engine, notebooks
 from .intake import StudentResult, intake
 from .report import graded_columns, report
+
+log = logging.getLogger(__name__)
 
 __all__ = ["autograde", "graded_columns", "StudentResult"]
 
@@ -52,7 +55,7 @@ def autograde(submissions: Path, out: Path, course_dir: Path | None = None, db_u
     records = engine.run(root, gradable, workers=workers, scheduler=scheduler, progress=progress)
     report(out, root, results, records, loose, db_url)
     for r in results:
-        print(f"{r.student}: {r.status} ({r.seconds:.1f} s)", flush=True)
+        log.info("%s: %s (%.1f s)", r.student, r.status, r.seconds)
     if loose:
-        print(f"ignored files outside student folders: {', '.join(loose)}")
+        log.warning("ignored files outside student folders: %s", ", ".join(loose))
     return results

@@ -19,6 +19,8 @@ import logging
 import os
 from pathlib import Path
 
+log = logging.getLogger(__name__)
+
 RETRIES_AFTER_A_DEAD_WORKER = 1
 
 
@@ -80,8 +82,10 @@ def run(root: Path, students: list[str], workers: int = 1, scheduler: str | None
                 except KilledWorker:
                     records[student] = _failed(root, student, "the grading worker died twice on this student "
                                                               "(out of memory, or killed)")
+                    log.error("%s: %s", student, records[student]["error"])
                 except Exception as exc:
                     records[student] = _failed(root, student, f"{type(exc).__name__}: {exc}"[:400])
+                    log.error("%s: grading failed: %s", student, records[student]["error"])
                 bar.update(1)
             bar.close()
         finally:

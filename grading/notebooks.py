@@ -66,3 +66,21 @@ def strip_solution_markers(source: str) -> str:
     """The solution code as a student would have typed it (markers removed, code kept)."""
     return "\n".join(line for line in source.splitlines()
                      if not re.match(r"^\s*### (BEGIN|END) SOLUTION", line))
+
+
+def solution_sources(stem: str) -> dict[str, str]:
+    """grade_id -> solution code as a student would type it (markers removed)."""
+    sol = read(SOLUTIONS / f"{stem}.ipynb")
+    return {nbgrader_meta(c)["grade_id"]: strip_solution_markers(c.source)
+            for c in sol.cells if is_solution(c)}
+
+
+def filled_submission(stem: str, overrides: dict[str, str] | None = None):
+    """The release notebook with every solution cell filled in, except those replaced by `overrides`."""
+    nb = read(RELEASE / f"{stem}.ipynb")
+    sources = solution_sources(stem)
+    sources.update(overrides or {})
+    for cell in nb.cells:
+        if is_solution(cell):
+            cell.source = sources[nbgrader_meta(cell)["grade_id"]]
+    return nb

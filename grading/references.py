@@ -11,7 +11,6 @@ outputs to HDF5: public cases into ``starter/references``, hidden ones into ``gr
 from __future__ import annotations
 
 import importlib
-import json
 import os
 import tempfile
 from collections.abc import Callable
@@ -22,6 +21,9 @@ from typing import Any
 import h5py
 import numpy as np
 import torch
+
+from starter.cases import Case, write_case
+from starter.checks import _close  # the check's own tolerance rule
 
 from . import notebooks
 
@@ -92,8 +94,18 @@ def _to_numpy(t: torch.Tensor, dtype: torch.dtype) -> np.ndarray:
     return t.numpy()
 
 
-def build_case(spec: CaseSpec, ns: dict) -> dict:
-    """Evaluate one case with the solution in `ns`; return everything to store."""
+def _stored(spec: CaseSpec, params: dict[str, torch.Tensor] | None) -> Case:
+    """The Case record of `spec` without results yet: how to call the task, and on what."""
+    return Case(name=spec.name, target=spec.target, kind=spec.kind, args=spec.args, kwargs=spec.kwargs,
+                const_args=spec.const_args, const_kwargs=spec.const_kwargs, init=spec.init, outputs=spec.outputs,
+                grad_wrt=spec.grad_wrt, properties=spec.properties, forbid=spec.forbid, rtol=spec.rtol,
+                atol=spec.atol, hint=spec.hint, inputs={k: v.cpu().numpy() for k, v in spec.inputs.items()},
+                params={k: v.numpy() for k, v in (params or {}).items()})
+
+
+def build_case(spec: CaseSpec, ns: dict) -> Case:
+    """Evaluate one case with the solution in `ns`: the Case to store (expected outputs, gradients, and
+    the outputs of each known bug)."""
     obj = ns[spec.target]
     dtype = _out_dtype(spec)
     params = None
@@ -108,85 +120,74 @@ def build_case(spec: CaseSpec, ns: dict) -> dict:
                 params[name] = torch.randn(p.shape, generator=g).mul(0.1).to(p.dtype)
             if "norm" in name and name.endswith("weight"):
                 params[name] = 1 + torch.randn(p.shape, generator=g).mul(0.1).to(p.dtype)
-    raises = next((p for p in spec.properties if p[0] == "raises"), None)
-    if raises is not None:  # a case of bad input: the solution must raise; the outputs stored are placeholders
+    case = _stored(spec, params)
+    if case.expects_error:  # a case of bad input: the solution must raise; the outputs stored are placeholders
+        expected = next(p[1] for p in spec.properties if p[0] == "raises")
         try:
             _run(spec, obj, params, dtype64=True, with_grad=False)
         except Exception as exc:
-            if raises[1] not in [c.__name__ for c in type(exc).__mro__]:
-                raise ValueError(f"{spec.name}: the solution raised {type(exc).__name__}, not {raises[1]}") from exc
+            if expected not in [c.__name__ for c in type(exc).__mro__]:
+                raise ValueError(f"{spec.name}: the solution raised {type(exc).__name__}, not {expected}") from exc
         else:
-            raise ValueError(f"{spec.name}: the solution does not raise {raises[1]}")
-        return {"spec": spec, "inputs": {k: v.cpu().numpy() for k, v in spec.inputs.items()},
-                "params": {k: v.numpy() for k, v in (params or {}).items()},
-                "expected": {k: np.zeros(0, dtype=_to_numpy(torch.zeros(0), dtype).dtype) for k in spec.outputs},
-                "grad_weights": {}, "grads": {}, "variants": {}}
+            raise ValueError(f"{spec.name}: the solution does not raise {expected}")
+        case.expected = {k: np.zeros(0, dtype=_to_numpy(torch.zeros(0), dtype).dtype) for k in spec.outputs}
+        return case
     with_grad = bool(spec.grad_wrt)
     outs, inputs, module = _run(spec, obj, params, dtype64=True, with_grad=with_grad)
-    record: dict[str, Any] = {
-        "spec": spec,
-        "inputs": {k: v.cpu().numpy() for k, v in spec.inputs.items()},
-        "params": {k: v.numpy() for k, v in (params or {}).items()},
-        "expected": {k: _to_numpy(v, dtype) for k, v in outs.items()},
-        "grad_weights": {}, "grads": {}, "variants": {},
-    }
+    case.expected = {k: _to_numpy(v, dtype) for k, v in outs.items()}
     if with_grad:
         g = torch.Generator().manual_seed(spec.seed + 2)
         loss = torch.zeros((), dtype=torch.float64)
         for k, v in outs.items():
             if v.is_floating_point():
                 w = torch.randn(v.shape, generator=g, dtype=torch.float64)
-                record["grad_weights"][k] = w.to(dtype).numpy()
+                case.grad_weights[k] = w.to(dtype).numpy()
                 loss = loss + (v * w.to(dtype).double()).sum()
         loss.backward()
         named = dict(module.named_parameters()) if module is not None else {}
         for key in spec.grad_wrt:
             grad = inputs[key].grad if key in inputs else named[key].grad
-            record["grads"][key] = _to_numpy(grad, dtype)
+            case.grads[key] = _to_numpy(grad, dtype)
+    case.variants = _telling_variants(spec, ns, params, case.expected, dtype)
+    return case
+
+
+def _telling_variants(spec: CaseSpec, ns: dict, params, expected: dict, dtype) -> dict:
+    """The known bugs this case can tell apart, with their outputs: a variant is dropped when it crashes here,
+    when it gives the correct output (within the check's own tolerance, on the stored dtype), or when it
+    gives what a variant listed before it gives (the check would then name one bug for the other; the
+    earlier, likelier one is kept). The one rule of "does this variant differ" for every notebook."""
+    def same(a: dict, b: dict) -> bool:
+        return all(k in b and _close(a[k], b[k], spec.rtol, spec.atol) for k in a)
+
+    kept: dict[str, tuple[str, dict]] = {}
     for vname, (message, make) in spec.variants.items():
-        vouts, _, _ = _run(spec, make(ns), params, dtype64=True, with_grad=False)
-        vouts = {k: _to_numpy(v, dtype) for k, v in vouts.items()}
-        same = all(vouts[k].shape == record["expected"][k].shape and np.allclose(vouts[k], record["expected"][k],
-                   rtol=spec.rtol, atol=spec.atol) for k in vouts)
-        if same:
-            raise ValueError(f"{spec.name}: variant '{vname}' gives the correct output; it diagnoses nothing")
-        record["variants"][vname] = (message, vouts)
-    return record
+        try:
+            raw, _, _ = _run(spec, make(ns), params, dtype64=True, with_grad=False)
+        except Exception:
+            continue
+        vouts = {k: _to_numpy(v, dtype) for k, v in raw.items()}
+        if not same(vouts, expected) and not any(same(vouts, other) for _, other in kept.values()):
+            kept[vname] = (message, vouts)
+    return kept
 
 
-def _write_group(group, arrays: dict[str, np.ndarray]) -> None:
-    for k, v in arrays.items():
-        group.create_dataset(k, data=v)
+def randn(*shape, g: torch.Generator, dtype=torch.float32) -> torch.Tensor:
+    """Standard normal inputs drawn in float64 and then cast, so a float32 and a float64 case of the same
+    seed hold the same numbers (the one input generator of every notebook's cases)."""
+    return torch.randn(*shape, generator=g, dtype=torch.float64).to(dtype)
 
 
-def write_cases(path: Path, records: list[dict]) -> None:
-    """Write records atomically (temp file, then rename)."""
+def write_cases(path: Path, cases: list[Case]) -> None:
+    """Write cases atomically (temp file, then rename)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".h5.tmp")
     os.close(fd)
     os.chmod(tmp, 0o644)
     try:
         with h5py.File(tmp, "w") as f:
-            for r in records:
-                s: CaseSpec = r["spec"]
-                g = f.create_group(s.name)
-                attrs = {
-                    "target": s.target, "kind": s.kind, "args": json.dumps(s.args), "kwargs": json.dumps(s.kwargs),
-                    "const_args": json.dumps(s.const_args),
-                    "const_kwargs": json.dumps(s.const_kwargs), "init": json.dumps(s.init),
-                    "outputs": json.dumps(s.outputs), "grad_wrt": json.dumps(s.grad_wrt),
-                    "properties": json.dumps(s.properties), "forbid": json.dumps(s.forbid), "rtol": s.rtol, "atol": s.atol, "hint": s.hint,
-                }
-                g.attrs.update(attrs)
-                for key in ("inputs", "params", "expected", "grad_weights", "grads"):
-                    if r[key]:
-                        _write_group(g.create_group(key), r[key])
-                if r["variants"]:
-                    vg = g.create_group("variants")
-                    for vname, (message, vouts) in r["variants"].items():
-                        one = vg.create_group(vname)
-                        one.attrs["message"] = message
-                        _write_group(one, vouts)
+            for case in cases:
+                write_case(f, case)
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
@@ -206,11 +207,11 @@ def build(notebook: Path, public_dir: Path = notebooks.PUBLIC_REFERENCES,
     names = [s.name for s in specs]
     if len(set(names)) != len(names):
         raise ValueError(f"duplicate case names in {notebook.name}")
-    records = [build_case(s, ns) for s in specs]
+    built = [(s.public, build_case(s, ns)) for s in specs]
     public = public_dir / f"{notebook.stem}.h5"
     hidden = hidden_dir / f"{notebook.stem}.h5"
-    write_cases(public, [r for r in records if r["spec"].public])
-    write_cases(hidden, [r for r in records if not r["spec"].public])
+    write_cases(public, [c for is_public, c in built if is_public])
+    write_cases(hidden, [c for is_public, c in built if not is_public])
     return public, hidden
 
 

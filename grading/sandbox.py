@@ -25,6 +25,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import copy
+import dataclasses
 import json
 import os
 import resource
@@ -45,7 +46,8 @@ import nbformat
 from nbgrader.preprocessors import NbGraderPreprocessor
 from traitlets import Bool, Integer, Unicode
 
-from starter.checks import CASE_INPUTS_ENV, Observation, case_groups, read_observations
+from starter.cases import case_groups, read_case, write_case
+from starter.checks import CASE_INPUTS_ENV, Observation, read_observations
 
 from . import notebooks
 from .sandbox_runner import FOLDER_FULL, MAX_FILES, PLAIN_NAME  # the server's own definitions (it runs standalone)
@@ -461,12 +463,8 @@ def write_case_inputs(hidden_dir: Path, dest: Path) -> dict[str, str]:
         with h5py.File(path, "r") as src, h5py.File(dest / f"cases-{len(ids):04d}.h5", "w") as out:
             for name, group in case_groups(src):
                 ids[name] = f"hidden-{secrets.token_hex(8)}"
-                target = out.require_group(ids[name])
-                for key, value in group.attrs.items():
-                    target.attrs[key] = value
-                for key in group:
-                    if key not in ("expected", "grads", "variants"):
-                        src.copy(group[key], target, name=key)
+                case = dataclasses.replace(read_case(group, name), name=ids[name], hint="")
+                write_case(out, case, arrays=("inputs", "params", "grad_weights"), variants=False)
     dest.with_suffix(".json").write_text(json.dumps({v: k for k, v in ids.items()}))
     return ids
 

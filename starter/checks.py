@@ -37,6 +37,8 @@ import h5py
 import numpy as np
 import torch
 
+from .cases import Case, case_groups, read_case
+
 # Primitives bound once, when this module is imported (before any student code runs), and used
 # instead of attribute look-ups that student code could monkeypatch (torch.Tensor methods,
 # numpy functions, builtins). `torch._C.TensorBase` is a C type: its methods cannot be replaced.
@@ -64,34 +66,6 @@ class CheckFailed(AssertionError):
         return [f"\x1b[31mCheckFailed\x1b[0m: {self}"]
 
 
-@dataclass
-class Case:
-    """One stored reference case, as numpy arrays."""
-
-    name: str
-    target: str
-    kind: str  # "function" or "module"
-    args: list[str]
-    kwargs: dict[str, str]
-    const_args: list[Any]
-    const_kwargs: dict[str, Any]
-    init: dict[str, Any]
-    outputs: list[str]
-    inputs: dict[str, np.ndarray]
-    params: dict[str, np.ndarray]
-    expected: dict[str, np.ndarray]
-    grad_wrt: list[str]
-    grad_weights: dict[str, np.ndarray]
-    grads: dict[str, np.ndarray]
-    variants: dict[str, tuple[str, dict[str, np.ndarray]]]
-    properties: list[list[str]]
-    rtol: float
-    atol: float
-    forbid: list[str] = field(default_factory=list)
-    hint: str = ""
-    extra: dict = field(default_factory=dict)
-
-
 # --------------------------------------------------------------------------------------------------
 # Finding and reading cases
 
@@ -107,13 +81,6 @@ def case_file(name: str, dirs: list[Path] | None = None) -> Path | None:
         if path is not None:
             return path
     return None
-
-
-def case_groups(f: h5py.File) -> list[tuple[str, h5py.Group]]:
-    """(name, group) of every reference case stored in an open reference file."""
-    found: list[tuple[str, h5py.Group]] = []
-    f.visititems(lambda n, o: found.append((n, o)) if isinstance(o, h5py.Group) and "target" in o.attrs else None)
-    return found
 
 
 _INDEX: dict[Path, tuple[tuple, dict[str, Path]]] = {}
@@ -143,10 +110,6 @@ def case_names(folder: Path) -> set[str]:
     return set(_case_index(Path(folder))) if folder else set()
 
 
-def _read_group(group) -> dict[str, np.ndarray]:
-    return {key: group[key][()] for key in group} if group is not None else {}
-
-
 def load_case(name: str, dirs: list[Path] | None = None) -> Case:
     """Load a stored reference case by name, e.g. ``load_case("sdpa/basic")``.
 
@@ -161,36 +124,7 @@ def load_case(name: str, dirs: list[Path] | None = None) -> Case:
         )
     try:
         with h5py.File(path, "r") as f:
-            g = f[name]
-            a = g.attrs
-            variants = {}
-            if "variants" in g:
-                for vname, vg in g["variants"].items():
-                    variants[vname] = (str(vg.attrs["message"]), _read_group(vg))
-            return Case(
-                name=name,
-                target=str(a["target"]),
-                kind=str(a["kind"]),
-                args=json.loads(a["args"]),
-                kwargs=json.loads(a["kwargs"]),
-                const_args=json.loads(a.get("const_args", "[]")),
-                const_kwargs=json.loads(a["const_kwargs"]),
-                init=json.loads(a["init"]),
-                outputs=json.loads(a["outputs"]),
-                inputs=_read_group(g.get("inputs")),
-                params=_read_group(g.get("params")),
-                expected=_read_group(g.get("expected")),
-                grad_wrt=json.loads(a["grad_wrt"]),
-                grad_weights=_read_group(g.get("grad_weights")),
-                grads=_read_group(g.get("grads")),
-                variants=variants,
-                properties=json.loads(a["properties"]),
-                forbid=json.loads(a.get("forbid", "[]")),
-                rtol=float(a["rtol"]),
-                atol=float(a["atol"]),
-                hint=str(a.get("hint", "")),
-                extra=json.loads(a.get("extra", "{}")),
-            )
+            return read_case(f[name], name)
     except (OSError, KeyError, ValueError) as exc:
         raise CheckFailed(f"reference file {path.name} is damaged ({exc}); reinstall the course kit.") from None
 

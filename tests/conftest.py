@@ -12,26 +12,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from grading import notebooks as nbs
+from grading.notebooks import filled_submission, solution_sources  # noqa: F401 - the tests import them from here
 
 os.environ.setdefault("MPLBACKEND", "Agg")
-
-
-def solution_sources(stem: str) -> dict[str, str]:
-    """grade_id -> solution code as a student would type it (markers removed)."""
-    sol = nbs.read(nbs.SOLUTIONS / f"{stem}.ipynb")
-    return {nbs.nbgrader_meta(c)["grade_id"]: nbs.strip_solution_markers(c.source)
-            for c in sol.cells if nbs.is_solution(c)}
-
-
-def filled_submission(stem: str, overrides: dict[str, str] | None = None):
-    """The release notebook with every solution cell filled in, except those replaced by `overrides`."""
-    nb = nbs.read(nbs.RELEASE / f"{stem}.ipynb")
-    sources = solution_sources(stem)
-    sources.update(overrides or {})
-    for cell in nb.cells:
-        if nbs.is_solution(cell):
-            cell.source = sources[nbs.nbgrader_meta(cell)["grade_id"]]
-    return nb
 
 
 def write_nb(nb, path: Path) -> Path:
@@ -53,7 +36,7 @@ SOLUTION_STEMS = [p.stem for p in nbs.solution_notebooks()]
 def grading_db():
     """(db_url, workers) for autograde runs: a PostgreSQL server with 2 workers when one can be
     started (always in CI), else the default SQLite gradebook with 1 worker."""
-    import postgres
+    from grading import local_postgres as postgres
 
     if not postgres.available():
         if os.environ.get("CI"):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
+import logging
 import shutil
 import zipfile
 from html import escape as html_escape
@@ -116,11 +117,16 @@ def test_feedback_hides_hidden_tests(graded):
     assert {s["student"] for s in report["students"]} == {"alice", "bob", "carol", "dave", "erin"}
 
 
-def test_zip_of_submissions(tmp_path, graded):
+def test_zip_of_submissions(tmp_path, graded, caplog):
     archive = tmp_path / "subs.zip"
     with zipfile.ZipFile(archive, "w") as zf:
         for p in (graded["subs"] / "carol").rglob("*"):
             zf.write(p, Path("class") / "carol" / p.relative_to(graded["subs"] / "carol"))
+        zf.writestr("class/notes.txt", "a file outside any student folder")
     out = tmp_path / "out"
-    results = autograde(archive, out, course_dir=tmp_path / "course")
+    with caplog.at_level(logging.INFO, logger="grading"):
+        results = autograde(archive, out, course_dir=tmp_path / "course")
     assert [r.student for r in results] == ["carol"] and results[0].status == "graded"
+    logged = [(r.name, r.levelname, r.getMessage()) for r in caplog.records if r.name.startswith("grading")]
+    assert ("grading.autograde", "INFO", f"carol: graded ({results[0].seconds:.1f} s)") in logged  # through logging
+    assert any(level == "WARNING" and "notes.txt" in message for _, level, message in logged), logged

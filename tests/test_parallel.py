@@ -14,11 +14,11 @@ import time
 from pathlib import Path
 
 import nbformat
-import postgres
 import pytest
 from conftest import filled_submission, write_nb
 
 from grading import engine
+from grading import local_postgres as postgres
 from grading import notebooks as nbs
 from grading.autograde import autograde, graded_columns
 

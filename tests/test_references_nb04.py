@@ -65,9 +65,12 @@ def test_forward_matches_torch_transformer_decoder(name):
 @pytest.mark.parametrize("name", _names("loss"))
 def test_loss_matches_cross_entropy_ignore_index(name):
     case = load_case(name)
-    logits, targets = _t(case.inputs["logits"]).double(), _t(case.inputs["targets"])
+    logits, targets = _t(case.inputs["logits"]).double().requires_grad_(), _t(case.inputs["targets"])
     want = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=case.const_kwargs["null_idx"])
     np.testing.assert_allclose(want.item(), case.expected["loss"], rtol=1e-5)
+    if case.grad_wrt:  # d(loss * w)/d logits, by PyTorch's autograd
+        (want * float(case.grad_weights["loss"])).backward()
+        np.testing.assert_allclose(logits.grad.numpy(), case.grads["logits"], rtol=1e-4, atol=1e-6, err_msg=name)
 
 
 def _toy(case, dtype=torch.float64):
@@ -81,10 +84,15 @@ def test_teacher_forcing_matches_independent_loss(name):
     case = load_case(name)
     model = _toy(case)
     caps = _t(case.inputs["captions"])
-    with torch.no_grad():
-        logits = model(_t(case.inputs["features"]).double(), caps[:, :-1])
+    logits = model(_t(case.inputs["features"]).double(), caps[:, :-1])
     want = F.cross_entropy(logits.transpose(1, 2), caps[:, 1:], ignore_index=case.const_kwargs["null_idx"])
     np.testing.assert_allclose(want.item(), case.expected["loss"], rtol=1e-5)
+    if case.grad_wrt:  # d(loss * w)/d weights, by PyTorch's autograd
+        (want * float(case.grad_weights["loss"])).backward()
+        named = dict(model.named_parameters())
+        for key in case.grad_wrt:
+            np.testing.assert_allclose(named[key.removeprefix("model.")].grad.numpy(), case.grads[key], rtol=1e-4,
+                                       atol=1e-6, err_msg=f"{name}: {key}")
 
 
 def _loop_greedy(model, feats, max_len, start_idx, end_idx, null_idx):

@@ -10,7 +10,7 @@ import math
 
 import torch
 
-from grading.references import CaseSpec
+from grading.references import CaseSpec, randn
 
 FORBID = ["torch.nn.functional.scaled_dot_product_attention"]  # the task is to write it
 
@@ -96,9 +96,6 @@ def _self_attention_variants() -> dict:
 
 # ---- cases ----------------------------------------------------------------------------------------
 
-def _randn(*shape, g, dtype=torch.float32):
-    return torch.randn(*shape, generator=g, dtype=torch.float64).to(dtype)
-
 
 def cases(ns) -> list[CaseSpec]:
     g = torch.Generator().manual_seed(2024)
@@ -113,8 +110,8 @@ def cases(ns) -> list[CaseSpec]:
     }.items():
         out.append(CaseSpec(
             name=name, target="attention_loop", args=["query", "keys", "values"], outputs=["output", "weights"],
-            inputs={"query": _randn(m, d, g=g, dtype=dtype), "keys": _randn(n, d, g=g, dtype=dtype),
-                    "values": _randn(n, dv, g=g, dtype=dtype)},
+            inputs={"query": randn(m, d, g=g, dtype=dtype), "keys": randn(n, d, g=g, dtype=dtype),
+                    "values": randn(n, dv, g=g, dtype=dtype)},
             variants=_loop_variants(), properties=attn_props, public=public, forbid=FORBID))
 
     # scaled_dot_product_attention, unmasked
@@ -127,8 +124,8 @@ def cases(ns) -> list[CaseSpec]:
     }.items():
         out.append(CaseSpec(
             name=name, target="scaled_dot_product_attention", args=["q", "k", "v"], outputs=["output", "weights"],
-            inputs={"q": _randn(*qs, g=g, dtype=dtype), "k": _randn(*ks, g=g, dtype=dtype),
-                    "v": _randn(*vs, g=g, dtype=dtype)},
+            inputs={"q": randn(*qs, g=g, dtype=dtype), "k": randn(*ks, g=g, dtype=dtype),
+                    "v": randn(*vs, g=g, dtype=dtype)},
             grad_wrt=["q", "k", "v"] if grad else [], variants=_sdpa_variants(False), properties=attn_props,
             public=public, forbid=FORBID))
 
@@ -151,7 +148,7 @@ def cases(ns) -> list[CaseSpec]:
         out.append(CaseSpec(
             name=name, target="scaled_dot_product_attention", args=["q", "k", "v"], kwargs={"mask": "mask"},
             outputs=["output", "weights"],
-            inputs={"q": _randn(*qs, g=g), "k": _randn(*ks, g=g), "v": _randn(*vs, g=g), "mask": mask},
+            inputs={"q": randn(*qs, g=g), "k": randn(*ks, g=g), "v": randn(*vs, g=g), "mask": mask},
             grad_wrt=["q", "k", "v"] if grad else [], variants=_sdpa_variants(True),
             properties=attn_props + [["zero_where_masked", "weights", "mask"]], public=public, forbid=FORBID))
 
@@ -169,7 +166,7 @@ def cases(ns) -> list[CaseSpec]:
         "selfattn/unbatched": ((4, 6), 6, 3, None, False, False),
         "selfattn/grad": ((2, 4, 6), 6, 5, causal(4), True, False),
     }.items():
-        inputs = {"x": _randn(*shape, g=g)}
+        inputs = {"x": randn(*shape, g=g)}
         kwargs = {}
         props = list(attn_props)
         if mask is not None:

@@ -11,7 +11,7 @@ import math
 
 import torch
 
-from grading.references import CaseSpec
+from grading.references import CaseSpec, randn
 
 FORBID = [
     "torch.nn.functional.scaled_dot_product_attention",
@@ -177,9 +177,6 @@ def _decoder_variants(tgt_mask: bool = False, memory_padding: bool = False) -> d
 
 # ---- cases ----------------------------------------------------------------------------------------
 
-def _randn(*shape, g, dtype=torch.float32):
-    return torch.randn(*shape, generator=g, dtype=torch.float64).to(dtype)
-
 
 def causal(t):
     return torch.ones(t, t, dtype=torch.bool).tril()
@@ -202,7 +199,7 @@ def cases(ns) -> list[CaseSpec]:
         "split/grad": ((2, 3, 8), 4, torch.float32, True, False),
     }.items():
         out.append(CaseSpec(
-            name=name, target="split_heads", args=["x"], const_args=[h], inputs={"x": _randn(*shape, g=g, dtype=dtype)},
+            name=name, target="split_heads", args=["x"], const_args=[h], inputs={"x": randn(*shape, g=g, dtype=dtype)},
             outputs=["heads"], grad_wrt=["x"] if grad else [], variants=_split_variants(), public=public,
             hint="heads[b, i, t] = x[b, t, i*d_k:(i+1)*d_k]."))
     for name, (heads_shape, dtype, grad, public) in {
@@ -212,7 +209,7 @@ def cases(ns) -> list[CaseSpec]:
         "merge/grad": ((2, 4, 3, 2), torch.float32, True, False),
     }.items():
         out.append(CaseSpec(
-            name=name, target="merge_heads", args=["x"], inputs={"x": _randn(*heads_shape, g=g, dtype=dtype)},
+            name=name, target="merge_heads", args=["x"], inputs={"x": randn(*heads_shape, g=g, dtype=dtype)},
             outputs=["merged"], grad_wrt=["x"] if grad else [], variants=_merge_variants(), public=public,
             hint="merged[b, t, i*d_k:(i+1)*d_k] = x[b, i, t]."))
 
@@ -236,11 +233,11 @@ def cases(ns) -> list[CaseSpec]:
     for name, (b, tq, tk, e, h, amask, kpm, self_attn, dtype, grad, public) in mha.items():
         if amask is not None and amask.dim() == 4:
             amask[..., 0] = True  # every query keeps at least one key
-        q = _randn(b, tq, e, g=g, dtype=dtype)
+        q = randn(b, tq, e, g=g, dtype=dtype)
         if self_attn:
             inputs = {"query": q, "key": q.clone(), "value": q.clone()}
         else:
-            inputs = {"query": q, "key": _randn(b, tk, e, g=g, dtype=dtype), "value": _randn(b, tk, e, g=g, dtype=dtype)}
+            inputs = {"query": q, "key": randn(b, tk, e, g=g, dtype=dtype), "value": randn(b, tk, e, g=g, dtype=dtype)}
         kwargs, props = {}, [["rows_sum_to_one", "weights"]]
         if amask is not None:
             inputs["attn_mask"], kwargs["attn_mask"] = amask, "attn_mask"
@@ -269,7 +266,7 @@ def cases(ns) -> list[CaseSpec]:
                          True, False),
     }
     for name, (b, t, s, d, h, dff, tmask, tkpm, mkpm, dtype, grad, public) in dec.items():
-        inputs = {"tgt": _randn(b, t, d, g=g, dtype=dtype), "memory": _randn(b, s, d, g=g, dtype=dtype)}
+        inputs = {"tgt": randn(b, t, d, g=g, dtype=dtype), "memory": randn(b, s, d, g=g, dtype=dtype)}
         kwargs = {}
         props = [["rows_sum_to_one", "self_attn_weights"], ["rows_sum_to_one", "cross_attn_weights"]]
         for key, value in (("tgt_mask", tmask), ("tgt_key_padding_mask", tkpm), ("memory_key_padding_mask", mkpm)):

@@ -208,18 +208,6 @@ def _attention(*shape, g, dtype=torch.float32, sharp=2.0):
     return torch.softmax(scores, dim=-1).to(dtype)
 
 
-def _distinct(variants: dict, ns: dict, target: str, args: tuple, kwargs: dict | None = None) -> dict:
-    """Keep the variants whose output differs from the solution's on these arguments."""
-    kwargs = kwargs or {}
-    want = ns[target](*args, **kwargs)
-    keep = {}
-    for name, (message, make) in variants.items():
-        got = make(ns)(*args, **kwargs)
-        if got.shape != want.shape or not torch.allclose(got.double(), want.double(), rtol=1e-4, atol=1e-5):
-            keep[name] = (message, make)
-    return keep
-
-
 def cases(ns) -> list[CaseSpec]:
     g = torch.Generator().manual_seed(5005)
     out = []
@@ -236,7 +224,7 @@ def cases(ns) -> list[CaseSpec]:
         out.append(CaseSpec(
             name=name, target="attention_to_grid", args=["weights"], const_args=[list(gs)], inputs={"weights": w},
             outputs=["grid"], grad_wrt=["weights"] if grad else [], public=public,
-            variants=_distinct(_grid_variants(gs), ns, "attention_to_grid", (w, list(gs))),
+            variants=_grid_variants(gs),
             hint="grid[..., i, j] = weights[..., i * W + j] (row-major), leading dims unchanged."))
 
     # upsample_attention(grid, image_size)
@@ -256,7 +244,7 @@ def cases(ns) -> list[CaseSpec]:
         out.append(CaseSpec(
             name=name, target="upsample_attention", args=["grid"], const_args=[list(size)], inputs={"grid": grid},
             outputs=["heat"], grad_wrt=["grid"] if grad else [], public=public,
-            variants=_distinct(_upsample_variants(len(shape) > 2, kind == "zero_first"), ns, "upsample_attention", (grid, list(size))),
+            variants=_upsample_variants(len(shape) > 2, kind == "zero_first"),
             hint="F.interpolate(mode='bilinear', align_corners=False) on (N, 1, H, W), then each map / its own max."))
 
     # collect_attention(layers, layer=-1, head=None): layers stacked as (L, B, heads, T, S)
@@ -271,8 +259,7 @@ def cases(ns) -> list[CaseSpec]:
         out.append(CaseSpec(
             name=name, target="collect_attention", args=["layers"], const_kwargs={"layer": layer, "head": head},
             inputs={"layers": layers}, outputs=["weights"], grad_wrt=["layers"] if grad else [], public=public,
-            variants=_distinct(_collect_variants(head, layer), ns, "collect_attention", (layers,),
-                               {"layer": layer, "head": head}),
+            variants=_collect_variants(head, layer),
             properties=[["rows_sum_to_one", "weights"]],
             hint="layers[layer] is (B, heads, T, S): mean over dim 1 (head=None) or [:, head]."))
 
@@ -292,7 +279,7 @@ def cases(ns) -> list[CaseSpec]:
 
     for name, (shape, gs, radius, dtype, public) in {
         "locacc/basic": ((20, 49), (7, 7), 0, torch.float32, True),
-        "locacc/radius1": ((30, 49), (7, 7), 1, torch.float32, True),
+        "locacc/radius1": ((32, 49), (7, 7), 1, torch.float32, True),
         "locacc/nonsquare": ((40, 15), (3, 5), 1, torch.float32, False),
         "locacc/batched_float64": ((3, 8, 16), (4, 4), 0, torch.float64, False),
         "locacc/large_radius": ((10, 12), (3, 4), 5, torch.float32, False),
@@ -303,8 +290,7 @@ def cases(ns) -> list[CaseSpec]:
             name=name, target="localisation_accuracy", args=["cross", "target_cells"],
             const_args=[list(gs)], const_kwargs={"radius": radius},
             inputs={"cross": cross, "target_cells": target}, outputs=["accuracy"], public=public,
-            variants=_distinct(_locacc_variants(radius, gs[0] == gs[1]), ns, "localisation_accuracy",
-                               (cross, target, list(gs)), {"radius": radius}),
+            variants=_locacc_variants(radius, gs[0] == gs[1]),
             hint="hit: |peak // W - target // W| <= radius and |peak % W - target % W| <= radius; return hits / words."))
 
     # chance_accuracy(target_cells, grid_shape, radius=0)
@@ -318,8 +304,7 @@ def cases(ns) -> list[CaseSpec]:
         out.append(CaseSpec(
             name=name, target="chance_accuracy", args=["target_cells"], const_args=[list(gs)],
             const_kwargs={"radius": radius}, inputs={"target_cells": target}, outputs=["chance"], public=public,
-            variants=_distinct(_chance_variants(radius, gs[0] == gs[1]), ns, "chance_accuracy",
-                               (target, list(gs)), {"radius": radius}),
+            variants=_chance_variants(radius, gs[0] == gs[1]),
             hint="mean over targets of (cells of the grid within radius of the target, clipped at the border) / (H*W)."))
 
     # errors: attention_to_grid refuses a grid of the wrong size

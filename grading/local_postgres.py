@@ -1,4 +1,5 @@
-"""A throwaway local PostgreSQL server for tests (loopback only, trust auth, deleted afterwards).
+"""A throwaway local PostgreSQL server (loopback only, trust auth, deleted afterwards): for the tests, the
+benchmarks, and an instructor who wants to try several grading workers without a database of their own.
 
 CI installs PostgreSQL (`.ci/run`); elsewhere the tests that need it are skipped when no server
 binaries are found. As root, the server runs as the `postgres` user (PostgreSQL refuses root).
