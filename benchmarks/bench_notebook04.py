@@ -45,6 +45,7 @@ def _run(tree: Path, scratch: Path) -> dict:
     for nb in sorted((tree / "solutions").glob("0[1-4]*.ipynb")):  # 04 loads 02-03 from the course folder
         shutil.copy(nb, folder / nb.name)
     env = {**os.environ, "PYTHONPATH": str(tree), "COURSE_NOTEBOOKS_DIR": str(folder), "MPLBACKEND": "Agg",
+           "COURSE_HIDDEN_REFERENCES": str(tree / "grading" / "references"),  # the solutions run their hidden tests
            "COURSE_DATA_DIR": os.environ.get("COURSE_DATA_DIR", str(ROOT / "data" / "cache"))}
     env.pop("NBGRADER_EXECUTION", None)
     nb = nbformat.read(str(folder / NOTEBOOK), as_version=4)

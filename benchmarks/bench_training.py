@@ -1,6 +1,6 @@
 """Train notebook 04's reference model on the default dataset and print training time and val scores.
 
-    python benchmarks/bench_training.py [--layers torch|mine] [--steps N] [--threads N] [--seed S] [--lr LR]
+    python benchmarks/bench_training.py [--layers torch|mine] [--steps N] [--threads N] [--seed S] [--lr LR] [--dropout P]
                                         [--data split kit yours]
 
 Uses the solution notebook's definitions and its "shapes" configuration (the CONFIGS cell). `--data`
@@ -48,6 +48,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=None)
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--lr", type=float, default=None, help="peak learning rate (default: the notebook's)")
+    ap.add_argument("--dropout", type=float, default=None, help="the model's dropout (default: the notebook's)")
     ap.add_argument("--seed", type=int, default=0, help="seed of the model, the batches and dropout (the notebook: 0)")
     ap.add_argument("--data", nargs="+", default=["split", "kit", "yours"], choices=["split", "kit", "yours"])
     args = ap.parse_args()
@@ -62,6 +63,8 @@ def main() -> None:
         targs.update(steps=args.steps, time_limit=None)
     if args.lr:
         targs.update(lr=args.lr)
+    if args.dropout is not None:
+        cfg["model"]["dropout"] = args.dropout
     ds = load_dataset("shapes")
     train_split, val_split = ds.split("train"), ds.split("val")
     batch_size = targs.pop("batch_size")
