@@ -16,10 +16,14 @@ from pathlib import Path
 
 
 def main(argv: list[str] | None = None) -> int:
-    # the grading modules log what they do (logging.getLogger("grading....")); the command shows it as plain lines
-    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stdout)
-    for noisy in ("distributed", "traitlets", "asyncio"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    # the grading modules log what they do (logging.getLogger("grading....")); the command shows that log, and
+    # only that (not Dask's or Jupyter's), as plain lines
+    handler = logging.StreamHandler(sys.stdout)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    log = logging.getLogger("grading")
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    log.propagate = False
     parser = argparse.ArgumentParser(prog="python -m grading", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)

@@ -196,7 +196,6 @@ class TrainingPlan:
         self.steps, self.lr_fn, self.warmup, self.peak_lr = steps, lr_fn, warmup, peak_lr
         self.time_limit, self.progress = time_limit, progress
         self.done, self.shortened, self.seconds = 0, False, 0.0
-        self.lrs: list[float] = []
         self._values: dict = {}
         self._bar = None
 
@@ -226,7 +225,6 @@ class TrainingPlan:
                     time_used = (elapsed - startup) / (time_limit - startup) if time_limit > startup else 1.0
                     sched_step = max(step, steps * min(1.0, time_used))  # max() keeps the int `step` on a tie
                 lr = float(self.lr_fn(sched_step, steps, self.warmup, self.peak_lr))
-                self.lrs.append(lr)
                 yield step, lr
                 self.done += 1
                 bar.update(1)

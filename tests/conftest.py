@@ -91,11 +91,6 @@ def assert_matches_reference(name: str, case, outs, inputs) -> None:
                                        err_msg=f"{name}: grad {key}")
 
 
-def expects_exception(case) -> bool:
-    """Cases whose correct outcome is an exception (property `raises`)."""
-    return any(p[0] == "raises" for p in case.properties)
-
-
 CHROMIUM = Path("/usr/bin/chromium")
 
 
