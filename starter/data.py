@@ -24,6 +24,7 @@ import io
 import json
 import re
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 
 import h5py
@@ -97,27 +98,123 @@ class Vocab:
         return " ".join(words)
 
 
+# ---------------------------------------------------------------------------- where images come from
+# One class per source, so that `Split` only holds captions and features. Each answers `url(i)`, `image(i)`
+# and `objects(i)` for image row i, raising DatasetError (with the reason) where the source cannot.
+class ImageSource:
+    """No images: only captions and features (and perhaps the images' ids)."""
+
+    def __init__(self, image_ids=None):
+        # COCO image ids (or a generated image's number), when known
+        self.image_ids = None if image_ids is None else np.asarray(image_ids, dtype=np.int64)
+
+    def url(self, i: int) -> str | None:
+        return None
+
+    def image(self, i: int) -> np.ndarray:
+        raise DatasetError("the dataset holds no images and no image URLs")
+
+    def objects(self, i: int) -> list[dict]:
+        raise DatasetError("no object annotations (only 'shapes' has them)")
+
+
+class StoredImages(ImageSource):
+    """Images stored in the dataset file, with the objects drawn in each (`shapes`)."""
+
+    def __init__(self, images, image_ids=None, objects: dict | None = None):
+        super().__init__(image_ids)
+        self.images, self._objects = images, objects
+
+    def image(self, i: int) -> np.ndarray:
+        return np.asarray(self.images[i])
+
+    def objects(self, i: int) -> list[dict]:
+        if self._objects is None:
+            return super().objects(i)
+        o = self._objects
+        return [{"colour": o["colour"][k], "shape": o["shape"][k], "size": o["size"][k],
+                 "cell": int(o["cell"][k]), "bbox": tuple(float(v) for v in o["bbox"][k])}
+                for k in np.nonzero(o["image_idx"] == i)[0]]
+
+
+class CocoImages(ImageSource):
+    """COCO images (`coco-grid`, and CS231n files whose URLs carry COCO ids): the local file the grid
+    builder read when it is still there, else a download from images.cocodataset.org."""
+
+    def __init__(self, folder: str, image_ids, file_names=None, image_root=None):
+        super().__init__(image_ids)
+        self.folder, self.file_names, self.image_root = folder, file_names, image_root
+
+    def url(self, i: int) -> str:
+        if self.file_names is not None:
+            return f"http://images.cocodataset.org/{self.folder}/{self.file_names[i]}"
+        return COCO_URL.format(folder=self.folder, id=int(self.image_ids[i]))
+
+    def image(self, i: int) -> np.ndarray:
+        from PIL import Image
+
+        if self.file_names is not None and self.image_root:
+            local = Path(self.image_root) / self.file_names[i]
+            if local.is_file():
+                return np.asarray(Image.open(local).convert("RGB"))
+        url = self.url(i)
+        try:
+            with urllib.request.urlopen(url, timeout=20) as r:
+                return np.asarray(Image.open(io.BytesIO(r.read())).convert("RGB"))
+        except Exception as e:  # network errors of many kinds
+            raise DatasetError(f"could not fetch it from {url}: {e}") from e
+
+
+class ListedUrls(ImageSource):
+    """Only a URL per image (the CS231n files' Flickr list, many of them dead) and no COCO id."""
+
+    def __init__(self, urls: list[str]):
+        super().__init__()
+        self.urls = urls
+
+    def url(self, i: int) -> str | None:
+        return self.urls[i] if i < len(self.urls) else None
+
+    def image(self, i: int) -> np.ndarray:
+        raise DatasetError(f"no image available: the CS231n files hold no COCO image ids, only a Flickr URL "
+                           f"({self.url(i) or 'none listed'}), many of which are dead. Use "
+                           f"load_dataset('coco-grid') or 'shapes' to see images.")
+
+
 # ----------------------------------------------------------------------------------------- split
+@dataclass
+class _Permutation:
+    """Where `Split.sample_batch` stands: the generator it was given (or the seed it made one from),
+    the current permutation of caption rows and how far into it the batches have gone."""
+
+    source: object  # the int seed, or the torch.Generator itself (compared by identity)
+    generator: torch.Generator
+    order: torch.Tensor
+    cursor: int = 0
+
+
 class Split:
     """One split (train or val) of a captioning dataset.
 
     captions: (M, T) int64 tensor; image_idxs: (M,) int64 tensor, row of each caption's image;
-    num_images: N; features(idx) -> (len(idx), R, D) float32.
+    features: (N, R, D) or (N, D) array, in memory or an h5py dataset read on demand, from `path`
+    under `features_key`; num_images: N; images: where the pictures come from (an ImageSource).
     """
 
-    def __init__(self, dataset, name, captions, image_idxs, features, num_images, path,
-                 image_ids=None, urls=None, coco_folder=None, images=None, objects=None,
-                 file_names=None, image_root=None, features_key="features"):
+    def __init__(self, dataset, name: str, captions, image_idxs, features, path, features_key: str = "features",
+                 images: ImageSource | None = None):
         self.dataset, self.name, self._path, self._features_key = dataset, name, path, features_key
         self.captions = torch.from_numpy(np.asarray(captions, dtype=np.int64))
         self.image_idxs = torch.from_numpy(np.asarray(image_idxs, dtype=np.int64))
-        self._features = features  # numpy array in memory, or an h5py dataset read on demand
-        self.num_images = int(num_images)
-        self.image_ids = None if image_ids is None else np.asarray(image_ids, dtype=np.int64)
-        self._urls, self._coco_folder, self._images = urls, coco_folder, images
-        self._objects, self._file_names, self._image_root = objects, file_names, image_root
-        self._by_image = None
-        self._sampler = None  # (key, generator, permutation, cursor)
+        self._features = features
+        self.num_images = int(features.shape[0])
+        self.images = images or ImageSource()
+        self._by_image: tuple[np.ndarray, np.ndarray] | None = None
+        self._permutation: _Permutation | None = None
+
+    @property
+    def image_ids(self) -> np.ndarray | None:
+        return self.images.image_ids
 
     def __len__(self):
         return len(self.captions)
@@ -163,12 +260,9 @@ class Split:
         a part of it)."""
         n = max(0, min(int(num_images), self.num_images))
         rows = (self.image_idxs < n).numpy()
-        feats = self._features[:n] if isinstance(self._features, np.ndarray) else self._features
-        part = Split(self.dataset, self.name, self.captions.numpy()[rows], self.image_idxs.numpy()[rows], feats, n,
-                     self._path, features_key=self._features_key)
-        for attr in ("image_ids", "_urls", "_coco_folder", "_images", "_objects", "_file_names", "_image_root"):
-            setattr(part, attr, getattr(self, attr))
-        return part
+        feats = self._features[:n] if isinstance(self._features, np.ndarray) else _FirstRows(self._features, n)
+        return Split(self.dataset, self.name, self.captions.numpy()[rows], self.image_idxs.numpy()[rows], feats,
+                     self._path, self._features_key, self.images)
 
     def texts(self) -> list[str]:
         """Every caption of the split as a string (decoded from the stored indices), in row order."""
@@ -181,26 +275,21 @@ class Split:
 
         Successive calls walk through a random permutation of all captions, so no caption repeats
         within an epoch (unlike CS231n's sampling with replacement); a new permutation starts when
-        fewer than `batch_size` captions are left. `generator`: an int seed (the same seed gives the
-        same sequence of batches; a different seed restarts), a torch.Generator, or None (seed 0).
+        fewer than `batch_size` captions are left. `generator`: an int seed (calls with the same seed
+        continue one sequence of batches; another seed starts its own), a torch.Generator (calls with
+        the same generator object continue), or None (seed 0).
         """
         if not 0 < batch_size <= len(self):
             raise ValueError(f"batch_size must be in 1..{len(self)} for split {self.name!r}")
-        key: object
-        if isinstance(generator, torch.Generator):
-            key, gen = id(generator), generator
-        else:
-            seed = 0 if generator is None else int(generator)
-            key, gen = ("seed", seed), None
-            if self._sampler is None or self._sampler[0] != key:
-                gen = torch.Generator().manual_seed(seed)
-        if self._sampler is None or self._sampler[0] != key:
-            self._sampler = [key, gen, torch.randperm(len(self), generator=gen), 0]
-        s = self._sampler
-        if s[3] + batch_size > len(s[2]):
-            s[2], s[3] = torch.randperm(len(self), generator=s[1]), 0
-        rows = s[2][s[3]: s[3] + batch_size]
-        s[3] += batch_size
+        source = 0 if generator is None else generator if isinstance(generator, torch.Generator) else int(generator)
+        p = self._permutation
+        if p is None or not (p.source is source if isinstance(source, torch.Generator) else p.source == source):
+            gen = source if isinstance(source, torch.Generator) else torch.Generator().manual_seed(source)
+            p = self._permutation = _Permutation(source, gen, torch.randperm(len(self), generator=gen))
+        if p.cursor + batch_size > len(p.order):
+            p.order, p.cursor = torch.randperm(len(self), generator=p.generator), 0
+        rows = p.order[p.cursor: p.cursor + batch_size]
+        p.cursor += batch_size
         return self._batch(rows, device)
 
     def iter_batches(self, batch_size: int, shuffle: bool = True, seed: int = 0, device=None,
@@ -232,61 +321,47 @@ class Split:
         """All ground-truth captions of image `image_idx` as strings (for BLEU / CIDEr)."""
         return [self.dataset.vocab.decode(self.captions[r]) for r in self.caption_rows(int(image_idx))]
 
-    def image_url(self, image_idx: int) -> str | None:
-        """URL of the image: images.cocodataset.org when the COCO id is known, else the URL listed
-        with the dataset (Flickr for CS231n, often dead), else None."""
-        i = int(image_idx)
-        if self._coco_folder and self._file_names is not None:
-            return f"http://images.cocodataset.org/{self._coco_folder}/{self._file_names[i]}"
-        if self._coco_folder and self.image_ids is not None:
-            return COCO_URL.format(folder=self._coco_folder, id=int(self.image_ids[i]))
-        if self._urls is not None and i < len(self._urls):
-            return self._urls[i]
-        return None
-
-    def image(self, image_idx: int) -> np.ndarray:
-        """The image as an (H, W, 3) uint8 array for display.
-
-        Stored thumbnail (shapes); else the local COCO file the grid builder read; else a download
-        from images.cocodataset.org. Raises DatasetError with the reason when no image is available
-        (CS231n fc7 files only list Flickr URLs and no COCO ids).
-        """
+    def _image_row(self, image_idx) -> int:
         i = int(image_idx)
         if not 0 <= i < self.num_images:
             raise IndexError(f"image index {i} out of range [0, {self.num_images})")
-        if self._images is not None:
-            return np.asarray(self._images[i])
-        from PIL import Image
+        return i
 
-        if self._file_names is not None and self._image_root:
-            local = Path(self._image_root) / self._file_names[i]
-            if local.is_file():
-                return np.asarray(Image.open(local).convert("RGB"))
-        if self._coco_folder:
-            url = self.image_url(i)
-            if url is None:
-                raise DatasetError(f"image {i} of split {self.name!r} has no URL and no local file")
-            try:
-                with urllib.request.urlopen(url, timeout=20) as r:
-                    return np.asarray(Image.open(io.BytesIO(r.read())).convert("RGB"))
-            except Exception as e:  # network errors of many kinds
-                raise DatasetError(f"could not fetch image {i} from {url}: {e}") from e
-        url = self.image_url(i)
-        raise DatasetError(
-            f"no image available for {self.dataset.name} {self.name} image {i}: the CS231n files hold "
-            f"no COCO image ids, only a Flickr URL ({url or 'none listed'}), many of which are dead. "
-            f"Use load_dataset('coco-grid') or 'shapes' to see images.")
+    def image_url(self, image_idx: int) -> str | None:
+        """URL of the image: images.cocodataset.org when the COCO id is known, else the URL listed
+        with the dataset (Flickr for CS231n, often dead), else None."""
+        return self.images.url(self._image_row(image_idx))
+
+    def image(self, image_idx: int) -> np.ndarray:
+        """The image as an (H, W, 3) uint8 array for display: the stored thumbnail (shapes), else the
+        local COCO file the grid builder read, else a download from images.cocodataset.org. Raises
+        DatasetError with the reason when no image is available (CS231n's fc7 files mostly list only
+        Flickr URLs)."""
+        i = self._image_row(image_idx)
+        try:
+            return self.images.image(i)
+        except DatasetError as e:
+            raise DatasetError(f"{self.dataset.name} {self.name} image {i}: {e}") from e.__cause__
 
     def objects(self, image_idx: int) -> list[dict]:
         """Objects of a generated (shapes) image: dicts with "colour", "shape", "size" (words),
         "cell" (index row*W+col of the feature-grid cell holding the object's centre) and "bbox"
         (x0, y0, x1, y1) in pixels of `image(image_idx)`."""
-        if self._objects is None:
-            raise DatasetError(f"{self.dataset.name} has no object annotations (only 'shapes' has)")
-        o = self._objects
-        sel = np.nonzero(o["image_idx"] == int(image_idx))[0]
-        return [{"colour": o["colour"][k], "shape": o["shape"][k], "size": o["size"][k],
-                 "cell": int(o["cell"][k]), "bbox": tuple(float(v) for v in o["bbox"][k])} for k in sel]
+        i = self._image_row(image_idx)
+        try:
+            return self.images.objects(i)
+        except DatasetError as e:
+            raise DatasetError(f"{self.dataset.name}: {e}") from None
+
+
+class _FirstRows:
+    """The first `n` rows of a feature array, read on demand (`Split.head` of an h5py dataset)."""
+
+    def __init__(self, features, n: int):
+        self._features, self.shape = features, (n, *features.shape[1:])
+
+    def __getitem__(self, idx):
+        return self._features[idx]
 
 
 # --------------------------------------------------------------------------------------- dataset
@@ -495,27 +570,26 @@ def _load_course_h5(path: Path, name=None, preload=None) -> CaptionDataset:
             caps, idxs = _read(f, f"{split}/captions", path), _read(f, f"{split}/image_idxs", path)
             n = fd.shape[0]
             _check_captions(path, split, caps, idxs, n, len(vocab))
-            extra = {}
-            if "image_ids" in g:
-                extra["image_ids"] = _read(f, f"{split}/image_ids", path)
-                _check(len(extra["image_ids"]) == n, path, f"{split}/image_ids length != {n}")
-            if "images" in g:
+            ids = _read(f, f"{split}/image_ids", path) if "image_ids" in g else None
+            _check(ids is None or len(ids) == n, path, f"{split}/image_ids length != {n}")
+            images = ImageSource(ids)
+            if "images" in g:  # shapes: the pictures themselves, and the objects drawn in them
                 im = g["images"]
                 _check(im.ndim == 4 and im.shape[0] == n and im.shape[3] == 3 and im.dtype == np.uint8,
                        path, f"{split}/images has shape {im.shape} {im.dtype}, expected ({n}, H, W, 3) uint8")
-                extra["images"] = _read(f, f"{split}/images", path)
-            if "objects" in g:
-                extra["objects"] = {k: _read(f, f"{split}/objects/{k}", path)
-                                    for k in ("image_idx", "cell", "bbox", "colour", "shape", "size")}
-                for k in ("colour", "shape", "size"):
-                    extra["objects"][k] = _strings(extra["objects"][k])
-            if "file_names" in g:
-                extra["file_names"] = _strings(_read(f, f"{split}/file_names", path))
-                extra["image_root"] = g.attrs.get("image_root", None)
-            if coco_folder is not None and "image_ids" in extra:
-                extra["coco_folder"] = dict(zip(("train", "val"), _strings(coco_folder)))[split]
-            ds.splits[split] = Split(ds, split, caps, idxs, _features_source(f, feats_key, path, preload),
-                                     n, path, features_key=feats_key, **extra)
+                objects = None
+                if "objects" in g:
+                    objects = {k: _read(f, f"{split}/objects/{k}", path)
+                               for k in ("image_idx", "cell", "bbox", "colour", "shape", "size")}
+                    for k in ("colour", "shape", "size"):
+                        objects[k] = _strings(objects[k])
+                images = StoredImages(_read(f, f"{split}/images", path), ids, objects)
+            elif coco_folder is not None and ids is not None:  # coco-grid: COCO's own images
+                images = CocoImages(dict(zip(("train", "val"), _strings(coco_folder)))[split], ids,
+                                    _strings(_read(f, f"{split}/file_names", path)) if "file_names" in g else None,
+                                    g.attrs.get("image_root", None))
+            ds.splits[split] = Split(ds, split, caps, idxs, _features_source(f, feats_key, path, preload), path,
+                                     feats_key, images)
         return ds
     except BaseException:
         f.close()
@@ -561,16 +635,16 @@ def _load_cs231n(folder: Path, preload=None) -> CaptionDataset:
             idxs = _read(cf, f"{split}_image_idxs", cpath)
             fpath, fsrc, n = feats[split]
             _check_captions(cpath, split, caps, idxs, n, len(vocab))
-            urls, folder_name, ids = None, None, None
+            images: ImageSource = ImageSource()
             upath = folder / coco_cs231n.URL_FILES[split]
             if upath.is_file():
                 urls = upath.read_text().split()
                 m = [re.search(r"COCO_(train|val)2014_(\d+)", u) for u in urls]
                 if urls and all(m):  # COCO's own file names: the image id is known
-                    ids = [int(x.group(2)) for x in m if x is not None]
-                    folder_name = f"{split}2014"
-            ds.splits[split] = Split(ds, split, caps, idxs, fsrc, n, fpath, image_ids=ids, urls=urls,
-                                     coco_folder=folder_name)
+                    images = CocoImages(f"{split}2014", [int(x.group(2)) for x in m if x is not None])
+                else:
+                    images = ListedUrls(urls)
+            ds.splits[split] = Split(ds, split, caps, idxs, fsrc, fpath, images=images)
         return ds
     except BaseException:
         for f in files:

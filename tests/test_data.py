@@ -231,6 +231,52 @@ def test_download_file_url(tmp_path):
     assert out.read_bytes() == src.read_bytes()
 
 
+def test_download_keeps_only_the_file_with_the_known_hash(server, tmp_path):
+    """pooch checks the SHA-256: a wrong one removes the bytes and names both hashes; a right one after a
+    resumed download passes; a finished file whose hash matches is reused without the network."""
+    import hashlib
+
+    server.payload = bytes(np.random.default_rng(1).integers(0, 256, 200_000, dtype=np.uint8))
+    good = hashlib.sha256(server.payload).hexdigest()
+    dest = tmp_path / "f.zip"
+    with pytest.raises(DownloadError, match=f"corrupt or not the published file.*{good}"):
+        download(server.url, dest, sha256="0" * 64, progress=False)
+    assert not dest.exists() and not (tmp_path / "f.zip.part").exists() and list(tmp_path.iterdir()) == []
+    server.cut = 50_000
+    with pytest.raises(DownloadError, match="resume"):
+        download(server.url, dest, sha256=good, chunk_size=8192, progress=False)
+    download(server.url, dest, sha256=good, chunk_size=8192, progress=False)
+    assert dest.read_bytes() == server.payload and server.ranges[-1].startswith("bytes=")
+    n = len(server.ranges)
+    download(server.url, dest, sha256=good, progress=False)
+    assert len(server.ranges) == n
+    dest.write_bytes(b"tampered")  # a file that is not the published one is fetched again
+    download(server.url, dest, sha256=good, progress=False)
+    assert dest.read_bytes() == server.payload and len(server.ranges) == n + 1
+
+
+def test_coco_zips_are_fetched_with_their_published_hashes(server, tmp_path, monkeypatch):
+    """download_coco hands each zip's size and SHA-256 to the download; a zip that is not the published
+    one stops the build with an error naming it, and nothing is unzipped."""
+    import hashlib
+
+    for name, (url, size, sha256) in coco_grid.COCO_ZIPS.items():
+        assert url.endswith(f"{'annotations_trainval2014' if name == 'annotations' else name}.zip")
+        assert size > 0 and re.fullmatch(r"[0-9a-f]{64}", sha256), name
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        z.writestr("annotations/captions_val2014.json", "{}")
+    server.payload = buf.getvalue()
+    right = (server.url, len(server.payload), hashlib.sha256(server.payload).hexdigest())
+    monkeypatch.setattr(coco_grid, "COCO_ZIPS", {"annotations": right})
+    coco_grid.download_coco(tmp_path / "coco", splits=(), progress=False)
+    assert (tmp_path / "coco" / "annotations" / "captions_val2014.json").is_file()
+    monkeypatch.setattr(coco_grid, "COCO_ZIPS", {"annotations": right, "val2014": (*right[:2], "1" * 64)})
+    with pytest.raises(DownloadError, match="coco_captioning.zip is corrupt"):
+        coco_grid.download_coco(tmp_path / "coco", splits=("val2014",), progress=False)
+    assert not (tmp_path / "coco" / "val2014").exists()
+
+
 def _zip_folder(folder: Path) -> bytes:
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w") as z:
@@ -257,7 +303,9 @@ def test_extract_is_atomic_and_rejects_bad_zip(tmp_path, cs231n):
     assert list((tmp_path / "out").glob("coco_captioning.incomplete-*"))
 
 
-def test_fetch_cs231n_end_to_end(server, tmp_path, cs231n):
+def test_fetch_cs231n_end_to_end(server, tmp_path, cs231n, capsys):
+    import hashlib
+
     server.payload = _zip_folder(cs231n)
     server.cut = len(server.payload) // 3
     dest = tmp_path / "dl"
@@ -268,6 +316,8 @@ def test_fetch_cs231n_end_to_end(server, tmp_path, cs231n):
         load_dataset("coco-fc7", data_dir=dest)
     folder = coco_cs231n.fetch(dest, url=server.url, progress=False)
     assert not (dest / "coco_captioning.zip").exists()
+    # no published hash: the download prints its own, and a later download can be held to it
+    assert f"SHA-256 of coco_captioning.zip: {hashlib.sha256(server.payload).hexdigest()}" in capsys.readouterr().out
     assert load_dataset("coco-fc7", data_dir=dest).split("train").num_images == 6
     assert coco_cs231n.main(["--dest", str(dest), "--url", server.url]) == 0
     assert folder == dest / "coco_captioning"
@@ -531,6 +581,34 @@ def test_iter_batches_covers_each_caption_once(tiny_shapes):
     assert sum(1 for _ in va.iter_batches(5, drop_last=True)) == va.num_batches(5, drop_last=True) == 4
     first = next(va.iter_batches(6, shuffle=False))[0]
     assert torch.equal(first, va.captions[:6])
+
+
+def test_sample_batch_follows_the_generator_it_is_given(tiny_shapes):
+    """An int seed or a torch.Generator object each have their own stream: switching to another and back
+    to a seed restarts that seed's stream, and a second Generator (even one in the same state as the
+    first) does not continue the first one's permutation."""
+    tr = load_dataset(tiny_shapes).split("train")
+    first = tr.sample_batch(8, generator=3)[0]
+    tr.sample_batch(8, generator=4)
+    assert torch.equal(tr.sample_batch(8, generator=3)[0], first)
+    g1, g2 = torch.Generator().manual_seed(9), torch.Generator().manual_seed(9)
+    a = tr.sample_batch(8, generator=g1)[0]
+    b = tr.sample_batch(8, generator=g1)[0]  # the same generator: the next batch of its permutation
+    c = tr.sample_batch(8, generator=g2)[0]  # another generator: its own permutation, from the start
+    assert not torch.equal(a, b) and torch.equal(a, c)
+
+
+def test_head_keeps_images_and_reads_only_its_rows(tiny_shapes):
+    for preload in (True, False):
+        tr = load_dataset(tiny_shapes, preload=preload).split("train")
+        part = tr.head(3)
+        assert part.num_images == 3 and set(part.image_idxs.tolist()) == {0, 1, 2}
+        assert len(part) == int((tr.image_idxs < 3).sum())
+        assert torch.equal(part.features([2, 0]), tr.features([2, 0]))
+        assert np.array_equal(part.image(1), tr.image(1)) and part.objects(1) == tr.objects(1)
+        assert part.features_file == tr.features_file
+        with pytest.raises(IndexError, match=r"\[0, 3\)"):
+            part.features([3])
 
 
 def test_grid_builder_command_line(tmp_path, coco_raw, capsys):
