@@ -10,6 +10,7 @@ outputs to HDF5: public cases into ``starter/references``, hidden ones into ``gr
 """
 from __future__ import annotations
 
+import functools
 import importlib
 import os
 import tempfile
@@ -172,10 +173,48 @@ def _telling_variants(spec: CaseSpec, ns: dict, params, expected: dict, dtype) -
     return kept
 
 
+# ---- helpers of the case modules (grading/cases/nbNN.py): one definition for every notebook -------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class Row:
+    """One row of a notebook's case table: the case's name and whether students see it (public cases go to
+    starter/references, the others stay hidden). Each table's record (a frozen dataclass deriving from this
+    one) adds, by name, the fields its cases vary in, so that a row reads ``FitCase(name="fit/basic", ...)``."""
+    name: str
+    public: bool = False
+
+
 def randn(*shape, g: torch.Generator, dtype=torch.float32) -> torch.Tensor:
     """Standard normal inputs drawn in float64 and then cast, so a float32 and a float64 case of the same
     seed hold the same numbers (the one input generator of every notebook's cases)."""
     return torch.randn(*shape, generator=g, dtype=torch.float64).to(dtype)
+
+
+def causal(t: int) -> torch.Tensor:
+    """The (t, t) causal mask, True where attention is allowed (the key is not after the query)."""
+    return torch.ones(t, t, dtype=torch.bool).tril()
+
+
+def with_forward(ns: dict, target: str, forward: Callable) -> type:
+    """The notebook's class `target` with its forward replaced by `forward` (a known bug of that module)."""
+    return type("Buggy", (ns[target],), {"forward": forward})
+
+
+def deviation(fn: Callable, **switches) -> Callable[[dict], Callable]:
+    """make(ns) of a known bug written as a switch of a reference-like function: `fn` with `switches` set
+    (e.g. deviation(_attend, scale=1.0): attention without its 1/sqrt(d_k) scaling)."""
+    return lambda ns: functools.partial(fn, **switches)
+
+
+def forward_deviation(target: str, forward: Callable, **switches) -> Callable[[dict], type]:
+    """make(ns) of a known bug of the notebook's module class `target`: its forward is the reference-like
+    `forward(self, ...)` with `switches` set."""
+    def make(ns: dict) -> type:
+        def buggy(self, *args, **kwargs):
+            return forward(self, *args, **kwargs, **switches)
+        return with_forward(ns, target, buggy)
+    return make
 
 
 def write_cases(path: Path, cases: list[Case]) -> None:

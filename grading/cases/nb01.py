@@ -7,10 +7,11 @@ student's output matches them.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 
-from grading.references import CaseSpec, randn
+from grading.references import CaseSpec, Row, causal, deviation, randn, with_forward
 
 FORBID = ["torch.nn.functional.scaled_dot_product_attention"]  # the task is to write it
 
@@ -33,21 +34,21 @@ def _attend(q, k, v, mask=None, scale=None, softmax_dim=-1, mask_after=False, fi
 def _sdpa_variants(masked: bool) -> dict:
     v = {
         "no_scale": ("looks unscaled: divide the scores by sqrt(d_k) (d_k = q.shape[-1]).",
-                     lambda ns: lambda q, k, val, mask=None: _attend(q, k, val, mask, scale=1.0)),
+                     deviation(_attend, scale=1.0)),
         "scale_dk": ("scores divided by d_k instead of sqrt(d_k).",
                      lambda ns: lambda q, k, val, mask=None: _attend(q, k, val, mask, scale=1 / q.shape[-1])),
         "softmax_queries": ("softmax taken over the queries (dim=-2); it must be over the keys (dim=-1).",
-                            lambda ns: lambda q, k, val, mask=None: _attend(q, k, val, mask, softmax_dim=-2)),
+                            deviation(_attend, softmax_dim=-2)),
     }
     if masked:
         v.update({
             "mask_after": ("mask applied after the softmax: fill masked scores with -inf *before* the softmax, "
                            "so each row still sums to 1.",
-                           lambda ns: lambda q, k, val, mask=None: _attend(q, k, val, mask, mask_after=True)),
+                           deviation(_attend, mask_after=True)),
             "fill_zero": ("masked scores set to 0 instead of -inf: exp(0) = 1 still gives them weight.",
-                          lambda ns: lambda q, k, val, mask=None: _attend(q, k, val, mask, fill=0.0)),
+                          deviation(_attend, fill=0.0)),
             "inverted": ("mask convention inverted: True means the key MAY be attended to; block where mask is False.",
-                         lambda ns: lambda q, k, val, mask=None: _attend(q, k, val, mask, invert_mask=True)),
+                         deviation(_attend, invert_mask=True)),
         })
     return v
 
@@ -55,9 +56,9 @@ def _sdpa_variants(masked: bool) -> dict:
 def _loop_variants() -> dict:
     return {
         "no_scale": ("looks unscaled: divide each score q·k by sqrt(D).",
-                     lambda ns: lambda q, k, v: _attend(q, k, v, scale=1.0)),
+                     deviation(_attend, scale=1.0)),
         "softmax_queries": ("weights normalised over the queries; each query's weights over the keys must sum to 1.",
-                            lambda ns: lambda q, k, v: _attend(q, k, v, softmax_dim=-2)),
+                            deviation(_attend, softmax_dim=-2)),
     }
 
 
@@ -75,7 +76,7 @@ def _causal_variants() -> dict:
 
 def _self_attention_variants() -> dict:
     def subclass(ns, forward):
-        return type("Buggy", (ns["SelfAttention"],), {"forward": forward})
+        return with_forward(ns, "SelfAttention", forward)
 
     def no_scale(self, x, mask=None):
         return _attend(self.query(x), self.key(x), self.value(x), mask, scale=1.0)
@@ -97,85 +98,128 @@ def _self_attention_variants() -> dict:
 # ---- cases ----------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True, kw_only=True)
+class LoopCase(Row):
+    """attention_loop(query (M, D), keys (N, D), values (N, Dv))."""
+    queries: int  # M
+    keys: int  # N
+    dim: int  # D
+    value_dim: int  # Dv
+    dtype: torch.dtype = torch.float32
+
+
+@dataclass(frozen=True, kw_only=True)
+class SdpaCase(Row):
+    """scaled_dot_product_attention(q, k, v, mask=None) on inputs of these shapes."""
+    q: tuple[int, ...]
+    k: tuple[int, ...]
+    v: tuple[int, ...]
+    mask: torch.Tensor | None = None  # True = may attend; every query keeps >= 1 key
+    dtype: torch.dtype = torch.float32
+    grad: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class CausalCase(Row):
+    """causal_mask(T)."""
+    length: int  # T
+
+
+@dataclass(frozen=True, kw_only=True)
+class SelfAttentionCase(Row):
+    """SelfAttention(embed_dim, head_dim).forward(x, mask=None)."""
+    shape: tuple[int, ...]  # of x
+    embed_dim: int
+    head_dim: int
+    mask: torch.Tensor | None = None
+    grad: bool = False
+
+
+def _padding(b, tq, tk, g):
+    """(b, tq, tk) masks of keys with random lengths (True = a real key), at least one real padding."""
+    lengths = torch.randint(1, tk + 1, (b,), generator=g)
+    lengths[0] = tk - 1 if tk > 1 else 1
+    return (torch.arange(tk)[None, :] < lengths[:, None])[:, None, :].expand(b, tq, tk).clone()
+
+
+ATTN_PROPS = [["rows_sum_to_one", "weights"]]
+
+
+def _loop_spec(c: LoopCase, g: torch.Generator) -> CaseSpec:
+    return CaseSpec(
+        name=c.name, target="attention_loop", args=["query", "keys", "values"], outputs=["output", "weights"],
+        inputs={"query": randn(c.queries, c.dim, g=g, dtype=c.dtype), "keys": randn(c.keys, c.dim, g=g, dtype=c.dtype),
+                "values": randn(c.keys, c.value_dim, g=g, dtype=c.dtype)},
+        variants=_loop_variants(), properties=list(ATTN_PROPS), public=c.public, forbid=FORBID)
+
+
+def _sdpa_spec(c: SdpaCase, g: torch.Generator) -> CaseSpec:
+    inputs = {"q": randn(*c.q, g=g, dtype=c.dtype), "k": randn(*c.k, g=g, dtype=c.dtype),
+              "v": randn(*c.v, g=g, dtype=c.dtype)}
+    kwargs, props = {}, list(ATTN_PROPS)
+    if c.mask is not None:
+        inputs["mask"], kwargs["mask"] = c.mask, "mask"
+        props.append(["zero_where_masked", "weights", "mask"])
+    return CaseSpec(
+        name=c.name, target="scaled_dot_product_attention", args=["q", "k", "v"], kwargs=kwargs,
+        outputs=["output", "weights"], inputs=inputs, grad_wrt=["q", "k", "v"] if c.grad else [],
+        variants=_sdpa_variants(c.mask is not None), properties=props, public=c.public, forbid=FORBID)
+
+
+def _causal_spec(c: CausalCase) -> CaseSpec:
+    return CaseSpec(name=c.name, target="causal_mask", args=[], const_args=[c.length], inputs={}, outputs=["mask"],
+                    variants=_causal_variants() if c.length > 1 else {}, public=c.public,
+                    hint="mask[t, s] must be True exactly when s <= t.")
+
+
+def _self_attention_spec(c: SelfAttentionCase, g: torch.Generator) -> CaseSpec:
+    inputs = {"x": randn(*c.shape, g=g)}
+    kwargs, props = {}, list(ATTN_PROPS)
+    if c.mask is not None:
+        inputs["mask"], kwargs["mask"] = c.mask, "mask"
+        props.append(["zero_where_masked", "weights", "mask"])
+    return CaseSpec(
+        name=c.name, target="SelfAttention", kind="module", init={"embed_dim": c.embed_dim, "head_dim": c.head_dim},
+        args=["x"], kwargs=kwargs, outputs=["output", "weights"], inputs=inputs,
+        grad_wrt=["x", "query.weight", "key.weight", "value.weight"] if c.grad else [],
+        variants=_self_attention_variants(), properties=props, public=c.public, forbid=FORBID)
+
+
 def cases(ns) -> list[CaseSpec]:
     g = torch.Generator().manual_seed(2024)
-    attn_props = [["rows_sum_to_one", "weights"]]
     out = []
-
     # attention_loop: one set of queries (M, D) against keys (N, D) and values (N, Dv)
-    for name, (m, n, d, dv, dtype, public) in {
-        "loop/basic": (3, 4, 5, 5, torch.float32, True),
-        "loop/rectangular": (2, 6, 3, 7, torch.float32, False),
-        "loop/float64": (4, 3, 8, 2, torch.float64, False),
-    }.items():
-        out.append(CaseSpec(
-            name=name, target="attention_loop", args=["query", "keys", "values"], outputs=["output", "weights"],
-            inputs={"query": randn(m, d, g=g, dtype=dtype), "keys": randn(n, d, g=g, dtype=dtype),
-                    "values": randn(n, dv, g=g, dtype=dtype)},
-            variants=_loop_variants(), properties=attn_props, public=public, forbid=FORBID))
-
+    out += [_loop_spec(c, g) for c in [
+        LoopCase(name="loop/basic", queries=3, keys=4, dim=5, value_dim=5, public=True),
+        LoopCase(name="loop/rectangular", queries=2, keys=6, dim=3, value_dim=7),
+        LoopCase(name="loop/float64", queries=4, keys=3, dim=8, value_dim=2, dtype=torch.float64),
+    ]]
     # scaled_dot_product_attention, unmasked
-    for name, (qs, ks, vs, dtype, grad, public) in {
-        "sdpa/basic": ((2, 4, 8), (2, 4, 8), (2, 4, 8), torch.float32, False, True),
-        "sdpa/4d": ((2, 3, 5, 4), (2, 3, 6, 4), (2, 3, 6, 7), torch.float32, False, False),
-        "sdpa/unbatched": ((5, 16), (7, 16), (7, 3), torch.float32, False, False),
-        "sdpa/float64": ((3, 4, 6), (3, 5, 6), (3, 5, 6), torch.float64, False, False),
-        "sdpa/grad": ((2, 4, 8), (2, 6, 8), (2, 6, 5), torch.float32, True, False),
-    }.items():
-        out.append(CaseSpec(
-            name=name, target="scaled_dot_product_attention", args=["q", "k", "v"], outputs=["output", "weights"],
-            inputs={"q": randn(*qs, g=g, dtype=dtype), "k": randn(*ks, g=g, dtype=dtype),
-                    "v": randn(*vs, g=g, dtype=dtype)},
-            grad_wrt=["q", "k", "v"] if grad else [], variants=_sdpa_variants(False), properties=attn_props,
-            public=public, forbid=FORBID))
-
+    out += [_sdpa_spec(c, g) for c in [
+        SdpaCase(name="sdpa/basic", q=(2, 4, 8), k=(2, 4, 8), v=(2, 4, 8), public=True),
+        SdpaCase(name="sdpa/4d", q=(2, 3, 5, 4), k=(2, 3, 6, 4), v=(2, 3, 6, 7)),
+        SdpaCase(name="sdpa/unbatched", q=(5, 16), k=(7, 16), v=(7, 3)),
+        SdpaCase(name="sdpa/float64", q=(3, 4, 6), k=(3, 5, 6), v=(3, 5, 6), dtype=torch.float64),
+        SdpaCase(name="sdpa/grad", q=(2, 4, 8), k=(2, 6, 8), v=(2, 6, 5), grad=True),
+    ]]
     # scaled_dot_product_attention with masks (True = may attend); every query keeps >= 1 key
-    def causal(t):
-        return torch.ones(t, t, dtype=torch.bool).tril()
-
-    def padding(b, tq, tk, g):
-        lengths = torch.randint(1, tk + 1, (b,), generator=g)
-        lengths[0] = tk - 1 if tk > 1 else 1  # at least one real padding
-        return (torch.arange(tk)[None, :] < lengths[:, None])[:, None, :].expand(b, tq, tk).clone()
-
-    masked = {
-        "sdpa/masked": ((2, 5, 4), (2, 5, 4), (2, 5, 4), causal(5), False, True),
-        "sdpa/masked_padding": ((3, 4, 8), (3, 6, 8), (3, 6, 2), padding(3, 4, 6, g), False, False),
-        "sdpa/masked_4d": ((2, 2, 6, 4), (2, 2, 6, 4), (2, 2, 6, 4), causal(6), False, False),
-        "sdpa/masked_grad": ((2, 5, 4), (2, 5, 4), (2, 5, 3), causal(5), True, False),
-    }
-    for name, (qs, ks, vs, mask, grad, public) in masked.items():
-        out.append(CaseSpec(
-            name=name, target="scaled_dot_product_attention", args=["q", "k", "v"], kwargs={"mask": "mask"},
-            outputs=["output", "weights"],
-            inputs={"q": randn(*qs, g=g), "k": randn(*ks, g=g), "v": randn(*vs, g=g), "mask": mask},
-            grad_wrt=["q", "k", "v"] if grad else [], variants=_sdpa_variants(True),
-            properties=attn_props + [["zero_where_masked", "weights", "mask"]], public=public, forbid=FORBID))
-
+    out += [_sdpa_spec(c, g) for c in [
+        SdpaCase(name="sdpa/masked", q=(2, 5, 4), k=(2, 5, 4), v=(2, 5, 4), mask=causal(5), public=True),
+        SdpaCase(name="sdpa/masked_padding", q=(3, 4, 8), k=(3, 6, 8), v=(3, 6, 2), mask=_padding(3, 4, 6, g)),
+        SdpaCase(name="sdpa/masked_4d", q=(2, 2, 6, 4), k=(2, 2, 6, 4), v=(2, 2, 6, 4), mask=causal(6)),
+        SdpaCase(name="sdpa/masked_grad", q=(2, 5, 4), k=(2, 5, 4), v=(2, 5, 3), mask=causal(5), grad=True),
+    ]]
     # causal_mask(T)
-    for name, (t, public) in {"causal/5": (5, True), "causal/1": (1, False), "causal/17": (17, False)}.items():
-        variants = _causal_variants() if t > 1 else {}
-        out.append(CaseSpec(name=name, target="causal_mask", args=[], const_args=[t], inputs={}, outputs=["mask"],
-                            variants=variants, public=public,
-                            hint="mask[t, s] must be True exactly when s <= t."))
-
+    out += [_causal_spec(c) for c in [
+        CausalCase(name="causal/5", length=5, public=True),
+        CausalCase(name="causal/1", length=1),
+        CausalCase(name="causal/17", length=17),
+    ]]
     # SelfAttention(embed_dim, head_dim).forward(x, mask=None)
-    for name, (shape, e, h, mask, grad, public) in {
-        "selfattn/basic": ((2, 5, 8), 8, 4, None, False, True),
-        "selfattn/causal": ((3, 6, 8), 8, 8, causal(6), False, False),
-        "selfattn/unbatched": ((4, 6), 6, 3, None, False, False),
-        "selfattn/grad": ((2, 4, 6), 6, 5, causal(4), True, False),
-    }.items():
-        inputs = {"x": randn(*shape, g=g)}
-        kwargs = {}
-        props = list(attn_props)
-        if mask is not None:
-            inputs["mask"] = mask
-            kwargs["mask"] = "mask"
-            props.append(["zero_where_masked", "weights", "mask"])
-        grad_wrt = ["x", "query.weight", "key.weight", "value.weight"] if grad else []
-        out.append(CaseSpec(
-            name=name, target="SelfAttention", kind="module", init={"embed_dim": e, "head_dim": h},
-            args=["x"], kwargs=kwargs, outputs=["output", "weights"], inputs=inputs, grad_wrt=grad_wrt,
-            variants=_self_attention_variants(), properties=props, public=public, forbid=FORBID))
+    out += [_self_attention_spec(c, g) for c in [
+        SelfAttentionCase(name="selfattn/basic", shape=(2, 5, 8), embed_dim=8, head_dim=4, public=True),
+        SelfAttentionCase(name="selfattn/causal", shape=(3, 6, 8), embed_dim=8, head_dim=8, mask=causal(6)),
+        SelfAttentionCase(name="selfattn/unbatched", shape=(4, 6), embed_dim=6, head_dim=3),
+        SelfAttentionCase(name="selfattn/grad", shape=(2, 4, 6), embed_dim=6, head_dim=5, mask=causal(4), grad=True),
+    ]]
     return out

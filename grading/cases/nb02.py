@@ -6,10 +6,12 @@ Variants are known bugs, written here independently of the solution, that the ch
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import torch
 
-from grading.references import CaseSpec, randn
+from grading.references import CaseSpec, Row, deviation, randn, with_forward
 
 LONG_ATOL = 1e-4  # float32 angles pos * omega lose ~1e-5 at position 200; the reference is float64
 
@@ -42,22 +44,19 @@ def _table(max_len, d, exponent="pair", layout="interleaved", first="sin", start
 
 
 def _sinusoidal_variants() -> dict:
-    def v(**kw):
-        return lambda ns: lambda max_len, d: _table(max_len, d, **kw)
-
     return {
         "halves": ("sines in the first half and cosines in the second: interleave them "
-                   "(column 2i = sin, column 2i+1 = cos of the same frequency).", v(layout="halves")),
+                   "(column 2i = sin, column 2i+1 = cos of the same frequency).", deviation(_table, layout="halves")),
         "cos_first": ("sin and cos swapped: even columns (0, 2, ...) hold sin, odd columns hold cos.",
-                      v(first="cos")),
+                      deviation(_table, first="cos")),
         "column_exponent": ("column 2i+1 uses exponent (2i+1)/d_model: the cosine must share the frequency of "
-                            "its sine, 10000^(2i/d_model).", v(exponent="column")),
+                            "its sine, 10000^(2i/d_model).", deviation(_table, exponent="column")),
         "half_exponent": ("exponent i/d_model instead of 2i/d_model (i is the pair index, 2i the even column).",
-                          v(exponent="half")),
+                          deviation(_table, exponent="half")),
         "inverted": ("frequencies grow with the dimension: divide the position by 10000^(2i/d_model), "
-                     "don't multiply.", v(invert=True)),
+                     "don't multiply.", deviation(_table, invert=True)),
         "start_one": ("positions start at 1; they start at 0 (row 0 is sin 0, cos 0 = 0, 1, 0, 1, ...).",
-                      v(start=1)),
+                      deviation(_table, start=1)),
     }
 
 
@@ -72,9 +71,9 @@ def _shiftmat_variants() -> dict:
     return {
         "transposed": ("that is M(-phi), the transpose: it shifts by -phi. The sine row is "
                        "[cos(omega*phi), sin(omega*phi)], the cosine row [-sin(omega*phi), cos(omega*phi)].",
-                       lambda ns: lambda omega, phi: _rotation(omega, phi, transpose=True)),
+                       deviation(_rotation, transpose=True)),
         "no_omega": ("the rotation angle is omega * phi, not phi.",
-                     lambda ns: lambda omega, phi: _rotation(omega, phi, no_omega=True)),
+                     deviation(_rotation, no_omega=True)),
     }
 
 
@@ -93,9 +92,9 @@ def _shift_variants() -> dict:
     return {
         "transposed": ("each pair is rotated by M transposed, i.e. shifted by -phi: multiply M @ pair, "
                        "with pair = [column 2i, column 2i+1] as a column vector.",
-                       lambda ns: lambda pe, omega, phi: _shift(pe, omega, phi, transpose=True)),
+                       deviation(_shift, transpose=True)),
         "halves": ("pairs taken from the two halves of the code; pair i is the interleaved columns (2i, 2i+1).",
-                   lambda ns: lambda pe, omega, phi: _shift(pe, omega, phi, halves=True)),
+                   deviation(_shift, halves=True)),
         "unchanged": ("returned the codes unchanged: rotate every pair by its matrix.",
                       lambda ns: lambda pe, omega, phi: pe.clone()),
     }
@@ -103,7 +102,7 @@ def _shift_variants() -> dict:
 
 def _posenc_variants(full_length: bool = False) -> dict:
     def subclass(ns, forward):
-        return type("Buggy", (ns["PositionalEncoding"],), {"forward": forward})
+        return with_forward(ns, "PositionalEncoding", forward)
 
     def batch_axis(self, x):  # seq-first code on batch-first inputs: position b added to sequence b
         pe = _table(self.max_len, self.d_model).to(x.dtype)
@@ -133,75 +132,114 @@ def _posenc_variants(full_length: bool = False) -> dict:
 # ---- cases ----------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True, kw_only=True)
+class SinusoidalCase(Row):
+    """sinusoidal_encoding(max_len, d_model)."""
+    max_len: int
+    d_model: int
+    atol: float = 1e-5
+
+
+@dataclass(frozen=True, kw_only=True)
+class ShiftMatrixCase(Row):
+    """relative_shift_matrix(omega, phi)."""
+    omega: torch.Tensor
+    phi: float
+    grad: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class ShiftCase(Row):
+    """shift_encoding(pe, omega, phi)."""
+    pe: torch.Tensor
+    omega: torch.Tensor
+    phi: float
+    grad: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class PosEncCase(Row):
+    """PositionalEncoding(d_model=shape[-1], max_len, dropout).forward(x of `shape`); a sequence longer than
+    max_len is a case of bad input (a ValueError)."""
+    shape: tuple[int, ...]  # of x, (B, T, d_model)
+    max_len: int
+    dtype: torch.dtype = torch.float32
+    grad: bool = False
+
+
+def _omegas(d, dtype=torch.float32):
+    return (10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)).to(dtype)
+
+
+def _sinusoidal_spec(c: SinusoidalCase) -> CaseSpec:
+    return CaseSpec(
+        name=c.name, target="sinusoidal_encoding", args=[], const_args=[c.max_len, c.d_model], inputs={},
+        outputs=["pe"], variants=_sinusoidal_variants(), atol=c.atol, public=c.public,
+        hint="pe[pos, 2i] = sin(pos / 10000^(2i/d_model)), pe[pos, 2i+1] = cos(same angle).")
+
+
+def _shift_matrix_spec(c: ShiftMatrixCase) -> CaseSpec:
+    return CaseSpec(
+        name=c.name, target="relative_shift_matrix", args=["omega"], const_args=[c.phi], inputs={"omega": c.omega},
+        outputs=["M"], grad_wrt=["omega"] if c.grad else [], variants=_shiftmat_variants(), public=c.public,
+        hint="M = [[cos(omega*phi), sin(omega*phi)], [-sin(omega*phi), cos(omega*phi)]] for each omega.")
+
+
+def _shift_spec(c: ShiftCase) -> CaseSpec:
+    return CaseSpec(
+        name=c.name, target="shift_encoding", args=["pe", "omega"], const_args=[c.phi],
+        inputs={"pe": c.pe, "omega": c.omega}, outputs=["shifted"], grad_wrt=["pe"] if c.grad else [],
+        variants=_shift_variants(), public=c.public,
+        hint="pair i = (pe[..., 2i], pe[..., 2i+1]) becomes relative_shift_matrix(omega[i], phi) @ pair i.")
+
+
+def _posenc_spec(c: PosEncCase, g: torch.Generator) -> CaseSpec:
+    too_long = c.shape[1] > c.max_len  # a case of bad input: the layer must raise, nothing is compared
+    raises = ["raises", "ValueError", f"when the sequence (T = {c.shape[1]}) is longer than max_len = {c.max_len}"]
+    return CaseSpec(
+        name=c.name, target="PositionalEncoding", kind="module",
+        init={"d_model": c.shape[-1], "max_len": c.max_len, "dropout": 0.1},
+        args=["x"], inputs={"x": randn(*c.shape, g=g, dtype=c.dtype)}, outputs=["output"],
+        grad_wrt=["x"] if c.grad else [], variants={} if too_long else _posenc_variants(c.shape[1] == c.max_len),
+        properties=[raises] if too_long else [], public=c.public,
+        hint="" if too_long else "the output is x + pe[:T] with T = x.shape[1] (dropout is off in checks).")
+
+
 def cases(ns) -> list[CaseSpec]:
     g = torch.Generator().manual_seed(2025)
     out = []
-
     # sinusoidal_encoding(max_len, d_model)
-    for name, (max_len, d, atol, public) in {
-        "sinusoidal/8x16": (8, 16, 1e-5, True),
-        "sinusoidal/odd": (12, 7, 1e-5, False),
-        "sinusoidal/one_position": (1, 6, 1e-5, False),
-        "sinusoidal/long": (200, 64, LONG_ATOL, False),
-        "sinusoidal/d2": (30, 2, 1e-5, False),
-    }.items():
-        out.append(CaseSpec(
-            name=name, target="sinusoidal_encoding", args=[], const_args=[max_len, d], inputs={}, outputs=["pe"],
-            variants=_sinusoidal_variants(),
-            atol=atol, public=public,
-            hint="pe[pos, 2i] = sin(pos / 10000^(2i/d_model)), pe[pos, 2i+1] = cos(same angle)."))
-
+    out += [_sinusoidal_spec(c) for c in [
+        SinusoidalCase(name="sinusoidal/8x16", max_len=8, d_model=16, public=True),
+        SinusoidalCase(name="sinusoidal/odd", max_len=12, d_model=7),
+        SinusoidalCase(name="sinusoidal/one_position", max_len=1, d_model=6),
+        SinusoidalCase(name="sinusoidal/long", max_len=200, d_model=64, atol=LONG_ATOL),
+        SinusoidalCase(name="sinusoidal/d2", max_len=30, d_model=2),
+    ]]
     # relative_shift_matrix(omega, phi)
-    for name, (omega, phi, grad, public) in {
-        "shiftmat/basic": (torch.tensor([1.0, 0.3, 0.05, 0.001]), 3, False, True),
-        "shiftmat/scalar": (torch.tensor(0.7), 1.5, False, False),
-        "shiftmat/2d_float64": (torch.rand(2, 3, generator=g, dtype=torch.float64), -2, False, False),
-        "shiftmat/grad": (torch.rand(5, generator=g, dtype=torch.float64).float(), 4, True, False),
-    }.items():
-        out.append(CaseSpec(
-            name=name, target="relative_shift_matrix", args=["omega"], const_args=[phi], inputs={"omega": omega},
-            outputs=["M"], grad_wrt=["omega"] if grad else [], variants=_shiftmat_variants(), public=public,
-            hint="M = [[cos(omega*phi), sin(omega*phi)], [-sin(omega*phi), cos(omega*phi)]] for each omega."))
-
+    out += [_shift_matrix_spec(c) for c in [
+        ShiftMatrixCase(name="shiftmat/basic", omega=torch.tensor([1.0, 0.3, 0.05, 0.001]), phi=3, public=True),
+        ShiftMatrixCase(name="shiftmat/scalar", omega=torch.tensor(0.7), phi=1.5),
+        ShiftMatrixCase(name="shiftmat/2d_float64", omega=torch.rand(2, 3, generator=g, dtype=torch.float64), phi=-2),
+        ShiftMatrixCase(name="shiftmat/grad", omega=torch.rand(5, generator=g, dtype=torch.float64).float(), phi=4,
+                        grad=True),
+    ]]
     # shift_encoding(pe, omega, phi)
-    def omegas(d, dtype=torch.float32):
-        return (10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)).to(dtype)
-
     pe_true = ns["sinusoidal_encoding"](12, 8)
-    for name, (pe, omega, phi, grad, public) in {
-        "shift/basic": (pe_true[:9], omegas(8), 3, False, True),
-        "shift/batched": (randn(2, 5, 6, g=g), omegas(6), 2, False, False),
-        "shift/float64": (randn(4, 10, g=g, dtype=torch.float64), omegas(10, torch.float64), -5, False, False),
-        "shift/grad": (randn(3, 4, g=g), omegas(4), 7, True, False),
-    }.items():
-        out.append(CaseSpec(
-            name=name, target="shift_encoding", args=["pe", "omega"], const_args=[phi],
-            inputs={"pe": pe, "omega": omega}, outputs=["shifted"], grad_wrt=["pe"] if grad else [],
-            variants=_shift_variants(), public=public,
-            hint="pair i = (pe[..., 2i], pe[..., 2i+1]) becomes relative_shift_matrix(omega[i], phi) @ pair i."))
-
-    # PositionalEncoding(d_model, max_len, dropout).forward(x)
-    for name, (shape, max_len, dtype, grad, public) in {
-        "posenc/basic": ((2, 6, 8), 10, torch.float32, False, True),
-        "posenc/full_length": ((3, 7, 4), 7, torch.float32, False, False),
-        "posenc/odd_float64": ((2, 5, 5), 9, torch.float64, False, False),
-        "posenc/grad": ((2, 3, 6), 16, torch.float32, True, False),
-    }.items():
-        out.append(CaseSpec(
-            name=name, target="PositionalEncoding", kind="module",
-            init={"d_model": shape[-1], "max_len": max_len, "dropout": 0.1},
-            args=["x"], inputs={"x": randn(*shape, g=g, dtype=dtype)}, outputs=["output"],
-            grad_wrt=["x"] if grad else [], variants=_posenc_variants(shape[1] == max_len), public=public,
-            hint="the output is x + pe[:T] with T = x.shape[1] (dropout is off in checks)."))
-
-    for name, (shape, max_len, public) in {
-        "posenc/too_long": ((2, 12, 8), 10, True),
-        "posenc/too_long_by_one": ((1, 6, 4), 5, False),
-    }.items():
-        out.append(CaseSpec(
-            name=name, target="PositionalEncoding", kind="module",
-            init={"d_model": shape[-1], "max_len": max_len, "dropout": 0.1},
-            args=["x"], inputs={"x": randn(*shape, g=g)}, outputs=["output"], public=public,
-            properties=[["raises", "ValueError",
-                         f"when the sequence (T = {shape[1]}) is longer than max_len = {max_len}"]]))
+    out += [_shift_spec(c) for c in [
+        ShiftCase(name="shift/basic", pe=pe_true[:9], omega=_omegas(8), phi=3, public=True),
+        ShiftCase(name="shift/batched", pe=randn(2, 5, 6, g=g), omega=_omegas(6), phi=2),
+        ShiftCase(name="shift/float64", pe=randn(4, 10, g=g, dtype=torch.float64), omega=_omegas(10, torch.float64),
+                  phi=-5),
+        ShiftCase(name="shift/grad", pe=randn(3, 4, g=g), omega=_omegas(4), phi=7, grad=True),
+    ]]
+    # PositionalEncoding(d_model, max_len, dropout).forward(x); a sequence longer than max_len must raise
+    out += [_posenc_spec(c, g) for c in [
+        PosEncCase(name="posenc/basic", shape=(2, 6, 8), max_len=10, public=True),
+        PosEncCase(name="posenc/full_length", shape=(3, 7, 4), max_len=7),
+        PosEncCase(name="posenc/odd_float64", shape=(2, 5, 5), max_len=9, dtype=torch.float64),
+        PosEncCase(name="posenc/grad", shape=(2, 3, 6), max_len=16, grad=True),
+        PosEncCase(name="posenc/too_long", shape=(2, 12, 8), max_len=10, public=True),
+        PosEncCase(name="posenc/too_long_by_one", shape=(1, 6, 4), max_len=5),
+    ]]
     return out

@@ -8,10 +8,11 @@ check names when a student's output matches them.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 
-from grading.references import CaseSpec, randn
+from grading.references import CaseSpec, Row, causal, forward_deviation, randn
 
 FORBID = [
     "torch.nn.functional.scaled_dot_product_attention",
@@ -82,11 +83,7 @@ def _mha(self, query, key, value, attn_mask=None, key_padding_mask=None, *, spli
 
 def _mha_variants(attn_mask: bool = False, padding: bool = False, heads: int = 2, square: bool = True) -> dict:
     def v(message, **kw):
-        def make(ns):
-            def forward(self, query, key, value, attn_mask=None, key_padding_mask=None):
-                return _mha(self, query, key, value, attn_mask, key_padding_mask, **kw)
-            return type("Buggy", (ns["MultiHeadAttention"],), {"forward": forward})
-        return message, make
+        return message, forward_deviation("MultiHeadAttention", _mha, **kw)
 
     out = {
         "no_out_proj": v("missing W^O: apply self.out_proj to the merged heads.", out_proj=False),
@@ -152,11 +149,7 @@ def _decoder(self, tgt, memory, tgt_mask=None, tgt_key_padding_mask=None, memory
 
 def _decoder_variants(tgt_mask: bool = False, memory_padding: bool = False) -> dict:
     def v(message, **kw):
-        def make(ns):
-            def forward(self, tgt, memory, tgt_mask=None, tgt_key_padding_mask=None, memory_key_padding_mask=None):
-                return _decoder(self, tgt, memory, tgt_mask, tgt_key_padding_mask, memory_key_padding_mask, **kw)
-            return type("Buggy", (ns["TransformerDecoderLayer"],), {"forward": forward})
-        return message, make
+        return message, forward_deviation("TransformerDecoderLayer", _decoder, **kw)
 
     out = {
         "post_norm": v("that is post-norm, norm(x + sublayer(x)); this layer is pre-norm: x + sublayer(norm(x)).",
@@ -178,114 +171,165 @@ def _decoder_variants(tgt_mask: bool = False, memory_padding: bool = False) -> d
 # ---- cases ----------------------------------------------------------------------------------------
 
 
-def causal(t):
-    return torch.ones(t, t, dtype=torch.bool).tril()
-
-
 def padding(lengths, t):
     """(B, T) bool, True at padding (positions >= length)."""
     return torch.arange(t)[None, :] >= torch.tensor(lengths)[:, None]
 
 
+@dataclass(frozen=True, kw_only=True)
+class HeadsCase(Row):
+    """split_heads(x, heads) when `heads` is given, merge_heads(x) when it is None."""
+    shape: tuple[int, ...]  # of x: (B, T, E) to split, (B, h, T, d_k) to merge
+    heads: int | None = None
+    dtype: torch.dtype = torch.float32
+    grad: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class MhaCase(Row):
+    """MultiHeadAttention(embed_dim, heads, dropout).forward(query, key, value, attn_mask, key_padding_mask)."""
+    batch: int
+    q_len: int  # T_q
+    k_len: int  # T_k
+    embed_dim: int
+    heads: int
+    attn_mask: torch.Tensor | None = None
+    key_padding_mask: torch.Tensor | None = None
+    self_attention: bool = False  # key and value are the query (then k_len == q_len)
+    dtype: torch.dtype = torch.float32
+    grad: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class DecoderCase(Row):
+    """TransformerDecoderLayer(d_model, heads, dim_feedforward, dropout).forward(tgt, memory, masks...)."""
+    batch: int
+    tgt_len: int  # T
+    memory_len: int  # S
+    d_model: int
+    heads: int
+    dim_feedforward: int
+    tgt_mask: torch.Tensor | None = None
+    tgt_key_padding_mask: torch.Tensor | None = None
+    memory_key_padding_mask: torch.Tensor | None = None
+    dtype: torch.dtype = torch.float32
+    grad: bool = False
+
+
+MHA_PARAMS = ["q_proj.weight", "q_proj.bias", "k_proj.weight", "k_proj.bias", "v_proj.weight", "v_proj.bias",
+              "out_proj.weight", "out_proj.bias"]
+DECODER_GRAD_WRT = ["tgt", "memory", "self_attn.q_proj.weight", "cross_attn.k_proj.weight", "linear1.weight",
+                    "linear2.bias", "norm1.weight", "norm3.bias"]
+
+
+def _heads_spec(c: HeadsCase, g: torch.Generator) -> CaseSpec:
+    splits = c.heads is not None
+    return CaseSpec(
+        name=c.name, target="split_heads" if splits else "merge_heads", args=["x"],
+        const_args=[c.heads] if splits else [], inputs={"x": randn(*c.shape, g=g, dtype=c.dtype)},
+        outputs=["heads" if splits else "merged"], grad_wrt=["x"] if c.grad else [],
+        variants=_split_variants() if splits else _merge_variants(), public=c.public,
+        hint="heads[b, i, t] = x[b, t, i*d_k:(i+1)*d_k]." if splits else "merged[b, t, i*d_k:(i+1)*d_k] = x[b, i, t].")
+
+
+def _mha_spec(c: MhaCase, g: torch.Generator) -> CaseSpec:
+    amask, kpm = c.attn_mask, c.key_padding_mask
+    if amask is not None and amask.dim() == 4:
+        amask[..., 0] = True  # every query keeps at least one key
+    q = randn(c.batch, c.q_len, c.embed_dim, g=g, dtype=c.dtype)
+    if c.self_attention:
+        inputs = {"query": q, "key": q.clone(), "value": q.clone()}
+    else:
+        inputs = {"query": q, "key": randn(c.batch, c.k_len, c.embed_dim, g=g, dtype=c.dtype),
+                  "value": randn(c.batch, c.k_len, c.embed_dim, g=g, dtype=c.dtype)}
+    kwargs, props = {}, [["rows_sum_to_one", "weights"]]
+    if amask is not None:
+        inputs["attn_mask"], kwargs["attn_mask"] = amask, "attn_mask"
+        props.append(["zero_where_masked", "weights", "attn_mask"])
+    if kpm is not None:
+        inputs["key_padding_mask"], kwargs["key_padding_mask"] = kpm, "key_padding_mask"
+        props.append(["zero_where_padded", "weights", "key_padding_mask"])
+    return CaseSpec(
+        name=c.name, target="MultiHeadAttention", kind="module",
+        init={"embed_dim": c.embed_dim, "num_heads": c.heads, "dropout": 0.1}, args=["query", "key", "value"],
+        kwargs=kwargs, outputs=["output", "weights"], inputs=inputs,
+        grad_wrt=(["query", "key", "value"] + MHA_PARAMS) if c.grad else [],
+        variants=_mha_variants(amask is not None, kpm is not None, c.heads, c.q_len == c.k_len),
+        properties=props, public=c.public, forbid=FORBID,
+        hint="per head: softmax(q k^T / sqrt(d_k)) with blocked scores at -inf, times v; merge, then out_proj.")
+
+
+def _decoder_spec(c: DecoderCase, g: torch.Generator) -> CaseSpec:
+    inputs = {"tgt": randn(c.batch, c.tgt_len, c.d_model, g=g, dtype=c.dtype),
+              "memory": randn(c.batch, c.memory_len, c.d_model, g=g, dtype=c.dtype)}
+    kwargs = {}
+    props = [["rows_sum_to_one", "self_attn_weights"], ["rows_sum_to_one", "cross_attn_weights"]]
+    for key, mask in (("tgt_mask", c.tgt_mask), ("tgt_key_padding_mask", c.tgt_key_padding_mask),
+                      ("memory_key_padding_mask", c.memory_key_padding_mask)):
+        if mask is not None:
+            inputs[key], kwargs[key] = mask, key
+    if c.tgt_mask is not None:
+        props.append(["zero_where_masked", "self_attn_weights", "tgt_mask"])
+    if c.tgt_key_padding_mask is not None:
+        props.append(["zero_where_padded", "self_attn_weights", "tgt_key_padding_mask"])
+    if c.memory_key_padding_mask is not None:
+        props.append(["zero_where_padded", "cross_attn_weights", "memory_key_padding_mask"])
+    return CaseSpec(
+        name=c.name, target="TransformerDecoderLayer", kind="module",
+        init={"d_model": c.d_model, "num_heads": c.heads, "dim_feedforward": c.dim_feedforward, "dropout": 0.1},
+        args=["tgt", "memory"], kwargs=kwargs, outputs=["output", "self_attn_weights", "cross_attn_weights"],
+        inputs=inputs, grad_wrt=list(DECODER_GRAD_WRT) if c.grad else [],
+        variants=_decoder_variants(c.tgt_mask is not None, c.memory_key_padding_mask is not None),
+        properties=props, public=c.public, forbid=FORBID_DECODER, atol=5e-5,
+        hint="pre-norm: x = x + dropout(sublayer(norm_i(x))) for self-attention, cross-attention (memory not "
+             "normalised), then the FFN; make MultiHeadAttention pass its checks first.")
+
+
 def cases(ns) -> list[CaseSpec]:
     g = torch.Generator().manual_seed(2026)
     out = []
-
     # split_heads(x, num_heads) and merge_heads(x)
-    for name, (shape, h, dtype, grad, public) in {
-        "split/basic": ((2, 5, 8), 2, torch.float32, False, True),
-        "split/four_heads": ((3, 4, 12), 4, torch.float32, False, False),
-        "split/float64": ((1, 6, 6), 3, torch.float64, False, False),
-        "split/grad": ((2, 3, 8), 4, torch.float32, True, False),
-    }.items():
-        out.append(CaseSpec(
-            name=name, target="split_heads", args=["x"], const_args=[h], inputs={"x": randn(*shape, g=g, dtype=dtype)},
-            outputs=["heads"], grad_wrt=["x"] if grad else [], variants=_split_variants(), public=public,
-            hint="heads[b, i, t] = x[b, t, i*d_k:(i+1)*d_k]."))
-    for name, (heads_shape, dtype, grad, public) in {
-        "merge/basic": ((2, 2, 5, 4), torch.float32, False, True),
-        "merge/four_heads": ((3, 4, 3, 2), torch.float32, False, False),
-        "merge/float64": ((1, 3, 6, 2), torch.float64, False, False),
-        "merge/grad": ((2, 4, 3, 2), torch.float32, True, False),
-    }.items():
-        out.append(CaseSpec(
-            name=name, target="merge_heads", args=["x"], inputs={"x": randn(*heads_shape, g=g, dtype=dtype)},
-            outputs=["merged"], grad_wrt=["x"] if grad else [], variants=_merge_variants(), public=public,
-            hint="merged[b, t, i*d_k:(i+1)*d_k] = x[b, i, t]."))
-
+    out += [_heads_spec(c, g) for c in [
+        HeadsCase(name="split/basic", shape=(2, 5, 8), heads=2, public=True),
+        HeadsCase(name="split/four_heads", shape=(3, 4, 12), heads=4),
+        HeadsCase(name="split/float64", shape=(1, 6, 6), heads=3, dtype=torch.float64),
+        HeadsCase(name="split/grad", shape=(2, 3, 8), heads=4, grad=True),
+        HeadsCase(name="merge/basic", shape=(2, 2, 5, 4), public=True),
+        HeadsCase(name="merge/four_heads", shape=(3, 4, 3, 2)),
+        HeadsCase(name="merge/float64", shape=(1, 3, 6, 2), dtype=torch.float64),
+        HeadsCase(name="merge/grad", shape=(2, 4, 3, 2), grad=True),
+    ]]
     # MultiHeadAttention(embed_dim, num_heads, dropout).forward(query, key, value, attn_mask, key_padding_mask)
-    mha_params = ["q_proj.weight", "q_proj.bias", "k_proj.weight", "k_proj.bias", "v_proj.weight", "v_proj.bias",
-                  "out_proj.weight", "out_proj.bias"]
-    mha = {
-        # name: (B, T_q, T_k, E, H, attn_mask, key_padding_mask, self-attention?, dtype, grad, public)
-        "mha/self": (2, 5, 5, 8, 2, None, None, True, torch.float32, False, True),
-        "mha/cross": (3, 4, 7, 12, 3, None, None, False, torch.float32, False, False),
-        "mha/one_head": (2, 3, 6, 6, 1, None, None, False, torch.float32, False, False),
-        "mha/eight_heads_float64": (2, 6, 6, 16, 8, None, None, True, torch.float64, False, False),
-        "mha/grad": (2, 4, 5, 8, 4, None, None, False, torch.float32, True, False),
-        "mha/causal_padding": (2, 6, 6, 8, 2, causal(6), padding([6, 4], 6), True, torch.float32, False, True),
-        "mha/cross_padding": (3, 4, 9, 12, 4, None, padding([9, 5, 1], 9), False, torch.float32, False, False),
-        "mha/mask_per_head": (2, 5, 7, 8, 2, torch.rand(2, 2, 5, 7, generator=g) < 0.6, None, False, torch.float32,
-                              False, False),
-        "mha/padding_only": (4, 5, 5, 8, 4, None, padding([5, 3, 2, 1], 5), True, torch.float32, False, False),
-        "mha/masks_grad": (2, 5, 5, 12, 3, causal(5), padding([5, 3], 5), True, torch.float32, True, False),
-    }
-    for name, (b, tq, tk, e, h, amask, kpm, self_attn, dtype, grad, public) in mha.items():
-        if amask is not None and amask.dim() == 4:
-            amask[..., 0] = True  # every query keeps at least one key
-        q = randn(b, tq, e, g=g, dtype=dtype)
-        if self_attn:
-            inputs = {"query": q, "key": q.clone(), "value": q.clone()}
-        else:
-            inputs = {"query": q, "key": randn(b, tk, e, g=g, dtype=dtype), "value": randn(b, tk, e, g=g, dtype=dtype)}
-        kwargs, props = {}, [["rows_sum_to_one", "weights"]]
-        if amask is not None:
-            inputs["attn_mask"], kwargs["attn_mask"] = amask, "attn_mask"
-            props.append(["zero_where_masked", "weights", "attn_mask"])
-        if kpm is not None:
-            inputs["key_padding_mask"], kwargs["key_padding_mask"] = kpm, "key_padding_mask"
-            props.append(["zero_where_padded", "weights", "key_padding_mask"])
-        grad_wrt = (["query", "key", "value"] + mha_params) if grad else []
-        out.append(CaseSpec(
-            name=name, target="MultiHeadAttention", kind="module",
-            init={"embed_dim": e, "num_heads": h, "dropout": 0.1}, args=["query", "key", "value"], kwargs=kwargs,
-            outputs=["output", "weights"], inputs=inputs, grad_wrt=grad_wrt,
-            variants=_mha_variants(amask is not None, kpm is not None, h, tq == tk), properties=props, public=public,
-            forbid=FORBID,
-            hint="per head: softmax(q k^T / sqrt(d_k)) with blocked scores at -inf, times v; merge, then out_proj."))
-
+    out += [_mha_spec(c, g) for c in [
+        MhaCase(name="mha/self", batch=2, q_len=5, k_len=5, embed_dim=8, heads=2, self_attention=True, public=True),
+        MhaCase(name="mha/cross", batch=3, q_len=4, k_len=7, embed_dim=12, heads=3),
+        MhaCase(name="mha/one_head", batch=2, q_len=3, k_len=6, embed_dim=6, heads=1),
+        MhaCase(name="mha/eight_heads_float64", batch=2, q_len=6, k_len=6, embed_dim=16, heads=8, self_attention=True,
+                dtype=torch.float64),
+        MhaCase(name="mha/grad", batch=2, q_len=4, k_len=5, embed_dim=8, heads=4, grad=True),
+        MhaCase(name="mha/causal_padding", batch=2, q_len=6, k_len=6, embed_dim=8, heads=2, attn_mask=causal(6),
+                key_padding_mask=padding([6, 4], 6), self_attention=True, public=True),
+        MhaCase(name="mha/cross_padding", batch=3, q_len=4, k_len=9, embed_dim=12, heads=4,
+                key_padding_mask=padding([9, 5, 1], 9)),
+        MhaCase(name="mha/mask_per_head", batch=2, q_len=5, k_len=7, embed_dim=8, heads=2,
+                attn_mask=torch.rand(2, 2, 5, 7, generator=g) < 0.6),
+        MhaCase(name="mha/padding_only", batch=4, q_len=5, k_len=5, embed_dim=8, heads=4,
+                key_padding_mask=padding([5, 3, 2, 1], 5), self_attention=True),
+        MhaCase(name="mha/masks_grad", batch=2, q_len=5, k_len=5, embed_dim=12, heads=3, attn_mask=causal(5),
+                key_padding_mask=padding([5, 3], 5), self_attention=True, grad=True),
+    ]]
     # TransformerDecoderLayer(d_model, num_heads, dim_feedforward, dropout).forward(tgt, memory, ...)
-    dec = {
-        # name: (B, T, S, d_model, H, d_ff, tgt_mask, tgt_kpm, memory_kpm, dtype, grad, public)
-        "decoder/causal": (2, 5, 7, 8, 2, 16, causal(5), None, None, torch.float32, False, True),
-        "decoder/no_masks": (3, 4, 6, 12, 3, 24, None, None, None, torch.float32, False, False),
-        "decoder/padding": (3, 6, 9, 8, 4, 32, causal(6), padding([6, 4, 2], 6), padding([9, 9, 5], 9),
-                            torch.float32, False, False),
-        "decoder/float64": (2, 4, 3, 16, 4, 20, causal(4), None, None, torch.float64, False, False),
-        "decoder/grad": (2, 4, 5, 8, 2, 12, causal(4), padding([4, 3], 4), padding([5, 2], 5), torch.float32,
-                         True, False),
-    }
-    for name, (b, t, s, d, h, dff, tmask, tkpm, mkpm, dtype, grad, public) in dec.items():
-        inputs = {"tgt": randn(b, t, d, g=g, dtype=dtype), "memory": randn(b, s, d, g=g, dtype=dtype)}
-        kwargs = {}
-        props = [["rows_sum_to_one", "self_attn_weights"], ["rows_sum_to_one", "cross_attn_weights"]]
-        for key, value in (("tgt_mask", tmask), ("tgt_key_padding_mask", tkpm), ("memory_key_padding_mask", mkpm)):
-            if value is not None:
-                inputs[key], kwargs[key] = value, key
-        if tmask is not None:
-            props.append(["zero_where_masked", "self_attn_weights", "tgt_mask"])
-        if tkpm is not None:
-            props.append(["zero_where_padded", "self_attn_weights", "tgt_key_padding_mask"])
-        if mkpm is not None:
-            props.append(["zero_where_padded", "cross_attn_weights", "memory_key_padding_mask"])
-        grad_wrt = ["tgt", "memory", "self_attn.q_proj.weight", "cross_attn.k_proj.weight", "linear1.weight",
-                    "linear2.bias", "norm1.weight", "norm3.bias"] if grad else []
-        out.append(CaseSpec(
-            name=name, target="TransformerDecoderLayer", kind="module",
-            init={"d_model": d, "num_heads": h, "dim_feedforward": dff, "dropout": 0.1},
-            args=["tgt", "memory"], kwargs=kwargs, outputs=["output", "self_attn_weights", "cross_attn_weights"],
-            inputs=inputs, grad_wrt=grad_wrt, variants=_decoder_variants(tmask is not None, mkpm is not None),
-            properties=props, public=public, forbid=FORBID_DECODER, atol=5e-5,
-            hint="pre-norm: x = x + dropout(sublayer(norm_i(x))) for self-attention, cross-attention (memory not "
-                 "normalised), then the FFN; make MultiHeadAttention pass its checks first."))
+    out += [_decoder_spec(c, g) for c in [
+        DecoderCase(name="decoder/causal", batch=2, tgt_len=5, memory_len=7, d_model=8, heads=2, dim_feedforward=16,
+                    tgt_mask=causal(5), public=True),
+        DecoderCase(name="decoder/no_masks", batch=3, tgt_len=4, memory_len=6, d_model=12, heads=3, dim_feedforward=24),
+        DecoderCase(name="decoder/padding", batch=3, tgt_len=6, memory_len=9, d_model=8, heads=4, dim_feedforward=32,
+                    tgt_mask=causal(6), tgt_key_padding_mask=padding([6, 4, 2], 6),
+                    memory_key_padding_mask=padding([9, 9, 5], 9)),
+        DecoderCase(name="decoder/float64", batch=2, tgt_len=4, memory_len=3, d_model=16, heads=4, dim_feedforward=20,
+                    tgt_mask=causal(4), dtype=torch.float64),
+        DecoderCase(name="decoder/grad", batch=2, tgt_len=4, memory_len=5, d_model=8, heads=2, dim_feedforward=12,
+                    tgt_mask=causal(4), tgt_key_padding_mask=padding([4, 3], 4),
+                    memory_key_padding_mask=padding([5, 2], 5), grad=True),
+    ]]
     return out

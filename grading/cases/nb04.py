@@ -13,11 +13,13 @@ import dataclasses
 import math
 import re
 from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
-from grading.references import CaseSpec, build_case, randn
+from grading.references import CaseSpec, Row, build_case, randn, with_forward
 from starter.layers import with_attention, with_model
 from starter.pipeline import (
     IMAGENET_MEAN,
@@ -87,6 +89,12 @@ FORWARD_BUGS = {
 }
 
 
+def _variants(bugs, maker, adapter=None):
+    """The known bugs of a table {name: message} as variants, name -> (message, make(ns)): make(ns) is maker(name),
+    the buggy function, in the adapter the test cell wraps the student's function in (if any)."""
+    return {k: (m, lambda ns, k=k: maker(k) if adapter is None else adapter(maker(k))) for k, m in bugs.items()}
+
+
 def _forward_variants(attention=False):
     out = {}
     for name, (message, kw) in FORWARD_BUGS.items():
@@ -94,7 +102,7 @@ def _forward_variants(attention=False):
             def forward(self, features, captions, return_attention=False):
                 logits, att = _forward(self, features, captions, **kw)
                 return (logits, att) if return_attention else logits
-            cls = type("Buggy", (ns["CaptioningTransformer"],), {"forward": forward})
+            cls = with_forward(ns, "CaptioningTransformer", forward)
             return with_attention(cls) if attention else cls
         out[name] = (message, make)
     return out
@@ -141,10 +149,6 @@ LOSS_BUGS = {
 }
 
 
-def _loss_variants():
-    return {k: (m, lambda ns, k=k: _loss_bug(k)) for k, m in LOSS_BUGS.items()}
-
-
 # ---- teacher_forcing_loss -----------------------------------------------------------------------------
 
 def _masked_mean(logits, targets, null_idx):
@@ -175,10 +179,6 @@ TEACHER_BUGS = {
     "padding_counted": "the loss counts the padding: return caption_loss(logits, targets, null_idx) (make "
                        "caption_loss pass its check first).",
 }
-
-
-def _teacher_variants():
-    return {k: (m, lambda ns, k=k: with_model(_teacher_bug(k))) for k, m in TEACHER_BUGS.items()}
 
 
 # ---- greedy_decode ------------------------------------------------------------------------------------
@@ -230,10 +230,10 @@ GREEDY_BUGS = {
 }
 
 
-def _greedy_variants():
-    return {k: (m, lambda ns, k=k: with_model(
-        lambda model, features, max_len, start_idx=1, end_idx=2, null_idx=0, k=k:
-        _greedy(model, features, max_len, start_idx, end_idx, null_idx, bug=k))) for k, m in GREEDY_BUGS.items()}
+def _greedy_bug(kind):
+    def decode(model, features, max_len, start_idx=1, end_idx=2, null_idx=0):
+        return _greedy(model, features, max_len, start_idx, end_idx, null_idx, bug=kind)
+    return decode
 
 
 # ---- beam_search --------------------------------------------------------------------------------------
@@ -287,11 +287,10 @@ BEAM_BUGS = {
 }
 
 
-def _beam_variants():
-    return {k: (m, lambda ns, k=k: with_model(
-        lambda model, features, beam_width, max_len, start_idx=1, end_idx=2, null_idx=0, length_penalty=0.7, k=k:
-        _beam(model, features, beam_width, max_len, start_idx, end_idx, null_idx, length_penalty, bug=k)))
-        for k, m in BEAM_BUGS.items()}
+def _beam_bug(kind):
+    def search(model, features, beam_width, max_len, start_idx=1, end_idx=2, null_idx=0, length_penalty=0.7):
+        return _beam(model, features, beam_width, max_len, start_idx, end_idx, null_idx, length_penalty, bug=kind)
+    return search
 
 
 # ---- helpers ------------------------------------------------------------------------------------------
@@ -321,7 +320,183 @@ def _seeded(spec: CaseSpec, ns, ok) -> CaseSpec:
     raise ValueError(f"{spec.name}: no seed gives the wanted output")
 
 
+def _toy(vocab, feature_dim, hidden=16, max_len=32):
+    """The init of the toy model (starter.layers.ToyCaptioner) the decoding and training tasks run on."""
+    return {"vocab_size": vocab, "feature_dim": feature_dim, "hidden": hidden, "max_len": max_len}
+
+
+def _toy_batch(lengths, g):
+    """Features (B, 3, 4) and captions (B, 8) over 9 words with `lengths` words each: the inputs of the training
+    tasks' cases (step, validation, fit), on the toy model _toy(9, 4, hidden=8, max_len=16)."""
+    return {"features": randn(len(lengths), 3, 4, g=g), "captions": _captions(lengths, 8, 9, g)}
+
+
+def _random_lengths(n, g):
+    return [int(x) for x in torch.randint(1, 6, (n,), generator=g)]
+
+
 # ---- cases --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelCase(Row):
+    """CaptioningTransformer(...).forward(features (B, R, D), captions (B, T)), with layers="torch"."""
+    batch: int  # B
+    length: int  # T
+    regions: int  # R
+    feature_dim: int  # D
+    vocab: int  # V
+    d_model: int
+    heads: int
+    layers: int
+    dim_feedforward: int
+    attention: bool = False  # through with_attention: the attention weights are outputs too
+    dtype: torch.dtype = torch.float32
+    grad: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class LossCase(Row):
+    """caption_loss(logits (B, T, V), targets (B, T), null_idx); caption b has lengths[b] real targets."""
+    lengths: list[int]
+    length: int  # T
+    vocab: int  # V
+    null_idx: int = 0
+    dtype: torch.dtype = torch.float32
+    grad: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class TeacherCase(Row):
+    """teacher_forcing_loss(model, features (B, R, D), captions (B, T), null_idx) on the toy model."""
+    lengths: list[int]  # words of each caption, between <START> and <END>
+    length: int  # T
+    regions: int  # R
+    feature_dim: int  # D
+    vocab: int  # V
+    null_idx: int = 0
+    grad: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class GreedyCase(Row):
+    """greedy_decode(model, features (B, R, D), max_len, start_idx, end_idx, null_idx) on the toy model."""
+    batch: int  # B
+    regions: int  # R
+    feature_dim: int  # D
+    vocab: int  # V
+    max_len: int
+    start_idx: int = 1
+    end_idx: int = 2
+    null_idx: int = 0
+    dtype: torch.dtype = torch.float32
+    # the output the model's seed is chosen for: "varied" (captions end at different steps, one never does),
+    # "ends" (the one caption ends, not before its third word), "all_early" (all end in the first half)
+    want: str = "varied"
+
+
+@dataclass(frozen=True, kw_only=True)
+class BeamCase(Row):
+    """beam_search(model, features (B, R, D), beam_width, max_len, ..., length_penalty) on the toy model."""
+    batch: int  # B
+    regions: int  # R
+    feature_dim: int  # D
+    vocab: int  # V
+    beam_width: int
+    max_len: int
+    start_idx: int = 1
+    end_idx: int = 2
+    null_idx: int = 0
+    length_penalty: float = 0.7
+
+
+MODEL_GRAD_WRT = ["features", "feature_proj.weight", "region_embed.weight", "word_embed.weight",
+                  "pos_encoding.embedding.weight", "decoder_layers.0.self_attn.in_proj_weight",
+                  "decoder_layers.1.multihead_attn.out_proj.weight", "final_norm.weight", "vocab_head.bias"]
+
+
+def _model_spec(c: ModelCase, g: torch.Generator) -> CaseSpec:
+    inputs = {"features": randn(c.batch, c.regions, c.feature_dim, g=g, dtype=c.dtype),
+              "captions": torch.randint(1, c.vocab, (c.batch, c.length), generator=g)}  # no <NULL>: padding is free
+    init = dict(vocab_size=c.vocab, feature_dim=c.feature_dim, num_regions=c.regions, d_model=c.d_model,
+                num_heads=c.heads, num_layers=c.layers, dim_feedforward=c.dim_feedforward, max_len=c.length + 3,
+                dropout=0.1, layers="torch")
+    attention = ["self_attn_weights", "cross_attn_weights"] if c.attention else []
+    return CaseSpec(
+        name=c.name, target="with_attention(CaptioningTransformer)" if c.attention else "CaptioningTransformer",
+        kind="module", init=init, args=["features", "captions"], inputs=inputs, outputs=["logits"] + attention,
+        grad_wrt=list(MODEL_GRAD_WRT) if c.grad else [], variants=_forward_variants(c.attention),
+        properties=[["rows_sum_to_one", w] for w in attention], public=c.public, atol=5e-5,
+        hint="memory = feature_proj(features) + region_embed.weight[:R]; x = pos_encoding(word_embed(captions)); "
+             "causal mask tril(); layers; vocab_head(final_norm(x)).")
+
+
+def _loss_spec(c: LossCase, g: torch.Generator) -> CaseSpec:
+    targets = torch.randint(0, c.vocab, (len(c.lengths), c.length), generator=g)
+    targets[targets == c.null_idx] = (c.null_idx + 1) % c.vocab
+    for i, n in enumerate(c.lengths):
+        targets[i, n:] = c.null_idx
+    return CaseSpec(
+        name=c.name, target="caption_loss", args=["logits", "targets"], const_kwargs={"null_idx": c.null_idx},
+        inputs={"logits": randn(len(c.lengths), c.length, c.vocab, g=g, dtype=c.dtype) * 2, "targets": targets},
+        outputs=["loss"], grad_wrt=["logits"] if c.grad else [], variants=_variants(LOSS_BUGS, _loss_bug),
+        public=c.public,
+        hint="loss = sum of -log softmax(logits)[target] over positions with target != null_idx, divided by "
+             "their number.")
+
+
+def _teacher_spec(c: TeacherCase, g: torch.Generator) -> CaseSpec:
+    caps = _captions(c.lengths, c.length, c.vocab, g, null=c.null_idx, specials=(1, 2, 3))
+    return CaseSpec(
+        name=c.name, target="with_model(teacher_forcing_loss)", kind="module", init=_toy(c.vocab, c.feature_dim),
+        args=["features"], kwargs={"captions": "captions"}, const_kwargs={"null_idx": c.null_idx},
+        inputs={"features": randn(len(c.lengths), c.regions, c.feature_dim, g=g), "captions": caps},
+        outputs=["loss"], grad_wrt=["model.out.weight", "model.token.weight"] if c.grad else [],
+        variants=_variants(TEACHER_BUGS, _teacher_bug, with_model), public=c.public,
+        hint="caption_loss(model(features, captions[:, :-1]), captions[:, 1:], null_idx).")
+
+
+def _greedy_spec(c: GreedyCase, g: torch.Generator, ns: dict) -> CaseSpec:
+    spec = CaseSpec(
+        name=c.name, target="with_model(greedy_decode)", kind="module", init=_toy(c.vocab, c.feature_dim),
+        args=["features"],
+        const_kwargs={"max_len": c.max_len, "start_idx": c.start_idx, "end_idx": c.end_idx, "null_idx": c.null_idx},
+        inputs={"features": randn(c.batch, c.regions, c.feature_dim, g=g, dtype=c.dtype) * 3}, outputs=["tokens"],
+        variants=_variants(GREEDY_BUGS, _greedy_bug, with_model), public=c.public,
+        hint="start from <START>; each step append argmax of the last position's logits; <END> kept, "
+             "null_idx after it.")
+
+    def ok(exp):
+        pos = [row.index(c.end_idx) if c.end_idx in row else None for row in exp["tokens"].tolist()]
+        if c.want == "all_early":
+            return all(p is not None and p < c.max_len // 2 for p in pos)
+        if c.want == "ends":
+            return pos[0] is not None and pos[0] >= 2
+        return sum(p is not None for p in pos) >= 2 and None in pos and len(set(pos)) >= 3
+
+    return _seeded(spec, ns, ok)
+
+
+def _beam_spec(c: BeamCase, g: torch.Generator, ns: dict) -> CaseSpec:
+    spec = CaseSpec(
+        name=c.name, target="with_model(beam_search)", kind="module", init=_toy(c.vocab, c.feature_dim),
+        args=["features"],
+        const_kwargs={"beam_width": c.beam_width, "max_len": c.max_len, "start_idx": c.start_idx,
+                      "end_idx": c.end_idx, "null_idx": c.null_idx, "length_penalty": c.length_penalty},
+        inputs={"features": randn(c.batch, c.regions, c.feature_dim, g=g) * 3}, outputs=["tokens"],
+        variants=_variants(BEAM_BUGS, _beam_bug, with_model), public=c.public,
+        hint="keep the best (beam_width - finished) of all hypotheses x words at each step; "
+             "rank finished hypotheses by sum(log p) / length ** length_penalty.")
+
+    def ok(exp):  # a caption ends, and (beam_width > 1) beam search finds other captions than greedy decoding
+        toks = torch.from_numpy(exp["tokens"])
+        if c.beam_width == 1:
+            return bool((toks == c.end_idx).any())
+        greedy = _greedy_on(spec, ns)
+        return bool((toks == c.end_idx).any()) and not torch.equal(greedy, toks)
+
+    return _seeded(spec, ns, ok)
+
 
 def cases(ns) -> list[CaseSpec]:
     g = torch.Generator().manual_seed(2027)
@@ -332,134 +507,65 @@ def cases(ns) -> list[CaseSpec]:
     out = []
 
     # CaptioningTransformer(...).forward(features, captions)
-    model = {
-        # name: (B, T, R, D, V, d_model, heads, layers, dff, dtype, grad, public)
-        "captioner/basic": (2, 6, 9, 12, 15, 16, 2, 2, 32, torch.float32, False, True),
-        "captioner/square": (3, 5, 4, 16, 11, 16, 4, 2, 24, torch.float32, False, False),
-        "captioner/one_region": (2, 7, 1, 10, 13, 8, 2, 1, 16, torch.float32, False, False),
-        "captioner/three_layers_float64": (2, 5, 6, 8, 9, 12, 3, 3, 20, torch.float64, False, False),
-        "captioner/grad": (2, 4, 5, 6, 10, 8, 2, 2, 16, torch.float32, True, False),
-        "captioner/attention": (2, 5, 9, 12, 15, 16, 2, 2, 32, torch.float32, False, True),
-        "captioner/attention_one_layer": (1, 6, 4, 8, 10, 8, 4, 1, 16, torch.float32, False, False),
-    }
-    for name, (b, t, r, d, v, dm, h, nl, dff, dtype, grad, public) in model.items():
-        attention = "attention" in name
-        inputs = {"features": randn(b, r, d, g=g, dtype=dtype),
-                  "captions": torch.randint(1, v, (b, t), generator=g)}  # no <NULL>: padding handling is free
-        init = dict(vocab_size=v, feature_dim=d, num_regions=r, d_model=dm, num_heads=h, num_layers=nl,
-                    dim_feedforward=dff, max_len=t + 3, dropout=0.1, layers="torch")
-        grad_wrt = ["features", "feature_proj.weight", "region_embed.weight", "word_embed.weight",
-                    "pos_encoding.embedding.weight", "decoder_layers.0.self_attn.in_proj_weight",
-                    "decoder_layers.1.multihead_attn.out_proj.weight", "final_norm.weight", "vocab_head.bias"] if grad else []
-        outputs = ["logits", "self_attn_weights", "cross_attn_weights"] if attention else ["logits"]
-        props = [["rows_sum_to_one", "self_attn_weights"], ["rows_sum_to_one", "cross_attn_weights"]] if attention else []
-        spec = CaseSpec(
-            name=name, target="with_attention(CaptioningTransformer)" if attention else "CaptioningTransformer",
-            kind="module", init=init, args=["features", "captions"], inputs=inputs, outputs=outputs,
-            grad_wrt=grad_wrt, variants=_forward_variants(attention), properties=props, public=public, atol=5e-5,
-            hint="memory = feature_proj(features) + region_embed.weight[:R]; x = pos_encoding(word_embed(captions)); "
-                 "causal mask tril(); layers; vocab_head(final_norm(x)).")
-        out.append(spec)
+    out += [_model_spec(c, g) for c in [
+        ModelCase(name="captioner/basic", batch=2, length=6, regions=9, feature_dim=12, vocab=15, d_model=16, heads=2,
+                  layers=2, dim_feedforward=32, public=True),
+        ModelCase(name="captioner/square", batch=3, length=5, regions=4, feature_dim=16, vocab=11, d_model=16, heads=4,
+                  layers=2, dim_feedforward=24),
+        ModelCase(name="captioner/one_region", batch=2, length=7, regions=1, feature_dim=10, vocab=13, d_model=8,
+                  heads=2, layers=1, dim_feedforward=16),
+        ModelCase(name="captioner/three_layers_float64", batch=2, length=5, regions=6, feature_dim=8, vocab=9,
+                  d_model=12, heads=3, layers=3, dim_feedforward=20, dtype=torch.float64),
+        ModelCase(name="captioner/grad", batch=2, length=4, regions=5, feature_dim=6, vocab=10, d_model=8, heads=2,
+                  layers=2, dim_feedforward=16, grad=True),
+        ModelCase(name="captioner/attention", batch=2, length=5, regions=9, feature_dim=12, vocab=15, d_model=16,
+                  heads=2, layers=2, dim_feedforward=32, attention=True, public=True),
+        ModelCase(name="captioner/attention_one_layer", batch=1, length=6, regions=4, feature_dim=8, vocab=10,
+                  d_model=8, heads=4, layers=1, dim_feedforward=16, attention=True),
+    ]]
 
     # caption_loss(logits, targets, null_idx)
-    loss = {
-        # name: (lengths, T, V, null_idx, dtype, grad, public)
-        "loss/basic": ([5, 3, 1], 7, 9, 0, torch.float32, False, True),
-        "loss/other_null_idx": ([4, 2], 6, 8, 5, torch.float32, False, False),
-        "loss/uneven_lengths": ([8, 1, 2, 5], 10, 12, 0, torch.float32, False, False),
-        "loss/no_padding_float64": ([6, 6], 6, 7, 0, torch.float64, False, False),
-        "loss/large_vocab": ([3, 5, 2], 6, 40, 0, torch.float32, False, False),
-        "loss/grad": ([4, 7, 2], 7, 10, 0, torch.float32, True, False),  # the gradient: no padding leaks in
-    }
-    for name, (lengths, t, v, null, dtype, grad, public) in loss.items():
-        targets = torch.randint(0, v, (len(lengths), t), generator=g)
-        targets[targets == null] = (null + 1) % v
-        for i, n in enumerate(lengths):
-            targets[i, n:] = null
-        spec = CaseSpec(
-            name=name, target="caption_loss", args=["logits", "targets"], const_kwargs={"null_idx": null},
-            inputs={"logits": randn(len(lengths), t, v, g=g, dtype=dtype) * 2, "targets": targets},
-            outputs=["loss"], grad_wrt=["logits"] if grad else [], variants=_loss_variants(), public=public,
-            hint="loss = sum of -log softmax(logits)[target] over positions with target != null_idx, divided by "
-                 "their number.")
-        out.append(spec)
+    out += [_loss_spec(c, g) for c in [
+        LossCase(name="loss/basic", lengths=[5, 3, 1], length=7, vocab=9, public=True),
+        LossCase(name="loss/other_null_idx", lengths=[4, 2], length=6, vocab=8, null_idx=5),
+        LossCase(name="loss/uneven_lengths", lengths=[8, 1, 2, 5], length=10, vocab=12),
+        LossCase(name="loss/no_padding_float64", lengths=[6, 6], length=6, vocab=7, dtype=torch.float64),
+        LossCase(name="loss/large_vocab", lengths=[3, 5, 2], length=6, vocab=40),
+        LossCase(name="loss/grad", lengths=[4, 7, 2], length=7, vocab=10, grad=True),  # no padding leaks in
+    ]]
 
     # teacher_forcing_loss(model, features, captions, null_idx) on the toy model
-    teacher = {
-        # name: (lengths, T, R, D, V, null_idx, grad, public)
-        "teacher/basic": ([4, 2, 6], 9, 3, 5, 10, 0, False, True),
-        "teacher/other_null_idx": ([3, 5], 8, 2, 4, 9, 7, False, False),
-        "teacher/long_captions": ([2, 9], 12, 3, 4, 8, 0, False, False),
-        "teacher/grad": ([3, 10, 5], 12, 3, 4, 9, 0, True, False),  # full-length caption: its last word counts
-    }
-    for name, (lengths, t, r, d, v, null, grad, public) in teacher.items():
-        caps = _captions(lengths, t, v, g, null=null, specials=(1, 2, 3))
-        spec = CaseSpec(
-            name=name, target="with_model(teacher_forcing_loss)", kind="module",
-            init={"vocab_size": v, "feature_dim": d, "hidden": 16, "max_len": 32}, args=["features"],
-            kwargs={"captions": "captions"}, const_kwargs={"null_idx": null},
-            inputs={"features": randn(len(lengths), r, d, g=g), "captions": caps}, outputs=["loss"],
-            grad_wrt=["model.out.weight", "model.token.weight"] if grad else [], variants=_teacher_variants(),
-            public=public, hint="caption_loss(model(features, captions[:, :-1]), captions[:, 1:], null_idx).")
-        out.append(spec)
+    out += [_teacher_spec(c, g) for c in [
+        TeacherCase(name="teacher/basic", lengths=[4, 2, 6], length=9, regions=3, feature_dim=5, vocab=10, public=True),
+        TeacherCase(name="teacher/other_null_idx", lengths=[3, 5], length=8, regions=2, feature_dim=4, vocab=9,
+                    null_idx=7),
+        TeacherCase(name="teacher/long_captions", lengths=[2, 9], length=12, regions=3, feature_dim=4, vocab=8),
+        # a full-length caption: its last word counts
+        TeacherCase(name="teacher/grad", lengths=[3, 10, 5], length=12, regions=3, feature_dim=4, vocab=9, grad=True),
+    ]]
 
     # greedy_decode(model, features, max_len, start_idx, end_idx, null_idx) on the toy model
-    greedy = {
-        # name: (B, R, D, V, max_len, specials (start, end, null), dtype, want, public)
-        "greedy/basic": (4, 3, 5, 8, 7, (1, 2, 0), torch.float32, "varied", True),
-        "greedy/one_image": (1, 2, 4, 9, 6, (1, 2, 0), torch.float32, "ends", False),
-        "greedy/all_end_early": (3, 3, 4, 6, 12, (1, 2, 0), torch.float32, "all_early", False),
-        "greedy/other_special_tokens": (3, 2, 6, 9, 8, (4, 7, 5), torch.float32, "varied", False),
-        "greedy/float64": (3, 4, 5, 7, 6, (1, 2, 0), torch.float64, "varied", False),
-    }
-    for name, (b, r, d, v, max_len, (start, end, null), dtype, want, public) in greedy.items():
-        spec = CaseSpec(
-            name=name, target="with_model(greedy_decode)", kind="module",
-            init={"vocab_size": v, "feature_dim": d, "hidden": 16, "max_len": 32}, args=["features"],
-            const_kwargs={"max_len": max_len, "start_idx": start, "end_idx": end, "null_idx": null},
-            inputs={"features": randn(b, r, d, g=g, dtype=dtype) * 3}, outputs=["tokens"],
-            variants=_greedy_variants(), public=public,
-            hint="start from <START>; each step append argmax of the last position's logits; <END> kept, "
-                 "null_idx after it.")
-
-        def ok(exp, want=want, end=end, max_len=max_len):
-            toks = exp["tokens"]
-            pos = [list(row).index(end) if end in row else None for row in toks.tolist()]
-            if want == "all_early":
-                return all(p is not None and p < max_len // 2 for p in pos)
-            if want == "ends":
-                return pos[0] is not None and pos[0] >= 2
-            return sum(p is not None for p in pos) >= 2 and None in pos and len(set(pos)) >= 3
-
-        out.append(_seeded(spec, ns, ok))
+    out += [_greedy_spec(c, g, ns) for c in [
+        GreedyCase(name="greedy/basic", batch=4, regions=3, feature_dim=5, vocab=8, max_len=7, public=True),
+        GreedyCase(name="greedy/one_image", batch=1, regions=2, feature_dim=4, vocab=9, max_len=6, want="ends"),
+        GreedyCase(name="greedy/all_end_early", batch=3, regions=3, feature_dim=4, vocab=6, max_len=12,
+                   want="all_early"),
+        GreedyCase(name="greedy/other_special_tokens", batch=3, regions=2, feature_dim=6, vocab=9, max_len=8,
+                   start_idx=4, end_idx=7, null_idx=5),
+        GreedyCase(name="greedy/float64", batch=3, regions=4, feature_dim=5, vocab=7, max_len=6, dtype=torch.float64),
+    ]]
 
     # beam_search(model, features, beam_width, max_len, ..., length_penalty) on the toy model
-    beam = {
-        # name: (B, R, D, V, beam_width, max_len, specials, length_penalty, public)
-        "beam/basic": (2, 3, 5, 7, 3, 6, (1, 2, 0), 0.7, True),
-        "beam/width_one_is_greedy": (3, 2, 4, 7, 1, 6, (1, 2, 0), 0.7, False),
-        "beam/raw_scores": (2, 3, 4, 6, 3, 7, (1, 2, 0), 0.0, False),
-        "beam/batch_wide": (3, 3, 5, 8, 5, 6, (1, 2, 0), 1.0, False),
-        "beam/other_special_tokens": (2, 2, 4, 8, 2, 6, (4, 6, 5), 0.7, False),
-    }
-    for name, (b, r, d, v, k, max_len, (start, end, null), alpha, public) in beam.items():
-        spec = CaseSpec(
-            name=name, target="with_model(beam_search)", kind="module",
-            init={"vocab_size": v, "feature_dim": d, "hidden": 16, "max_len": 32}, args=["features"],
-            const_kwargs={"beam_width": k, "max_len": max_len, "start_idx": start, "end_idx": end, "null_idx": null,
-                          "length_penalty": alpha},
-            inputs={"features": randn(b, r, d, g=g) * 3}, outputs=["tokens"], variants=_beam_variants(),
-            public=public, hint="keep the best (beam_width - finished) of all hypotheses x words at each step; "
-                                "rank finished hypotheses by sum(log p) / length ** length_penalty.")
-
-        def beam_ok(exp, end=end, spec=spec, k=k):
-            toks = torch.from_numpy(exp["tokens"])
-            if k == 1:
-                return bool((toks == end).any())
-            g_out = _greedy_on(spec, ns)
-            return bool((toks == end).any()) and not torch.equal(g_out, toks)
-
-        out.append(_seeded(spec, ns, beam_ok))
+    out += [_beam_spec(c, g, ns) for c in [
+        BeamCase(name="beam/basic", batch=2, regions=3, feature_dim=5, vocab=7, beam_width=3, max_len=6, public=True),
+        BeamCase(name="beam/width_one_is_greedy", batch=3, regions=2, feature_dim=4, vocab=7, beam_width=1, max_len=6),
+        BeamCase(name="beam/raw_scores", batch=2, regions=3, feature_dim=4, vocab=6, beam_width=3, max_len=7,
+                 length_penalty=0.0),
+        BeamCase(name="beam/batch_wide", batch=3, regions=3, feature_dim=5, vocab=8, beam_width=5, max_len=6,
+                 length_penalty=1.0),
+        BeamCase(name="beam/other_special_tokens", batch=2, regions=2, feature_dim=4, vocab=8, beam_width=2,
+                 max_len=6, start_idx=4, end_idx=6, null_idx=5),
+    ]]
     # the pipeline tasks' adapters (starter.pipeline), under the names their test cells show
     for fn, adapter in PIPELINE_ADAPTERS.items():
         ns[f"{adapter.__name__}({fn})"] = adapter(ns[fn])
@@ -733,10 +839,6 @@ EVALUATE_BUGS = {
 }
 
 
-def _variants(bugs, maker, adapter):
-    return {k: (m, lambda ns, k=k: adapter(maker(k))) for k, m in bugs.items()}
-
-
 def _text_captions(g, n, words, extra=(), length=(2, 7)):
     """`n` captions of random words from `words`, with capitals and punctuation sprinkled in."""
     out = []
@@ -753,6 +855,169 @@ def _text_captions(g, n, words, extra=(), length=(2, 7)):
     return out + list(extra)
 
 
+@dataclass(frozen=True, kw_only=True)
+class VocabCase(Row):
+    """build_vocab(captions, min_count), seen through where each probe word lands."""
+    captions: list[str]
+    min_count: int = 1
+
+
+@dataclass(frozen=True, kw_only=True)
+class EncodeCase(Row):
+    """encode_captions(captions, word_to_idx, max_len) over a fixed small vocabulary."""
+    captions: list[str]
+    max_len: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class DatasetCase(Row):
+    """CaptionFeatures(path, key, captions, image_idxs)[i] for every i, over features (N, R, D) stored in a file."""
+    images: int  # N
+    regions: int  # R
+    feature_dim: int  # D
+    lengths: list[int]  # words of each caption
+    length: int  # T, with padding
+
+
+@dataclass(frozen=True, kw_only=True)
+class CollateCase(Row):
+    """collate_captions(batch of (features (R, D), caption) items, null_idx)."""
+    lengths: list[int]  # words of each caption
+    regions: int  # R
+    feature_dim: int  # D
+    null_idx: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class ScheduleCase(Row):
+    """lr_at_step(step, total_steps, warmup_steps, peak_lr) at each of `steps`."""
+    steps: Sequence[float]
+    total_steps: int
+    warmup_steps: int
+    peak_lr: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepCase(Row):
+    """train_step(...) once per learning rate of `lrs`, on the toy model and one batch of captions."""
+    optimizer: str
+    lrs: list[float]
+    grad_clip: float | None
+    lengths: list[int]  # words of each caption of the batch
+
+
+@dataclass(frozen=True, kw_only=True)
+class EvaluateCase(Row):
+    """evaluate_captions(model, decode_fn, split, vocab, max_len, batch_size) on stored tokens and references."""
+    images: int
+    references: int  # per image
+    batch_size: int
+    words_after_end: bool = False  # the decoded rows go on with words after <END>
+
+
+ENCODE_WORDS = SPECIALS + ["a", "red", "circle", "left", "blue", "square", "of", "the"]
+EVAL_WORDS = SPECIALS + ["a", "red", "blue", "circle", "square", "left", "right", "of", "the", "big"]
+
+
+def _vocab_spec(c: VocabCase) -> CaseSpec:
+    # every word any tokenisation (right or buggy) could make of the captions
+    probe = SPECIALS + sorted({w for cap in c.captions for w in _words(cap)}
+                              | {w.lower() for cap in c.captions for w in re.findall(r"[A-Za-z0-9]+", cap)}
+                              | {w for cap in c.captions for w in cap.lower().split()}
+                              | {w for cap in c.captions for w in re.findall(r"[A-Za-z0-9]+", cap)})
+    return CaseSpec(
+        name=c.name, target="with_probe_words(build_vocab)", args=[], inputs={},
+        const_kwargs={"captions": c.captions, "min_count": c.min_count, "probe": probe},
+        outputs=["size", "positions"], variants=_variants(VOCAB_BUGS, _vocab_bug, with_probe_words),
+        public=c.public, hint="SPECIAL_TOKENS + the words with count >= min_count, sorted by (-count, word).",
+        forbid=["data.common.build_vocab"])
+
+
+def _encode_spec(c: EncodeCase) -> CaseSpec:
+    return CaseSpec(
+        name=c.name, target="with_long_output(encode_captions)", args=[], inputs={},
+        const_kwargs={"captions": c.captions, "word_to_idx": {w: i for i, w in enumerate(ENCODE_WORDS)},
+                      "max_len": c.max_len}, outputs=["captions"],
+        variants=_variants(ENCODE_BUGS, _encode_bug, with_long_output), public=c.public,
+        hint="<START>, the first max_len - 2 words (unknown -> <UNK>), <END>, then <NULL>.",
+        forbid=["data.common.encode_captions", "starter.data.Vocab.encode"])
+
+
+def _dataset_spec(c: DatasetCase, g: torch.Generator) -> CaseSpec:
+    caps = _captions(c.lengths, c.length, 12, g)
+    idxs = torch.randint(c.images, (len(c.lengths),), generator=g)
+    idxs[0] = c.images - 1  # rows differ from their image index
+    return CaseSpec(
+        name=c.name, target="with_h5_file(CaptionFeatures)", args=["features", "captions", "image_idxs"],
+        inputs={"features": randn(c.images, c.regions, c.feature_dim, g=g).half().float(), "captions": caps,
+                "image_idxs": idxs},
+        outputs=["item_features", "item_captions", "item_lengths"],
+        variants=_variants(DATASET_BUGS, _dataset_bug, with_h5_file), public=c.public,
+        hint="item i: (features of image image_idxs[i] as float32, captions[i] up to and including <END>).",
+        forbid=["starter.data.FeatureCaptions.__getitem__"])
+
+
+def _collate_spec(c: CollateCase, g: torch.Generator) -> CaseSpec:
+    caps = _captions(c.lengths, max(c.lengths) + 4, 12, g, null=c.null_idx, specials=(0, 1, 2, 3, c.null_idx))
+    return CaseSpec(
+        name=c.name, target="with_items(collate_captions)", args=["features", "captions", "lengths"],
+        const_kwargs={"null_idx": c.null_idx},
+        inputs={"features": randn(len(c.lengths), c.regions, c.feature_dim, g=g), "captions": caps,
+                "lengths": torch.tensor([n + 2 for n in c.lengths])},
+        outputs=["features", "captions"], variants=_variants(COLLATE_BUGS, _collate_bug, with_items),
+        public=c.public, hint="torch.stack the features; pad the captions at the end with null_idx to the "
+                              "longest caption of the batch.", forbid=["starter.data.pad_collate"])
+
+
+def _schedule_spec(c: ScheduleCase) -> CaseSpec:
+    return CaseSpec(
+        name=c.name, target="over_steps(lr_at_step)", args=["steps"],
+        const_kwargs={"total_steps": c.total_steps, "warmup_steps": c.warmup_steps, "peak_lr": c.peak_lr},
+        inputs={"steps": torch.tensor(c.steps, dtype=torch.float64)}, outputs=["lr"], atol=1e-9, rtol=1e-6,
+        variants=_variants(SCHEDULE_BUGS, _schedule_bug, over_steps), public=c.public,
+        hint="warm-up peak * min(1, (step + 1) / warmup); then peak * (0.1 + 0.45 (1 + cos(pi p))).",
+        forbid=["starter.training.warmup_cosine", "starter.training._lr_factor"])
+
+
+def _step_spec(c: StepCase, g: torch.Generator) -> CaseSpec:
+    return CaseSpec(
+        name=c.name, target="with_optimizer(train_step)", kind="module", init=_toy(9, 4, hidden=8, max_len=16),
+        args=["features", "captions"], const_kwargs={"optimizer": c.optimizer, "lrs": c.lrs, "grad_clip": c.grad_clip},
+        inputs=_toy_batch(c.lengths, g), outputs=["losses", "parameters"], atol=1e-5, rtol=1e-4,
+        variants=_variants(STEP_BUGS, _step_bug, with_optimizer), public=c.public,
+        hint="set lr; model.train(); zero_grad(); loss = loss_fn(...); backward(); clip_grad_norm_; step(); "
+             "return loss.item().", forbid=["starter.training.default_step"])
+
+
+def _evaluate_spec(c: EvaluateCase, g: torch.Generator) -> CaseSpec:
+    max_len, words = 8, EVAL_WORDS
+    tokens = torch.zeros((c.images, max_len), dtype=torch.long)
+    references = []
+    for i in range(c.images):
+        length = int(torch.randint(2, 6, (1,), generator=g))
+        drawn = torch.randint(4, len(words), (length,), generator=g)
+        tokens[i, :length] = drawn
+        tokens[i, length] = 2
+        if c.words_after_end:
+            tokens[i, length + 1:] = torch.randint(4, len(words), (max_len - length - 1,), generator=g)
+        caption = " ".join(words[int(w)] for w in drawn)
+        refs = [" ".join(words[int(w)] for w in torch.randint(4, len(words), (length,), generator=g))
+                for _ in range(c.references)]
+        hit = i % 3  # a third of the images have their caption among the references, not always first
+        if hit < 2:
+            refs[min(hit + (i % 2), c.references - 1)] = caption.capitalize() + "."
+        references.append(refs)
+    return CaseSpec(
+        name=c.name, target="with_split(evaluate_captions)", args=["tokens"],
+        const_kwargs={"references": references, "idx_to_word": list(words), "max_len": max_len,
+                      "batch_size": c.batch_size},
+        inputs={"tokens": tokens}, outputs=["scores"], atol=1e-6, rtol=1e-5,
+        variants=_variants(EVALUATE_BUGS, _evaluate_bug, with_split), public=c.public,
+        hint="model.eval(); torch.no_grad(); decode every batch; words up to <END> without <NULL>/<START>; "
+             "caption_scores against all references; exact_match as a fraction.",
+        forbid=["starter.metrics.evaluate_captioner", "starter.metrics.exact_match"])
+
+
 def pipeline_cases(ns) -> list[CaseSpec]:
     g = torch.Generator().manual_seed(2117)
     out = []
@@ -760,67 +1025,38 @@ def pipeline_cases(ns) -> list[CaseSpec]:
             "is", "green", "triangle"]
 
     # build_vocab(captions, min_count) -> where each probe word landed
-    vocab = {
-        # name: (captions, min_count, public)
-        "vocab/basic": (_text_captions(g, 12, pool[:10]), 1, True),
-        "vocab/min_count": (_text_captions(g, 20, pool), 3, False),
-        "vocab/punctuation_and_case": (["A red circle, left.", "The RED square; right!", "a dog's ball (red)",
-                                        "Red-ish circle... left", "red circle 2 left"], 1, False),
-        "vocab/ties": (["d c", "c d", "b a", "a b", "e", "a"], 1, False),  # ties first seen d, c, b
-        "vocab/single_caption": (["One small step"], 2, False),
-    }
-    for name, (captions, min_count, public) in vocab.items():
-        probe = SPECIALS + sorted({w for c in captions for w in _words(c)} | {w.lower() for c in captions
-                                  for w in re.findall(r"[A-Za-z0-9]+", c)} | {w for c in captions for w in c.lower().split()}
-                                  | {w for c in captions for w in re.findall(r"[A-Za-z0-9]+", c)})
-        spec = CaseSpec(
-            name=name, target="with_probe_words(build_vocab)", args=[], inputs={},
-            const_kwargs={"captions": captions, "min_count": min_count, "probe": probe},
-            outputs=["size", "positions"], variants=_variants(VOCAB_BUGS, _vocab_bug, with_probe_words),
-            public=public, hint="SPECIAL_TOKENS + the words with count >= min_count, sorted by (-count, word).",
-            forbid=["data.common.build_vocab"])
-        out.append(spec)
+    out += [_vocab_spec(c) for c in [
+        VocabCase(name="vocab/basic", captions=_text_captions(g, 12, pool[:10]), public=True),
+        VocabCase(name="vocab/min_count", captions=_text_captions(g, 20, pool), min_count=3),
+        VocabCase(name="vocab/punctuation_and_case", captions=["A red circle, left.", "The RED square; right!",
+                                                               "a dog's ball (red)", "Red-ish circle... left",
+                                                               "red circle 2 left"]),
+        VocabCase(name="vocab/ties", captions=["d c", "c d", "b a", "a b", "e", "a"]),  # ties first seen d, c, b
+        VocabCase(name="vocab/single_caption", captions=["One small step"], min_count=2),
+    ]]
 
     # encode_captions(captions, word_to_idx, max_len)
-    words = SPECIALS + ["a", "red", "circle", "left", "blue", "square", "of", "the"]
-    w2i = {w: i for i, w in enumerate(words)}
-    encode = {
-        # name: (captions, max_len, public)
-        "encode/basic": (["a red circle", "The blue square, left.", "a circle"], 7, True),
-        "encode/unknown_words": (["a purple circle", "zebra", "the red hexagon left of a square"], 10, False),
-        "encode/too_long": (["a red circle left of the blue square", "a red circle left of a square", "a"], 6, False),
-        "encode/punctuation_and_case": (["A RED circle!", "(left) of: the square", "red,blue;circle"], 8, False),
-        "encode/exact_fit": (["a red circle left", "a red circle left of"], 6, False),
-    }
-    for name, (captions, max_len, public) in encode.items():
-        spec = CaseSpec(
-            name=name, target="with_long_output(encode_captions)", args=[], inputs={},
-            const_kwargs={"captions": captions, "word_to_idx": w2i, "max_len": max_len}, outputs=["captions"],
-            variants=_variants(ENCODE_BUGS, _encode_bug, with_long_output), public=public,
-            hint="<START>, the first max_len - 2 words (unknown -> <UNK>), <END>, then <NULL>.",
-            forbid=["data.common.encode_captions", "starter.data.Vocab.encode"])
-        out.append(spec)
+    out += [_encode_spec(c) for c in [
+        EncodeCase(name="encode/basic", captions=["a red circle", "The blue square, left.", "a circle"], max_len=7,
+                   public=True),
+        EncodeCase(name="encode/unknown_words", captions=["a purple circle", "zebra",
+                                                          "the red hexagon left of a square"], max_len=10),
+        EncodeCase(name="encode/too_long", captions=["a red circle left of the blue square",
+                                                     "a red circle left of a square", "a"], max_len=6),
+        EncodeCase(name="encode/punctuation_and_case", captions=["A RED circle!", "(left) of: the square",
+                                                                 "red,blue;circle"], max_len=8),
+        EncodeCase(name="encode/exact_fit", captions=["a red circle left", "a red circle left of"], max_len=6),
+    ]]
 
     # CaptionFeatures(path, key, captions, image_idxs)[i] for every i
-    dataset = {
-        # name: (N images, R, D, caption lengths (words), T, public)
-        "dataset/basic": (3, 4, 5, [2, 4, 1, 3], 8, True),
-        "dataset/shared_images": (2, 3, 4, [3, 1, 2, 5, 2], 8, False),
-        "dataset/full_length": (3, 2, 3, [6, 1, 4], 8, False),
-        "dataset/one_region": (4, 1, 6, [2, 3, 2], 6, False),
-    }
-    for name, (n, r, d, lengths, t, public) in dataset.items():
-        caps = _captions(lengths, t, 12, g)
-        idxs = torch.randint(n, (len(lengths),), generator=g)
-        idxs[0] = n - 1  # rows differ from their image index
-        spec = CaseSpec(
-            name=name, target="with_h5_file(CaptionFeatures)", args=["features", "captions", "image_idxs"],
-            inputs={"features": randn(n, r, d, g=g).half().float(), "captions": caps, "image_idxs": idxs},
-            outputs=["item_features", "item_captions", "item_lengths"],
-            variants=_variants(DATASET_BUGS, _dataset_bug, with_h5_file), public=public,
-            hint="item i: (features of image image_idxs[i] as float32, captions[i] up to and including <END>).",
-            forbid=["starter.data.FeatureCaptions.__getitem__"])
-        out.append(spec)
+    out += [_dataset_spec(c, g) for c in [
+        DatasetCase(name="dataset/basic", images=3, regions=4, feature_dim=5, lengths=[2, 4, 1, 3], length=8,
+                    public=True),
+        DatasetCase(name="dataset/shared_images", images=2, regions=3, feature_dim=4, lengths=[3, 1, 2, 5, 2],
+                    length=8),
+        DatasetCase(name="dataset/full_length", images=3, regions=2, feature_dim=3, lengths=[6, 1, 4], length=8),
+        DatasetCase(name="dataset/one_region", images=4, regions=1, feature_dim=6, lengths=[2, 3, 2], length=6),
+    ]]
     caps = _captions([2, 3, 1], 6, 12, g)
     caps[1] = 0  # an empty caption: no <START>, no <END>
     out.append(CaseSpec(
@@ -832,104 +1068,46 @@ def pipeline_cases(ns) -> list[CaseSpec]:
         properties=[["raises", "ValueError", "naming the row when a caption (row 1, all <NULL>) has no <END>"]]))
 
     # collate_captions(batch, null_idx)
-    collate = {
-        # name: (caption lengths (words), R, D, null_idx, public)
-        "collate/basic": ([3, 1, 5], 4, 3, 0, True),
-        "collate/other_null_idx": ([2, 6, 4], 2, 3, 7, False),
-        "collate/equal_lengths": ([3, 3], 3, 2, 0, False),
-        "collate/one_item": ([4], 2, 2, 0, False),
-    }
-    for name, (lengths, r, d, null, public) in collate.items():
-        t = max(lengths) + 4
-        caps = _captions(lengths, t, 12, g, null=null, specials=(0, 1, 2, 3, null))
-        spec = CaseSpec(
-            name=name, target="with_items(collate_captions)", args=["features", "captions", "lengths"],
-            const_kwargs={"null_idx": null},
-            inputs={"features": randn(len(lengths), r, d, g=g), "captions": caps,
-                    "lengths": torch.tensor([n + 2 for n in lengths])},
-            outputs=["features", "captions"], variants=_variants(COLLATE_BUGS, _collate_bug, with_items),
-            public=public, hint="torch.stack the features; pad the captions at the end with null_idx to the "
-                                "longest caption of the batch.", forbid=["starter.data.pad_collate"])
-        out.append(spec)
+    out += [_collate_spec(c, g) for c in [
+        CollateCase(name="collate/basic", lengths=[3, 1, 5], regions=4, feature_dim=3, public=True),
+        CollateCase(name="collate/other_null_idx", lengths=[2, 6, 4], regions=2, feature_dim=3, null_idx=7),
+        CollateCase(name="collate/equal_lengths", lengths=[3, 3], regions=3, feature_dim=2),
+        CollateCase(name="collate/one_item", lengths=[4], regions=2, feature_dim=2),
+    ]]
 
     # lr_at_step(step, total_steps, warmup_steps, peak_lr) at many steps
-    schedule = {
-        # name: (steps, total, warmup, peak, public)
-        "schedule/basic": (list(range(0, 100, 3)) + [99], 100, 10, 1e-3, True),
-        "schedule/long_warmup": (list(range(0, 60, 2)), 60, 40, 5e-4, False),
-        "schedule/fractional_steps": ([0.5, 4.25, 9.5, 9.99, 10.5, 33.3, 71.7], 80, 10, 2e-3, False),
-        "schedule/past_the_end": ([0, 5, 49, 50, 60, 75, 120], 50, 5, 3e-3, False),
-        "schedule/no_warmup": ([0, 1, 2, 10, 20, 29, 30], 30, 0, 1e-2, False),
-    }
-    for name, (steps, total, warmup, peak, public) in schedule.items():
-        spec = CaseSpec(
-            name=name, target="over_steps(lr_at_step)", args=["steps"],
-            const_kwargs={"total_steps": total, "warmup_steps": warmup, "peak_lr": peak},
-            inputs={"steps": torch.tensor(steps, dtype=torch.float64)}, outputs=["lr"], atol=1e-9, rtol=1e-6,
-            variants=_variants(SCHEDULE_BUGS, _schedule_bug, over_steps), public=public,
-            hint="warm-up peak * min(1, (step + 1) / warmup); then peak * (0.1 + 0.45 (1 + cos(pi p))).",
-            forbid=["starter.training.warmup_cosine", "starter.training._lr_factor"])
-        out.append(spec)
+    out += [_schedule_spec(c) for c in [
+        ScheduleCase(name="schedule/basic", steps=list(range(0, 100, 3)) + [99], total_steps=100, warmup_steps=10,
+                     peak_lr=1e-3, public=True),
+        ScheduleCase(name="schedule/long_warmup", steps=list(range(0, 60, 2)), total_steps=60, warmup_steps=40,
+                     peak_lr=5e-4),
+        ScheduleCase(name="schedule/fractional_steps", steps=[0.5, 4.25, 9.5, 9.99, 10.5, 33.3, 71.7], total_steps=80,
+                     warmup_steps=10, peak_lr=2e-3),
+        ScheduleCase(name="schedule/past_the_end", steps=[0, 5, 49, 50, 60, 75, 120], total_steps=50, warmup_steps=5,
+                     peak_lr=3e-3),
+        ScheduleCase(name="schedule/no_warmup", steps=[0, 1, 2, 10, 20, 29, 30], total_steps=30, warmup_steps=0,
+                     peak_lr=1e-2),
+    ]]
 
     # train_step(...) a few times on the toy model
-    step = {
-        # name: (optimizer, lrs, grad_clip, lengths, public)
-        "step/adamw": ("adamw", [0.01, 0.02, 0.005], 0.5, [3, 5], True),
-        "step/sgd": ("sgd", [0.5, 0.3], 1.0, [4, 2, 3], False),
-        "step/sgd_clipped": ("sgd", [0.2, 0.2, 0.2], 0.05, [2, 5], False),
-        "step/no_clipping": ("sgd", [0.3, 0.1], None, [3, 3], False),
-        "step/adamw_changing_lr": ("adamw", [0.001, 0.05, 0.02], 2.0, [5, 1, 2], False),
-    }
-    for name, (opt, lrs, clip, lengths, public) in step.items():
-        spec = CaseSpec(
-            name=name, target="with_optimizer(train_step)", kind="module",
-            init={"vocab_size": 9, "feature_dim": 4, "hidden": 8, "max_len": 16}, args=["features", "captions"],
-            const_kwargs={"optimizer": opt, "lrs": lrs, "grad_clip": clip},
-            inputs={"features": randn(len(lengths), 3, 4, g=g), "captions": _captions(lengths, 8, 9, g)},
-            outputs=["losses", "parameters"], atol=1e-5, rtol=1e-4,
-            variants=_variants(STEP_BUGS, _step_bug, with_optimizer), public=public,
-            hint="set lr; model.train(); zero_grad(); loss = loss_fn(...); backward(); clip_grad_norm_; step(); "
-                 "return loss.item().", forbid=["starter.training.default_step"])
-        out.append(spec)
+    out += [_step_spec(c, g) for c in [
+        StepCase(name="step/adamw", optimizer="adamw", lrs=[0.01, 0.02, 0.005], grad_clip=0.5, lengths=[3, 5],
+                 public=True),
+        StepCase(name="step/sgd", optimizer="sgd", lrs=[0.5, 0.3], grad_clip=1.0, lengths=[4, 2, 3]),
+        StepCase(name="step/sgd_clipped", optimizer="sgd", lrs=[0.2, 0.2, 0.2], grad_clip=0.05, lengths=[2, 5]),
+        StepCase(name="step/no_clipping", optimizer="sgd", lrs=[0.3, 0.1], grad_clip=None, lengths=[3, 3]),
+        StepCase(name="step/adamw_changing_lr", optimizer="adamw", lrs=[0.001, 0.05, 0.02], grad_clip=2.0,
+                 lengths=[5, 1, 2]),
+    ]]
 
     # evaluate_captions(model, decode_fn, split, vocab, max_len, batch_size) on stored tokens and references
-    eval_words = SPECIALS + ["a", "red", "blue", "circle", "square", "left", "right", "of", "the", "big"]
-    evaluate = {
-        # name: (number of images, references per image, batch_size, garbage after <END>, public)
-        "evaluate/basic": (6, 3, 4, False, True),
-        "evaluate/uneven_batches": (7, 2, 3, False, False),
-        "evaluate/many_references": (5, 5, 5, False, False),
-        "evaluate/words_after_end": (6, 3, 2, True, False),
-        "evaluate/one_batch": (4, 2, 10, False, False),
-    }
-    for name, (n, k, batch, garbage, public) in evaluate.items():
-        max_len = 8
-        tokens = torch.zeros((n, max_len), dtype=torch.long)
-        references = []
-        for i in range(n):
-            length = int(torch.randint(2, 6, (1,), generator=g))
-            drawn = torch.randint(4, len(eval_words), (length,), generator=g)
-            tokens[i, :length] = drawn
-            tokens[i, length] = 2
-            if garbage:
-                tokens[i, length + 1:] = torch.randint(4, len(eval_words), (max_len - length - 1,), generator=g)
-            caption = " ".join(eval_words[int(w)] for w in drawn)
-            refs = [" ".join(eval_words[int(w)] for w in torch.randint(4, len(eval_words), (length,), generator=g))
-                    for _ in range(k)]
-            hit = i % 3  # a third of the images have their caption among the references, not always first
-            if hit < 2:
-                refs[min(hit + (i % 2), k - 1)] = caption.capitalize() + "."
-            references.append(refs)
-        spec = CaseSpec(
-            name=name, target="with_split(evaluate_captions)", args=["tokens"],
-            const_kwargs={"references": references, "idx_to_word": eval_words, "max_len": max_len,
-                          "batch_size": batch},
-            inputs={"tokens": tokens}, outputs=["scores"], atol=1e-6, rtol=1e-5,
-            variants=_variants(EVALUATE_BUGS, _evaluate_bug, with_split), public=public,
-            hint="model.eval(); torch.no_grad(); decode every batch; words up to <END> without <NULL>/<START>; "
-                 "caption_scores against all references; exact_match as a fraction.",
-            forbid=["starter.metrics.evaluate_captioner", "starter.metrics.exact_match"])
-        out.append(spec)
+    out += [_evaluate_spec(c, g) for c in [
+        EvaluateCase(name="evaluate/basic", images=6, references=3, batch_size=4, public=True),
+        EvaluateCase(name="evaluate/uneven_batches", images=7, references=2, batch_size=3),
+        EvaluateCase(name="evaluate/many_references", images=5, references=5, batch_size=5),
+        EvaluateCase(name="evaluate/words_after_end", images=6, references=3, batch_size=2, words_after_end=True),
+        EvaluateCase(name="evaluate/one_batch", images=4, references=2, batch_size=10),
+    ]]
     return out
 
 
@@ -967,29 +1145,38 @@ EXTRACT_BUGS = {
 }
 
 
+@dataclass(frozen=True, kw_only=True)
+class FeatureCase(Row):
+    """extract_grid_features(cnn, images (B, H, W, 3) uint8, size) on the stand-in CNN."""
+    images: tuple[int, ...]  # the shape of images; not (B, H, W, 3): a case of bad input (a ValueError)
+    size: int
+
+
 def feature_cases(ns) -> list[CaseSpec]:
     g = torch.Generator().manual_seed(4)
     out = []
-    cases = {
-        # name: (B, H, W, size, public)
-        "features/basic": (2, 16, 16, 16, True),
-        "features/resize": (2, 20, 20, 12, False),
-        "features/rectangular": (3, 24, 16, 16, False),
-        "features/one_image": (1, 8, 8, 8, False),
-    }
-    for name, (b, h, w, size, public) in cases.items():
-        spec = CaseSpec(
-            name=name, target="with_cnn(extract_grid_features)", args=["images"], const_kwargs={"size": size},
-            inputs={"images": torch.randint(0, 256, (b, h, w, 3), generator=g, dtype=torch.uint8)},
-            outputs=["features"], atol=1e-4, rtol=1e-4, variants=_variants(EXTRACT_BUGS, _extract_bug, with_cnn),
-            public=public, hint="eval mode, no_grad; permute to (B, 3, H, W), / 255, bilinear antialiased resize, "
-                                "(x - mean) / std; (B, C, h, w) -> (B, h*w, C).", forbid=["starter.pipeline._kit_extract"])
-        out.append(spec)
-    for name, shape in {"features/rgba_images": (2, 16, 16, 4), "features/grayscale_images": (2, 16, 16)}.items():
+    for c in [
+        FeatureCase(name="features/basic", images=(2, 16, 16, 3), size=16, public=True),
+        FeatureCase(name="features/resize", images=(2, 20, 20, 3), size=12),
+        FeatureCase(name="features/rectangular", images=(3, 24, 16, 3), size=16),
+        FeatureCase(name="features/one_image", images=(1, 8, 8, 3), size=8),
+    ]:
         out.append(CaseSpec(
-            name=name, target="with_cnn(extract_grid_features)", args=["images"], const_kwargs={"size": 16},
-            inputs={"images": torch.randint(0, 256, shape, generator=g, dtype=torch.uint8)}, outputs=["features"],
-            public=False, properties=[["raises", "ValueError", f"naming the shape of images {shape}, not (B, H, W, 3)"]]))
+            name=c.name, target="with_cnn(extract_grid_features)", args=["images"], const_kwargs={"size": c.size},
+            inputs={"images": torch.randint(0, 256, c.images, generator=g, dtype=torch.uint8)},
+            outputs=["features"], atol=1e-4, rtol=1e-4, variants=_variants(EXTRACT_BUGS, _extract_bug, with_cnn),
+            public=c.public, hint="eval mode, no_grad; permute to (B, 3, H, W), / 255, bilinear antialiased resize, "
+                                  "(x - mean) / std; (B, C, h, w) -> (B, h*w, C).",
+            forbid=["starter.pipeline._kit_extract"]))
+    for c in [
+        FeatureCase(name="features/rgba_images", images=(2, 16, 16, 4), size=16),
+        FeatureCase(name="features/grayscale_images", images=(2, 16, 16), size=16),
+    ]:
+        out.append(CaseSpec(
+            name=c.name, target="with_cnn(extract_grid_features)", args=["images"], const_kwargs={"size": c.size},
+            inputs={"images": torch.randint(0, 256, c.images, generator=g, dtype=torch.uint8)}, outputs=["features"],
+            public=c.public,
+            properties=[["raises", "ValueError", f"naming the shape of images {c.images}, not (B, H, W, 3)"]]))
     return out
 
 
@@ -1029,27 +1216,28 @@ VALIDATION_BUGS = {
 }
 
 
+@dataclass(frozen=True, kw_only=True)
+class ValidationCase(Row):
+    """validation_loss(model, loss_fn, batches) on the toy model, over batches of these sizes."""
+    sizes: list[int]
+
+
 def validation_cases(ns) -> list[CaseSpec]:
     g = torch.Generator().manual_seed(11)
     out = []
-    cases = {
-        # name: (batch sizes, public)
-        "validation/basic": ([2, 2, 2], True),
-        "validation/uneven_batches": ([3, 1, 2], False),
-        "validation/one_batch": ([3], False),
-    }
-    for name, (sizes, public) in cases.items():
-        n = sum(sizes)
-        lengths = [int(x) for x in torch.randint(1, 6, (n,), generator=g)]
-        spec = CaseSpec(
-            name=name, target="with_batches(validation_loss)", kind="module",
-            init={"vocab_size": 9, "feature_dim": 4, "hidden": 8, "max_len": 16}, args=["features", "captions"],
-            const_kwargs={"sizes": sizes}, inputs={"features": randn(n, 3, 4, g=g), "captions": _captions(lengths, 8, 9, g)},
-            outputs=["loss_and_modes"], atol=1e-5, variants=_variants(VALIDATION_BUGS, _validation_bug, with_batches),
-            public=public, hint="[loss, share of calls in train mode, share with gradients, back in train mode]: "
-                                "model.eval(); torch.no_grad(); mean of the batches' losses; model.train(was).",
-            forbid=["starter.training.mean_loss"])
-        out.append(spec)
+    for c in [
+        ValidationCase(name="validation/basic", sizes=[2, 2, 2], public=True),
+        ValidationCase(name="validation/uneven_batches", sizes=[3, 1, 2]),
+        ValidationCase(name="validation/one_batch", sizes=[3]),
+    ]:
+        out.append(CaseSpec(
+            name=c.name, target="with_batches(validation_loss)", kind="module", init=_toy(9, 4, hidden=8, max_len=16),
+            args=["features", "captions"], const_kwargs={"sizes": c.sizes},
+            inputs=_toy_batch(_random_lengths(sum(c.sizes), g), g), outputs=["loss_and_modes"], atol=1e-5,
+            variants=_variants(VALIDATION_BUGS, _validation_bug, with_batches), public=c.public,
+            hint="[loss, share of calls in train mode, share with gradients, back in train mode]: "
+                 "model.eval(); torch.no_grad(); mean of the batches' losses; model.train(was).",
+            forbid=["starter.training.mean_loss"]))
     return out
 
 
@@ -1117,29 +1305,33 @@ FIT_BUGS = {
 }
 
 
+@dataclass(frozen=True, kw_only=True)
+class FitCase(Row):
+    """fit(...) on the toy model for `steps` steps over a stand-in loader whose order changes each epoch."""
+    sizes: list[int]  # the batch sizes of one epoch
+    val_rows: int  # captions in the validation batches
+    steps: int
+    val_every: int
+
+
 def fit_cases(ns) -> list[CaseSpec]:
     g = torch.Generator().manual_seed(1212)
     out = []
-    cases = {
-        # name: (batch sizes of one epoch, validation rows, steps, val_every, public)
-        "fit/basic": ([2, 2, 2], 3, 7, 3, True),
-        "fit/whole_epochs": ([3, 2], 2, 6, 2, False),
-        "fit/validate_once": ([2, 3, 1], 3, 4, 10, False),
-        "fit/every_step": ([4, 2], 2, 3, 1, False),
-    }
-    for name, (sizes, val_rows, steps, val_every, public) in cases.items():
-        n = sum(sizes) + val_rows
-        lengths = [int(x) for x in torch.randint(1, 6, (n,), generator=g)]
-        lrs = [round(float(x), 4) for x in 0.05 + 0.4 * torch.rand(steps, generator=g)]
-        spec = CaseSpec(
-            name=name, target="with_loader(fit)", kind="module",
-            init={"vocab_size": 9, "feature_dim": 4, "hidden": 8, "max_len": 16}, args=["features", "captions"],
-            const_kwargs={"sizes": sizes, "lrs": lrs, "val_every": val_every},
-            inputs={"features": randn(n, 3, 4, g=g), "captions": _captions(lengths, 8, 9, g)},
+    for c in [
+        FitCase(name="fit/basic", sizes=[2, 2, 2], val_rows=3, steps=7, val_every=3, public=True),
+        FitCase(name="fit/whole_epochs", sizes=[3, 2], val_rows=2, steps=6, val_every=2),
+        FitCase(name="fit/validate_once", sizes=[2, 3, 1], val_rows=3, steps=4, val_every=10),
+        FitCase(name="fit/every_step", sizes=[4, 2], val_rows=2, steps=3, val_every=1),
+    ]:
+        lengths = _random_lengths(sum(c.sizes) + c.val_rows, g)
+        lrs = [round(float(x), 4) for x in 0.05 + 0.4 * torch.rand(c.steps, generator=g)]
+        out.append(CaseSpec(
+            name=c.name, target="with_loader(fit)", kind="module", init=_toy(9, 4, hidden=8, max_len=16),
+            args=["features", "captions"], const_kwargs={"sizes": c.sizes, "lrs": lrs, "val_every": c.val_every},
+            inputs=_toy_batch(lengths, g),
             outputs=["steps", "losses", "lrs", "val_steps", "val_losses", "parameters"], atol=1e-5, rtol=1e-4,
-            variants=_variants(FIT_BUGS, _fit_bug, with_loader), public=public,
+            variants=_variants(FIT_BUGS, _fit_bug, with_loader), public=c.public,
             hint="for step, lr in plan: next batch (a new iter(loader) when it runs out); loss = step_fn(...); "
                  "record; validate when (step + 1) % val_every == 0, and after the last step.",
-            forbid=["starter.training.default_fit", "starter.training.train"])
-        out.append(spec)
+            forbid=["starter.training.default_fit", "starter.training.train"]))
     return out

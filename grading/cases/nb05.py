@@ -8,10 +8,12 @@ solution, that the check names.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 
-from grading.references import CaseSpec
+from grading.references import CaseSpec, Row, deviation
 
 # ---- known bugs -----------------------------------------------------------------------------------
 
@@ -60,29 +62,28 @@ def _up(grid, size, mode="bilinear", align_corners=False, norm="max"):
 
 
 def _upsample_variants(batched: bool, zero: bool = False) -> dict:
-    def v(**kw):
-        return lambda ns: lambda grid, size: _up(grid, size, **kw)
-
     variants = {
         "align_corners": ("looks like align_corners=True: use the pixel-centre convention, "
-                          "F.interpolate(..., mode='bilinear', align_corners=False).", v(align_corners=True)),
+                          "F.interpolate(..., mode='bilinear', align_corners=False).",
+                          deviation(_up, align_corners=True)),
         "nearest": ("nearest-neighbour (blocky) upsampling: use mode='bilinear' (align_corners=False).",
-                    v(mode="nearest")),
-        "bicubic": ("bicubic upsampling: use mode='bilinear' (align_corners=False).", v(mode="bicubic")),
+                    deviation(_up, mode="nearest")),
+        "bicubic": ("bicubic upsampling: use mode='bilinear' (align_corners=False).", deviation(_up, mode="bicubic")),
         "unnormalised": ("the upsampling looks right but the maps are not normalised: divide each map by its "
-                         "own maximum so that its peak is 1.", v(norm="none")),
-        "sum": ("each map normalised to sum 1: divide by its maximum instead, so that its peak is 1.", v(norm="sum")),
+                         "own maximum so that its peak is 1.", deviation(_up, norm="none")),
+        "sum": ("each map normalised to sum 1: divide by its maximum instead, so that its peak is 1.",
+                deviation(_up, norm="sum")),
         "minmax": ("min-max normalised: only divide by the maximum (don't subtract the minimum), so zero "
-                   "attention stays 0.", v(norm="minmax")),
+                   "attention stays 0.", deviation(_up, norm="minmax")),
         "grid_max": ("divided by the maximum of the grid before upsampling: divide by the maximum of each "
-                     "upsampled map, so that its peak is exactly 1.", v(norm="grid_max")),
+                     "upsampled map, so that its peak is exactly 1.", deviation(_up, norm="grid_max")),
     }
     if zero:
         variants["no_clamp"] = ("an all-zero map became NaN (0 / 0): clamp each maximum at 1e-12 before dividing "
-                                "(`.clamp_min(1e-12)`).", v(norm="no_clamp"))
+                                "(`.clamp_min(1e-12)`).", deviation(_up, norm="no_clamp"))
     if batched:
         variants["global"] = ("one maximum for the whole batch: normalise every (height, width) map by its own "
-                              "maximum (amax over the last two dims, keepdim=True).", v(norm="global"))
+                              "maximum (amax over the last two dims, keepdim=True).", deviation(_up, norm="global"))
     return variants
 
 
@@ -102,27 +103,25 @@ def _collect(layers, layer=-1, head=None, bug=None):
 
 
 def _collect_variants(head, layer) -> dict:
-    def v(bug):
-        return lambda ns: lambda layers, layer=-1, head=None: _collect(layers, layer, head, bug)
-
     out = {
         "first_layer": (f"took the first layer: `layer={layer}` counts like a Python index (-1 is the last "
-                        "layer), so use layers[layer].", v("first_layer")),
-        "layers_mean": ("averaged over the layers: pick the one layer `layers[layer]`.", v("layers_mean")),
+                        "layer), so use layers[layer].", deviation(_collect, bug="first_layer")),
+        "layers_mean": ("averaged over the layers: pick the one layer `layers[layer]`.",
+                        deviation(_collect, bug="layers_mean")),
     }
     if layer == 0:
         del out["first_layer"]
     if head is None:
         out.update({
             "batch_mean": ("averaged over the batch axis: the heads are axis 1 of (B, heads, T, S), so mean(dim=1).",
-                           v("batch_mean")),
+                           deviation(_collect, bug="batch_mean")),
             "sum": ("summed over the heads: take the mean, so that each row stays a probability distribution.",
-                    v("sum")),
-            "max": ("took the maximum over the heads: take the mean (dim=1).", v("max")),
+                    deviation(_collect, bug="sum")),
+            "max": ("took the maximum over the heads: take the mean (dim=1).", deviation(_collect, bug="max")),
         })
     else:
         out["head_on_batch"] = ("indexed the head on the batch axis: weights are (B, heads, T, S), so one head is "
-                                "weights[:, head].", v("head_on_batch"))
+                                "weights[:, head].", deviation(_collect, bug="head_on_batch"))
     return out
 
 
@@ -149,21 +148,19 @@ def _locacc(cross, target, grid_shape, radius=0, bug=None):
 
 
 def _locacc_variants(radius, square) -> dict:
-    def v(bug):
-        return lambda ns: lambda cross, target, gs, radius=0: _locacc(cross, target, gs, radius, bug)
-
     out = {
-        "miss": ("returned the fraction of misses: return hits / words.", v("miss")),
-        "count": ("returned the number of hits: divide by the number of words (take the mean).", v("count")),
+        "miss": ("returned the fraction of misses: return hits / words.", deviation(_locacc, bug="miss")),
+        "count": ("returned the number of hits: divide by the number of words (take the mean).",
+                  deviation(_locacc, bug="count")),
     }
     if radius > 0:
         out["flat"] = ("compared flat indices (|peak - target| <= radius): convert both to (row, col) with "
-                       "row = idx // W, col = idx % W and compare each.", v("flat"))
+                       "row = idx // W, col = idx % W and compare each.", deviation(_locacc, bug="flat"))
         out["manhattan"] = ("used |dr| + |dc| <= radius: a hit needs |dr| <= radius AND |dc| <= radius "
-                            "(a (2 radius + 1)^2 block).", v("manhattan"))
+                            "(a (2 radius + 1)^2 block).", deviation(_locacc, bug="manhattan"))
     if not square:
         out["height"] = ("converted flat indices with the grid height: row = idx // W and col = idx % W, "
-                         "with W = grid_shape[1] the width.", v("height"))
+                         "with W = grid_shape[1] the width.", deviation(_locacc, bug="height"))
     return out
 
 
@@ -184,19 +181,18 @@ def _chance(target, grid_shape, radius=0, bug=None):
 
 
 def _chance_variants(radius, square) -> dict:
-    def v(bug):
-        return lambda ns: lambda target, gs, radius=0: _chance(target, gs, radius, bug)
-
     out = {
-        "count": ("returned the number of cells near the target: divide by the number of cells H * W.", v("count")),
+        "count": ("returned the number of cells near the target: divide by the number of cells H * W.",
+                  deviation(_chance, bug="count")),
     }
     if radius > 0:
         out["uniform"] = ("returned 1/R: with radius > 0 a random peak hits any of the cells within the radius.",
-                          v("uniform"))
+                          deviation(_chance, bug="uniform"))
         out["unclipped"] = ("used (2 radius + 1)^2 / R for every target: near the border part of that block "
-                            "falls off the grid; count only the cells inside it.", v("unclipped"))
+                            "falls off the grid; count only the cells inside it.", deviation(_chance, bug="unclipped"))
     if not square:
-        out["height"] = ("converted flat indices with the grid height: row = idx // W, col = idx % W.", v("height"))
+        out["height"] = ("converted flat indices with the grid height: row = idx // W, col = idx % W.",
+                         deviation(_chance, bug="height"))
     return out
 
 
@@ -208,112 +204,166 @@ def _attention(*shape, g, dtype=torch.float32, sharp=2.0):
     return torch.softmax(scores, dim=-1).to(dtype)
 
 
+def _near(cross, gs, frac_hit, frac_near, g):
+    """Targets: some at the argmax, some one cell away (if possible), the rest random."""
+    H, W = gs
+    peak = cross.argmax(-1).flatten()
+    tgt = torch.randint(0, H * W, peak.shape, generator=g)
+    u = torch.rand(peak.shape, generator=g)
+    r, c = peak // W, peak % W
+    dr = torch.randint(-1, 2, peak.shape, generator=g)
+    dc = torch.where(dr == 0, torch.ones_like(dr), torch.randint(-1, 2, peak.shape, generator=g))
+    nr, nc = (r + dr).clamp(0, H - 1), (c + dc).clamp(0, W - 1)
+    tgt = torch.where(u < frac_hit, peak, torch.where(u < frac_hit + frac_near, nr * W + nc, tgt))
+    return tgt.reshape(cross.shape[:-1])
+
+
+@dataclass(frozen=True, kw_only=True)
+class GridCase(Row):
+    """attention_to_grid(weights of `shape`, grid_shape); weights whose regions don't fill the grid are a case of
+    bad input (a ValueError)."""
+    shape: tuple[int, ...]  # of weights (..., R)
+    grid_shape: tuple[int, int]  # (H, W)
+    dtype: torch.dtype = torch.float32
+    grad: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class UpsampleCase(Row):
+    """upsample_attention(grid of `shape`, image_size)."""
+    shape: tuple[int, ...]  # of grid (..., H, W)
+    size: tuple[int, int]  # image_size
+    dtype: torch.dtype = torch.float32
+    zero_first: bool = False  # the first of two 3 x 3 maps is all zeros
+    grad: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class CollectCase(Row):
+    """collect_attention(layers stacked as (L, B, heads, T, S), layer, head)."""
+    shape: tuple[int, ...]
+    layer: int = -1
+    head: int | None = None
+    dtype: torch.dtype = torch.float32
+    grad: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class LocaccCase(Row):
+    """localisation_accuracy(cross of `shape`, target_cells, grid_shape, radius)."""
+    shape: tuple[int, ...]
+    grid_shape: tuple[int, int]
+    radius: int = 0
+    dtype: torch.dtype = torch.float32
+
+
+@dataclass(frozen=True, kw_only=True)
+class ChanceCase(Row):
+    """chance_accuracy(target_cells, grid_shape, radius)."""
+    cells: list[int]
+    grid_shape: tuple[int, int]
+    radius: int = 0
+
+
+def _grid_spec(c: GridCase, g: torch.Generator) -> CaseSpec:
+    H, W = c.grid_shape
+    mismatch = c.shape[-1] != H * W  # a case of bad input: the function must raise, nothing is compared
+    raises = ["raises", "ValueError", f"when {c.shape[-1]} regions don't fill a {H} x {W} grid"]
+    return CaseSpec(
+        name=c.name, target="attention_to_grid", args=["weights"], const_args=[list(c.grid_shape)],
+        inputs={"weights": _attention(*c.shape, g=g, dtype=c.dtype)}, outputs=["grid"],
+        grad_wrt=["weights"] if c.grad else [], public=c.public,
+        variants={} if mismatch else _grid_variants(c.grid_shape), properties=[raises] if mismatch else [],
+        hint="" if mismatch else "grid[..., i, j] = weights[..., i * W + j] (row-major), leading dims unchanged.")
+
+
+def _upsample_spec(c: UpsampleCase, g: torch.Generator) -> CaseSpec:
+    if c.zero_first:  # the first map is all zeros, the second a normal one
+        grid = torch.stack([torch.zeros(3, 3), _attention(9, g=g).reshape(3, 3)])
+    else:
+        h, w = c.shape[-2:]
+        grid = _attention(*c.shape[:-2], h * w, g=g, dtype=c.dtype).reshape(c.shape)
+    return CaseSpec(
+        name=c.name, target="upsample_attention", args=["grid"], const_args=[list(c.size)], inputs={"grid": grid},
+        outputs=["heat"], grad_wrt=["grid"] if c.grad else [], public=c.public,
+        variants=_upsample_variants(len(c.shape) > 2, c.zero_first),
+        hint="F.interpolate(mode='bilinear', align_corners=False) on (N, 1, H, W), then each map / its own max.")
+
+
+def _collect_spec(c: CollectCase, g: torch.Generator) -> CaseSpec:
+    return CaseSpec(
+        name=c.name, target="collect_attention", args=["layers"], const_kwargs={"layer": c.layer, "head": c.head},
+        inputs={"layers": _attention(*c.shape, g=g, dtype=c.dtype)}, outputs=["weights"],
+        grad_wrt=["layers"] if c.grad else [], public=c.public, variants=_collect_variants(c.head, c.layer),
+        properties=[["rows_sum_to_one", "weights"]],
+        hint="layers[layer] is (B, heads, T, S): mean over dim 1 (head=None) or [:, head].")
+
+
+def _locacc_spec(c: LocaccCase, g: torch.Generator) -> CaseSpec:
+    cross = _attention(*c.shape, g=g, dtype=c.dtype)
+    target = _near(cross, c.grid_shape, 0.4, 0.3, g)
+    return CaseSpec(
+        name=c.name, target="localisation_accuracy", args=["cross", "target_cells"],
+        const_args=[list(c.grid_shape)], const_kwargs={"radius": c.radius},
+        inputs={"cross": cross, "target_cells": target}, outputs=["accuracy"], public=c.public,
+        variants=_locacc_variants(c.radius, c.grid_shape[0] == c.grid_shape[1]),
+        hint="hit: |peak // W - target // W| <= radius and |peak % W - target % W| <= radius; return hits / words.")
+
+
+def _chance_spec(c: ChanceCase) -> CaseSpec:
+    return CaseSpec(
+        name=c.name, target="chance_accuracy", args=["target_cells"], const_args=[list(c.grid_shape)],
+        const_kwargs={"radius": c.radius}, inputs={"target_cells": torch.tensor(c.cells)}, outputs=["chance"],
+        public=c.public, variants=_chance_variants(c.radius, c.grid_shape[0] == c.grid_shape[1]),
+        hint="mean over targets of (cells of the grid within radius of the target, clipped at the border) / (H*W).")
+
+
 def cases(ns) -> list[CaseSpec]:
     g = torch.Generator().manual_seed(5005)
     out = []
-
     # attention_to_grid(weights, grid_shape)
-    for name, (shape, gs, dtype, grad, public) in {
-        "grid/basic": ((4, 49), (7, 7), torch.float32, False, True),
-        "grid/batched": ((2, 3, 5, 16), (4, 4), torch.float32, False, False),
-        "grid/nonsquare_float64": ((3, 15), (3, 5), torch.float64, False, False),
-        "grid/one_region": ((2, 6, 1), (1, 1), torch.float32, False, False),
-        "grid/grad": ((2, 12), (3, 4), torch.float32, True, False),
-    }.items():
-        w = _attention(*shape, g=g, dtype=dtype)
-        out.append(CaseSpec(
-            name=name, target="attention_to_grid", args=["weights"], const_args=[list(gs)], inputs={"weights": w},
-            outputs=["grid"], grad_wrt=["weights"] if grad else [], public=public,
-            variants=_grid_variants(gs),
-            hint="grid[..., i, j] = weights[..., i * W + j] (row-major), leading dims unchanged."))
-
+    out += [_grid_spec(c, g) for c in [
+        GridCase(name="grid/basic", shape=(4, 49), grid_shape=(7, 7), public=True),
+        GridCase(name="grid/batched", shape=(2, 3, 5, 16), grid_shape=(4, 4)),
+        GridCase(name="grid/nonsquare_float64", shape=(3, 15), grid_shape=(3, 5), dtype=torch.float64),
+        GridCase(name="grid/one_region", shape=(2, 6, 1), grid_shape=(1, 1)),
+        GridCase(name="grid/grad", shape=(2, 12), grid_shape=(3, 4), grad=True),
+    ]]
     # upsample_attention(grid, image_size)
-    for name, (shape, size, dtype, kind, grad, public) in {
-        "upsample/basic": ((7, 7), (28, 28), torch.float32, "random", False, True),
-        "upsample/batched": ((2, 3, 4, 4), (12, 16), torch.float32, "random", False, False),
-        "upsample/nonsquare_float64": ((3, 5), (9, 20), torch.float64, "random", False, False),
-        "upsample/one_region": ((4, 1, 1), (6, 6), torch.float32, "random", False, False),
-        "upsample/all_zero": ((2, 3, 3), (6, 6), torch.float32, "zero_first", False, False),
-        "upsample/grad": ((2, 3, 3), (8, 8), torch.float32, "random", True, False),
-    }.items():
-        if kind == "zero_first":  # the first map is all zeros, the second a normal one
-            grid = torch.stack([torch.zeros(3, 3), _attention(9, g=g).reshape(3, 3)])
-        else:
-            h, w = shape[-2:]
-            grid = _attention(*shape[:-2], h * w, g=g, dtype=dtype).reshape(shape)
-        out.append(CaseSpec(
-            name=name, target="upsample_attention", args=["grid"], const_args=[list(size)], inputs={"grid": grid},
-            outputs=["heat"], grad_wrt=["grid"] if grad else [], public=public,
-            variants=_upsample_variants(len(shape) > 2, kind == "zero_first"),
-            hint="F.interpolate(mode='bilinear', align_corners=False) on (N, 1, H, W), then each map / its own max."))
-
+    out += [_upsample_spec(c, g) for c in [
+        UpsampleCase(name="upsample/basic", shape=(7, 7), size=(28, 28), public=True),
+        UpsampleCase(name="upsample/batched", shape=(2, 3, 4, 4), size=(12, 16)),
+        UpsampleCase(name="upsample/nonsquare_float64", shape=(3, 5), size=(9, 20), dtype=torch.float64),
+        UpsampleCase(name="upsample/one_region", shape=(4, 1, 1), size=(6, 6)),
+        UpsampleCase(name="upsample/all_zero", shape=(2, 3, 3), size=(6, 6), zero_first=True),
+        UpsampleCase(name="upsample/grad", shape=(2, 3, 3), size=(8, 8), grad=True),
+    ]]
     # collect_attention(layers, layer=-1, head=None): layers stacked as (L, B, heads, T, S)
-    for name, (shape, layer, head, dtype, grad, public) in {
-        "collect/mean_heads": ((3, 2, 2, 4, 5), -1, None, torch.float32, False, True),
-        "collect/one_head": ((2, 3, 3, 4, 4), -1, 1, torch.float32, False, True),
-        "collect/first_layer": ((3, 2, 2, 3, 3), 0, None, torch.float32, False, False),
-        "collect/float64_cross": ((2, 4, 4, 3, 9), -2, 2, torch.float64, False, False),
-        "collect/grad": ((2, 2, 4, 3, 6), 1, None, torch.float32, True, False),
-    }.items():
-        layers = _attention(*shape, g=g, dtype=dtype)
-        out.append(CaseSpec(
-            name=name, target="collect_attention", args=["layers"], const_kwargs={"layer": layer, "head": head},
-            inputs={"layers": layers}, outputs=["weights"], grad_wrt=["layers"] if grad else [], public=public,
-            variants=_collect_variants(head, layer),
-            properties=[["rows_sum_to_one", "weights"]],
-            hint="layers[layer] is (B, heads, T, S): mean over dim 1 (head=None) or [:, head]."))
-
+    out += [_collect_spec(c, g) for c in [
+        CollectCase(name="collect/mean_heads", shape=(3, 2, 2, 4, 5), public=True),
+        CollectCase(name="collect/one_head", shape=(2, 3, 3, 4, 4), head=1, public=True),
+        CollectCase(name="collect/first_layer", shape=(3, 2, 2, 3, 3), layer=0),
+        CollectCase(name="collect/float64_cross", shape=(2, 4, 4, 3, 9), layer=-2, head=2, dtype=torch.float64),
+        CollectCase(name="collect/grad", shape=(2, 2, 4, 3, 6), layer=1, grad=True),
+    ]]
     # localisation_accuracy(cross, target_cells, grid_shape, radius=0)
-    def near(cross, gs, frac_hit, frac_near, g):
-        """Targets: some at the argmax, some one cell away (if possible), the rest random."""
-        H, W = gs
-        peak = cross.argmax(-1).flatten()
-        tgt = torch.randint(0, H * W, peak.shape, generator=g)
-        u = torch.rand(peak.shape, generator=g)
-        r, c = peak // W, peak % W
-        dr = torch.randint(-1, 2, peak.shape, generator=g)
-        dc = torch.where(dr == 0, torch.ones_like(dr), torch.randint(-1, 2, peak.shape, generator=g))
-        nr, nc = (r + dr).clamp(0, H - 1), (c + dc).clamp(0, W - 1)
-        tgt = torch.where(u < frac_hit, peak, torch.where(u < frac_hit + frac_near, nr * W + nc, tgt))
-        return tgt.reshape(cross.shape[:-1])
-
-    for name, (shape, gs, radius, dtype, public) in {
-        "locacc/basic": ((20, 49), (7, 7), 0, torch.float32, True),
-        "locacc/radius1": ((32, 49), (7, 7), 1, torch.float32, True),
-        "locacc/nonsquare": ((40, 15), (3, 5), 1, torch.float32, False),
-        "locacc/batched_float64": ((3, 8, 16), (4, 4), 0, torch.float64, False),
-        "locacc/large_radius": ((10, 12), (3, 4), 5, torch.float32, False),
-    }.items():
-        cross = _attention(*shape, g=g, dtype=dtype)
-        target = near(cross, gs, 0.4, 0.3, g)
-        out.append(CaseSpec(
-            name=name, target="localisation_accuracy", args=["cross", "target_cells"],
-            const_args=[list(gs)], const_kwargs={"radius": radius},
-            inputs={"cross": cross, "target_cells": target}, outputs=["accuracy"], public=public,
-            variants=_locacc_variants(radius, gs[0] == gs[1]),
-            hint="hit: |peak // W - target // W| <= radius and |peak % W - target % W| <= radius; return hits / words."))
-
+    out += [_locacc_spec(c, g) for c in [
+        LocaccCase(name="locacc/basic", shape=(20, 49), grid_shape=(7, 7), public=True),
+        LocaccCase(name="locacc/radius1", shape=(32, 49), grid_shape=(7, 7), radius=1, public=True),
+        LocaccCase(name="locacc/nonsquare", shape=(40, 15), grid_shape=(3, 5), radius=1),
+        LocaccCase(name="locacc/batched_float64", shape=(3, 8, 16), grid_shape=(4, 4), dtype=torch.float64),
+        LocaccCase(name="locacc/large_radius", shape=(10, 12), grid_shape=(3, 4), radius=5),
+    ]]
     # chance_accuracy(target_cells, grid_shape, radius=0)
-    for name, (cells, gs, radius, public) in {
-        "chance/radius1": ([8, 10, 24, 40, 0, 6, 3, 48], (7, 7), 1, True),
-        "chance/radius0": ([1, 5, 7], (7, 7), 0, False),
-        "chance/corners_nonsquare": ([0, 4, 10, 14, 7, 2], (3, 5), 1, False),
-        "chance/large_radius": ([0, 5, 11], (3, 4), 6, False),
-    }.items():
-        target = torch.tensor(cells)
-        out.append(CaseSpec(
-            name=name, target="chance_accuracy", args=["target_cells"], const_args=[list(gs)],
-            const_kwargs={"radius": radius}, inputs={"target_cells": target}, outputs=["chance"], public=public,
-            variants=_chance_variants(radius, gs[0] == gs[1]),
-            hint="mean over targets of (cells of the grid within radius of the target, clipped at the border) / (H*W)."))
-
+    out += [_chance_spec(c) for c in [
+        ChanceCase(name="chance/radius1", cells=[8, 10, 24, 40, 0, 6, 3, 48], grid_shape=(7, 7), radius=1, public=True),
+        ChanceCase(name="chance/radius0", cells=[1, 5, 7], grid_shape=(7, 7)),
+        ChanceCase(name="chance/corners_nonsquare", cells=[0, 4, 10, 14, 7, 2], grid_shape=(3, 5), radius=1),
+        ChanceCase(name="chance/large_radius", cells=[0, 5, 11], grid_shape=(3, 4), radius=6),
+    ]]
     # errors: attention_to_grid refuses a grid of the wrong size
-    for name, (shape, gs, public) in {
-        "grid/mismatch": ((3, 49), (6, 8), True),
-        "grid/mismatch_small": ((2, 12), (5, 3), False),
-    }.items():
-        out.append(CaseSpec(
-            name=name, target="attention_to_grid", args=["weights"], const_args=[list(gs)],
-            inputs={"weights": _attention(*shape, g=g)}, outputs=["grid"], public=public,
-            properties=[["raises", "ValueError", f"when {shape[-1]} regions don't fill a {gs[0]} x {gs[1]} grid"]]))
+    out += [_grid_spec(c, g) for c in [
+        GridCase(name="grid/mismatch", shape=(3, 49), grid_shape=(6, 8), public=True),
+        GridCase(name="grid/mismatch_small", shape=(2, 12), grid_shape=(5, 3)),
+    ]]
     return out
