@@ -5,8 +5,11 @@ By default a `LocalCluster` on this machine, one worker process per core (`worke
 with `dask worker tcp://HOST:PORT` on machines that have this kit installed and see the course
 folder at the same path (a shared file system) and the same PostgreSQL gradebook.
 
-Scheduling is dynamic: a worker that finishes takes the next student, so nobody waits behind a slow
-student. A task whose worker dies (killed, out of memory, machine lost) is retried once on another
+Scheduling is dynamic: a worker holds one student at a time and takes the next when it finishes, so
+nobody waits behind a slow student (for a scheduler started by hand, set
+DASK_DISTRIBUTED__SCHEDULER__WORKER_SATURATION=1.0: by default Dask queues a second task on each worker,
+which waits there until work stealing moves it).
+A task whose worker dies (killed, out of memory, machine lost) is retried once on another
 worker, then recorded as failed with the reason; an exception in grading is recorded as it is and
 never retried (it would fail the same way). Every student ends with a record, and a record is
 written (`status/<student>.json`, by the task itself) as soon as that student is done, so a run
@@ -17,6 +20,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -48,8 +52,11 @@ def _failed(root: Path, student: str, reason: str) -> dict:
 
 
 def run(root: Path, students: list[str], workers: int = 1, scheduler: str | None = None,
-        progress: bool = True) -> dict[str, dict]:
-    """Grade `students` (those without a record yet) on a cluster; return every student's record."""
+        progress: bool = True, task: Callable[[str, str], dict] | None = None) -> dict[str, dict]:
+    """Grade `students` (those without a record yet) on a cluster; return every student's record.
+
+    `task(root, student)` grades one student on a worker and writes its record (default
+    `worker.grade_student`); it must be picklable to the workers."""
     import dask
     from dask.distributed import Client, LocalCluster, as_completed
     from distributed.scheduler import KilledWorker
@@ -57,11 +64,13 @@ def run(root: Path, students: list[str], workers: int = 1, scheduler: str | None
 
     from .worker import grade_student
 
+    task = task or grade_student
     records = {s: r for s, r in finished(root).items() if s in students}
     todo = [s for s in students if s not in records]
     if not todo:
         return records
     with dask.config.set({"distributed.scheduler.allowed-failures": RETRIES_AFTER_A_DEAD_WORKER,
+                          "distributed.scheduler.worker-saturation": 1.0,  # one student per worker at a time
                           "distributed.worker.daemon": False,  # a worker starts processes (sandboxes)
                           "distributed.logging.distributed": "error"}):
         if scheduler:
@@ -73,7 +82,7 @@ def run(root: Path, students: list[str], workers: int = 1, scheduler: str | None
                                         "MPLBACKEND": "Agg"})
             client = Client(cluster)
         try:
-            futures = {client.submit(grade_student, str(root), s, key=f"grade-{s}", pure=False): s for s in todo}
+            futures = {client.submit(task, str(root), s, key=f"grade-{s}", pure=False): s for s in todo}
             bar = tqdm(total=len(futures), desc="grading", unit="student", disable=not progress)
             for future in as_completed(futures):
                 student = futures[future]

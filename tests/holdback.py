@@ -1,0 +1,70 @@
+"""A grading task for the engine tests: `grading.worker.grade_student`, except that one student is held
+back until a condition holds, so that the tests assert on an order of events rather than on wall time.
+
+This module is pickled by value, so worker processes need not have `tests/` on their path.
+Run as a script, it grades like `autograde` with one student held back until a file exists (the
+interrupted-run test kills it mid-run): `python tests/holdback.py SUBMISSIONS OUT COURSE STUDENT FILE`.
+"""
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import cloudpickle
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+DEADLINE = 300.0  # seconds: past this the held student goes ahead anyway, and the test fails instead of hanging
+
+
+@dataclass(frozen=True)
+class HoldBack:
+    """A task for `autograde(task=...)`: grades every student with `grading.worker.grade_student`, but
+    `held` first waits until the students `others` are finished (their status/<student>.json exist) and
+    `file` exists, or DEADLINE. Its worker stays busy while it waits unless `let_others_run` (it then
+    secedes from the worker's thread pool). It writes <root>/held.json when it starts waiting (the
+    students finished by then) and again when it stops (whether it gave up)."""
+    held: str
+    others: tuple[str, ...] = ()
+    file: str | None = None
+    let_others_run: bool = False
+
+    def __call__(self, root: str, student: str) -> dict:
+        from grading.worker import grade_student
+
+        if student == self.held:
+            self.wait(Path(root))
+        return grade_student(root, student)
+
+    def wait(self, root: Path) -> None:
+        status, log = root / "status", root / "held.json"
+        finished = sorted(p.stem for p in status.glob("*.json"))
+        log.write_text(json.dumps({"finished_at_start": finished, "gave_up": None}))
+        if self.let_others_run:
+            from distributed import secede
+
+            secede()
+        deadline, gave_up = time.monotonic() + DEADLINE, False
+        while not (all((status / f"{s}.json").exists() for s in self.others)
+                   and (self.file is None or Path(self.file).exists())):
+            gave_up = time.monotonic() > deadline
+            if gave_up:
+                break
+            time.sleep(0.1)
+        log.write_text(json.dumps({"finished_at_start": finished, "gave_up": gave_up}))
+
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+if __name__ == "__main__":
+    from grading.autograde import autograde
+
+    submissions, out, course, student, file = sys.argv[1:]
+    autograde(Path(submissions), Path(out), course_dir=Path(course),
+              task=HoldBack(student, file=file, let_others_run=True))
