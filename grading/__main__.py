@@ -3,7 +3,8 @@
     python -m grading release                 solutions/ -> notebooks/ (student release, hidden data excluded)
     python -m grading references              rebuild the stored reference cases from the solutions
     python -m grading autograde SUBMISSIONS   grade a folder or zip of student notebooks
-    python -m grading report OUT [--anonymise]  what the class got wrong (OUT/class_report.html), from a graded run
+    python -m grading report OUT [--anonymise]  grades.csv with the written answers graded since (formgrader),
+                                              and what the class got wrong (OUT/class_report.html)
     python -m grading execute [NOTEBOOK ...]  run solution notebooks end to end (the maintainers' main job)
     python -m grading publish DEST [--repo OWNER/NAME]   the student-facing files only, for a student repository
 """
@@ -45,6 +46,9 @@ def main(argv: list[str] | None = None) -> int:
     rp = sub.add_parser("report", help="write the class report of a graded run (autograde writes it too)")
     rp.add_argument("out", type=Path, nargs="?", default=Path("grading/work/results"), help="autograde's --out folder")
     rp.add_argument("--anonymise", action="store_true", help="students as 'student 01', ... in the report")
+    rp.add_argument("--course", type=Path, default=None, help="the run's nbgrader course folder (default "
+                    "grading/work/course): its gradebook's written-question grades go into grades.csv first")
+    rp.add_argument("--db", default=None, help="the run's gradebook URL, if it was not the course's SQLite file")
     pb = sub.add_parser("publish", help="copy the student-facing files into an empty folder")
     pb.add_argument("dest", type=Path)
     pb.add_argument("--repo", default=None, help="GitHub OWNER/NAME of the student repository, for the notebooks' "
@@ -85,6 +89,16 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {args.out} holds no graded run (no report.json and grades.csv): run autograde first",
                   file=sys.stderr)
             return 2
+        from .notebooks import ROOT
+        from .report import refresh_grades
+        course_dir = args.course or ROOT / "grading" / "work" / "course"
+        db_url = args.db or (f"sqlite:///{course_dir / 'gradebook.db'}" if (course_dir / "gradebook.db").is_file() else None)
+        if db_url:  # written answers graded in formgrader since the run now count
+            try:
+                print(f"grades: {refresh_grades(args.out, db_url)} (from the gradebook)")
+            except ValueError as exc:
+                print(f"error: {exc}", file=sys.stderr)
+                return 2
         data, page = write(args.out, args.anonymise)
         print(f"class report: {page} (data: {data})")
     elif args.command == "publish":

@@ -194,7 +194,7 @@ def build(out: Path, anonymise: bool = False) -> dict:
         "separating_cases": [asdict(c) | {"pass_rate": round(c.pass_rate, 3)} for c in separating],
         "diagnoses": [asdict(d) for d in diagnoses if d.named],
         "no_diagnosis": [asdict(d) for d in diagnoses if not d.named],
-        "written_questions": written_questions(),
+        "written_questions": written_questions([row_of[s] for s in graded if s in row_of]),
         "review": review,
         "missing_notebooks": missing,
         "sandbox_endings": dict(sandbox),
@@ -202,15 +202,19 @@ def build(out: Path, anonymise: bool = False) -> dict:
     }
 
 
-def written_questions() -> list[dict]:
-    """Manually graded cells of the assignment (answers a person grades in nbgrader's formgrader)."""
+def written_questions(rows: list[dict]) -> list[dict]:
+    """Each written question (graded by a person in nbgrader's formgrader) with how far its grading has
+    got, from the grades table's rows of the graded students: answers graded, awaiting, mean score."""
+    from .report import written_columns
+
     found = []
-    for path in notebooks.solution_notebooks():
-        for cell in notebooks.read(path).cells:
-            meta = notebooks.nbgrader_meta(cell)
-            if meta.get("grade") and meta.get("solution") and cell.cell_type == "markdown" or meta.get("task"):
-                found.append({"notebook": path.stem, "question": meta.get("grade_id", "?"),
-                              "points": float(meta.get("points", 0)), "status": "awaiting manual grading"})
+    for stem, question, points in written_columns():
+        given = [float(r[f"{stem}:{question}"]) for r in rows if r.get(f"{stem}:{question}", "") != ""]
+        waiting = len(rows) - len(given)
+        status = (f"{len(given)} graded" + (f", {waiting} awaiting manual grading" if waiting else "")
+                  + (f"; mean {sum(given) / len(given):.2f} of {points:g}" if given else ""))
+        found.append({"notebook": stem, "question": question, "points": points, "graded": len(given),
+                      "awaiting": waiting, "status": status})
     return found
 
 

@@ -29,6 +29,12 @@ def is_solution(cell) -> bool:
     return bool(nbgrader_meta(cell).get("solution"))
 
 
+def is_written_answer(cell) -> bool:
+    """A written question's answer: a Markdown cell that is both a solution and graded (by a person)."""
+    meta = nbgrader_meta(cell)
+    return bool(meta.get("grade")) and bool(meta.get("solution")) and cell.cell_type == "markdown"
+
+
 def is_test(cell) -> bool:
     meta = nbgrader_meta(cell)
     return bool(meta.get("grade")) and not meta.get("solution") and cell.cell_type == "code"

@@ -37,38 +37,83 @@ def graded_columns() -> list[tuple[str, str, float]]:
     return cols
 
 
-def scores_from_gradebook(gb, student: str) -> dict[tuple[str, str], float]:
-    """{(notebook, grade_id): score} of one student, from an open nbgrader Gradebook."""
+def written_columns() -> list[tuple[str, str, float]]:
+    """(notebook stem, grade_id, points) of every written question (a Markdown answer cell that a person
+    grades in nbgrader's formgrader), in notebook order."""
+    cols = []
+    for path in notebooks.solution_notebooks():
+        for cell in notebooks.read(path).cells:
+            if notebooks.is_written_answer(cell):
+                meta = notebooks.nbgrader_meta(cell)
+                cols.append((path.stem, meta["grade_id"], float(meta.get("points", 0))))
+    return cols
+
+
+def scores_from_gradebook(gb, student: str) -> dict[tuple[str, str], float | None]:
+    """{(notebook, grade_id): score} of one student, from an open nbgrader Gradebook; None for a written
+    answer nobody has graded yet."""
     from nbgrader.api import MissingEntry
 
     try:
         submission = gb.find_submission(ASSIGNMENT, student)
     except MissingEntry:
         return {}
-    return {(nb.name, grade.name): float(grade.score or 0.0) for nb in submission.notebooks for grade in nb.grades}
+    scores: dict[tuple[str, str], float | None] = {}
+    for nb in submission.notebooks:
+        for grade in nb.grades:
+            pending = grade.auto_score is None and grade.manual_score is None
+            scores[(nb.name, grade.name)] = None if pending else float(grade.score or 0.0)
+    return scores
+
+
+GradesRow = tuple[str, str, str, str]  # student, status, review flags, notes
 
 
 def write_grades(out: Path, results: list[StudentResult], db_url: str) -> Path:
-    cols = graded_columns()
-    stems = list(dict.fromkeys(c[0] for c in cols))
+    """`grades.csv`: one row per student with every test cell's and written question's score, per-notebook
+    and overall totals, and the points of written questions still awaiting a person's grade."""
+    return _write_grades(out, [(r.student, r.status, " | ".join(r.flags), " | ".join(r.notes)) for r in results],
+                         db_url)
+
+
+def refresh_grades(out: Path, db_url: str) -> Path:
+    """Rewrite `grades.csv` of a graded run from the gradebook: written answers graded in formgrader since
+    the run now count. Students, statuses, flags and notes are the run's."""
+    with open(out / "grades.csv", newline="") as f:
+        rows = [r for r in csv.DictReader(f) if r["student"] != "(max points)"]
+    return _write_grades(out, [(r["student"], r["status"], r["review"], r["notes"]) for r in rows], db_url,
+                         same_run=True)
+
+
+def _write_grades(out: Path, students: list[GradesRow], db_url: str, same_run: bool = False) -> Path:
+    cols = graded_columns() + written_columns()
+    written = {(s, g) for s, g, _ in written_columns()}
+    stems = list(dict.fromkeys(c[0] for c in graded_columns()))
     header = ["student", "status"] + [f"{s}:{g}" for s, g, _ in cols] + [f"{s}:total" for s in stems]
-    header += ["total", "max_total", "review", "notes"]
+    header += ["total", "max_total", "written_pending", "review", "notes"]
+    maximum = sum(p for *_, p in cols)
     rows: list[list] = [["(max points)", ""] + [p for _, _, p in cols]
-            + [sum(p for s2, _, p in cols if s2 == s) for s in stems]
-            + [sum(p for *_, p in cols), sum(p for *_, p in cols), "", ""]]
+                        + [sum(p for s2, _, p in cols if s2 == s) for s in stems]
+                        + [maximum, maximum, sum(p for s, g, p in cols if (s, g) in written), "", ""]]
     from nbgrader.api import Gradebook
     from sqlalchemy.exc import SAWarning
 
     # nbgrader's ORM use makes SQLAlchemy 2 warn about autoflush on reads: harmless, and noise for the user
     with Gradebook(db_url) as gb, warnings.catch_warnings():
         warnings.simplefilter("ignore", SAWarning)
-        graded = {r.student: scores_from_gradebook(gb, r.student) for r in results if r.status == "graded"}
-    for r in sorted(results, key=lambda r: r.student):
-        scores = graded.get(r.student, {})
-        per = [scores.get((s, g), 0.0) for s, g, _ in cols]
-        totals = [sum(v for (s2, _, _), v in zip(cols, per) if s2 == s) for s in stems]
-        rows.append([r.student, r.status] + per + totals
-                    + [sum(per), sum(p for *_, p in cols), " | ".join(r.flags), " | ".join(r.notes)])
+        graded = {s: scores_from_gradebook(gb, s) for s, status, *_ in students if status == "graded"}
+    absent = sorted(s for s, scores in graded.items() if not scores)
+    if same_run and absent:  # another run's gradebook: its scores must not replace this run's
+        raise ValueError(f"the gradebook {db_url} holds no grades of {', '.join(absent[:3])}"
+                         f"{' …' if len(absent) > 3 else ''}: it is not this run's (give the run's --course or --db)")
+    for student, status, review, notes in sorted(students):
+        scores = graded.get(student, {})
+        per = [scores.get((s, g), None if (s, g) in written else 0.0) for s, g, _ in cols]
+        given = [v or 0.0 for v in per]
+        pending = sum(p for (s, g, p), v in zip(cols, per) if (s, g) in written and v is None)
+        totals = [sum(v for (s2, _, _), v in zip(cols, given) if s2 == s) for s in stems]
+        rows.append([student, status] + ["" if v is None else v for v in per] + totals
+                    + [sum(given), maximum, pending if status == "graded" else 0.0, review, notes])
     path = out / "grades.csv"
     with open(path, "w", newline="") as f:
         csv.writer(f).writerows([header] + rows)
@@ -89,7 +134,7 @@ def write_failure_summary(out: Path, grades_csv: Path) -> tuple[Path, Path]:
     with open(grades_csv, newline="") as f:
         rows = list(csv.DictReader(f))
     maxima, students = rows[0], rows[1:]
-    columns = [c for c in maxima if ":" in c and not c.endswith(":total")]
+    columns = [f"{s}:{g}" for s, g, _ in graded_columns()]  # tests only: a written answer is not a test
     report = json.loads((out / "report.json").read_text()) if (out / "report.json").exists() else {"students": []}
     submitted = {s["student"]: set(s["notebooks"]) for s in report["students"]}
     table = []

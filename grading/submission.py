@@ -6,6 +6,8 @@ metadata), the notebook that gets graded is the release notebook with:
 
 - each solution cell's source taken from the student's matching cell: by grade_id, or, where the
   metadata is gone, by the cell's first line (the given `def`/`class` line) or its position;
+- each written answer (a Markdown solution cell) taken from the student's cell with its grade_id, or,
+  where the metadata is gone, from the Markdown cell right after its question;
 - the student's extra code cells (helpers, experiments) kept, after the cell they followed;
 
 and every other cell (text, given code, tests) exactly as released. Each repair is noted.
@@ -43,6 +45,27 @@ def _source(cell) -> str:
     return "".join(src) if isinstance(src, list) else str(src)
 
 
+def _written_answer(cell, src, meta, gid, anchor, solutions, out, t_cells, sol_index, fixed, has_meta) -> int:
+    """A Markdown cell of the student: a written answer (kept, by its grade_id; without metadata, the Markdown
+    cell right after its question), or a fixed cell of the release (it moves the anchor). Returns the anchor."""
+    if gid in sol_index and meta.get("solution"):
+        if gid in solutions:
+            out.notes.append(f"a second cell with grade_id '{gid}' was ignored")
+        else:
+            solutions[gid], out.matched[gid] = src, "grade_id"
+        return sol_index[gid]
+    if _norm(src) in fixed:
+        return fixed[_norm(src)]
+    following = anchor + 1
+    if (not has_meta and cell.get("cell_type") == "markdown" and following < len(t_cells)
+            and t_cells[following].cell_type == "markdown" and notebooks.is_solution(t_cells[following])):
+        answer_id = notebooks.nbgrader_meta(t_cells[following])["grade_id"]
+        if answer_id not in solutions:
+            solutions[answer_id], out.matched[answer_id] = src, "position"
+            return following
+    return anchor
+
+
 def rebuild(student, template) -> Rebuilt:
     """`student` and `template` are notebook nodes (nbformat 4). Returns the notebook to grade."""
     out = Rebuilt(notebook=None)
@@ -62,11 +85,12 @@ def rebuild(student, template) -> Rebuilt:
     anchor = -1  # template position of the last recognised cell
     seen_tests: set[str] = set()
     for cell in student.cells:
-        if cell.get("cell_type") != "code":
-            continue
         src = _source(cell)
         meta = notebooks.nbgrader_meta(cell)
         gid = str(meta.get("grade_id") or "")
+        if cell.get("cell_type") != "code":
+            anchor = _written_answer(cell, src, meta, gid, anchor, solutions, out, t_cells, sol_index, fixed, has_meta)
+            continue
         if gid in sol_index and meta.get("solution"):
             if gid in solutions:
                 out.notes.append(f"a second cell with grade_id '{gid}' was ignored")

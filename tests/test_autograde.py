@@ -21,6 +21,7 @@ from conftest import filled_submission, write_nb
 
 from grading import notebooks as nbs
 from grading.autograde import autograde, graded_columns
+from grading.report import written_columns
 
 NB01 = "01_scaled_dot_product_attention"
 # the known bug: causal_mask excludes the diagonal. Only test_causal_mask uses causal_mask.
@@ -55,10 +56,12 @@ def graded(tmp_path_factory, grading_db):
     before = _digest(subs)
     out = tmp_path_factory.mktemp("results")
     db_url, workers = grading_db
-    results = autograde(subs, out, course_dir=tmp_path_factory.mktemp("course"), db_url=db_url, workers=workers)
+    course = tmp_path_factory.mktemp("course")
+    results = autograde(subs, out, course_dir=course, db_url=db_url, workers=workers)
     with open(out / "grades.csv") as f:
         rows = {r["student"]: r for r in csv.DictReader(f)}
-    return {"results": {r.student: r for r in results}, "rows": rows, "out": out, "subs": subs, "before": before}
+    return {"results": {r.student: r for r in results}, "rows": rows, "out": out, "subs": subs, "before": before,
+            "course": course, "db": db_url or f"sqlite:///{course / 'gradebook.db'}"}
 
 
 def _points():
@@ -66,9 +69,43 @@ def _points():
 
 
 def test_solution_gets_full_marks(graded):
+    """Every automatic point; the written answers wait for a person (formgrader), and grades.csv says so."""
     row = graded["rows"]["alice"]
-    assert row["status"] == "graded"
-    assert float(row["total"]) == float(row["max_total"]) > 0
+    written = {f"{s}:{g}": p for s, g, p in written_columns()}
+    assert row["status"] == "graded" and len(written) >= 8
+    assert all(row[column] == "" for column in written), "a written answer scored before anyone graded it"
+    assert float(row["written_pending"]) == sum(written.values())
+    assert float(row["total"]) + float(row["written_pending"]) == float(row["max_total"]) > 0
+
+
+def test_written_answers_graded_in_formgrader_count_after_report(graded, capsys):
+    """What formgrader does (a manual score per answer, in the gradebook), then `python -m grading report`:
+    grades.csv and the class report take the written scores in; another run's gradebook is refused."""
+    from nbgrader.api import Gradebook
+
+    from grading.__main__ import main
+
+    written = written_columns()
+    with Gradebook(graded["db"]) as gb:
+        for stem, question, points in written:
+            gb.find_grade(question, stem, "attention", "alice").manual_score = points
+            gb.find_grade(question, stem, "attention", "bob").manual_score = 0.0
+        gb.db.commit()
+    assert main(["report", str(graded["out"]), "--db", graded["db"]]) == 0
+    with open(graded["out"] / "grades.csv") as f:
+        rows = {r["student"]: r for r in csv.DictReader(f)}
+    alice, bob = rows["alice"], rows["bob"]
+    assert float(alice["total"]) == float(alice["max_total"]) and float(alice["written_pending"]) == 0
+    assert float(bob["total"]) == 0.0 and all(bob[f"{s}:{g}"] == "0.0" for s, g, _ in written)
+    assert float(rows["carol"]["total"]) == float(graded["rows"]["carol"]["total"])  # nothing else moved
+    report = json.loads((graded["out"] / "class_report.json").read_text())
+    first = report["written_questions"][0]
+    waiting = sum(r["status"] == "graded" and r[f"{first['notebook']}:{first['question']}"] == "" for r in rows.values())
+    assert first["graded"] == 2 and first["awaiting"] == waiting >= 1 and "mean 1.00 of 2" in first["status"], first
+    other = Path(str(graded["course"]) + "-other")
+    other.mkdir()
+    assert main(["report", str(graded["out"]), "--db", f"sqlite:///{other / 'gradebook.db'}"]) == 2
+    assert "is not this run's" in capsys.readouterr().err
 
 
 def test_untouched_release_gets_zero(graded):

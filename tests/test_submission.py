@@ -94,3 +94,20 @@ def test_nbformat_40_from_colab(tmp_path, template):
     result = rebuild(read_any(path), template)
     assert _solutions(result.notebook) == solution_sources(STEM)
     nbformat.validate(result.notebook)
+
+
+def test_written_answers_are_kept_by_grade_id_or_after_their_question(template):
+    """A written answer is a Markdown cell: it is graded by a person, so losing it would lose points silently."""
+    answers = {g: s for g, s in solution_sources(STEM).items() if g.startswith("q_")}
+    assert answers, "notebook 01 has written questions"
+    nb = filled_submission(STEM, {g: f"my answer to {g}" for g in answers})
+    result = rebuild(nb, template)
+    assert {g: s for g, s in _solutions(result.notebook).items() if g in answers} == \
+        {g: f"my answer to {g}" for g in answers}
+    # an editor that drops the metadata: each answer still follows its (unchanged) question cell
+    for cell in nb.cells:
+        cell.metadata.pop("nbgrader", None)
+    result = rebuild(nb, template)
+    assert {g: s for g, s in _solutions(result.notebook).items() if g in answers} == \
+        {g: f"my answer to {g}" for g in answers}
+    assert {result.matched[g] for g in answers} == {"position"}
