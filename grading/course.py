@@ -125,8 +125,15 @@ def generate_assignment(root: Path) -> None:
         raise NbgraderError(f"nbgrader generate_assignment failed: {last_error(result)}")
 
 
-def release(dest: Path = notebooks.RELEASE) -> list[Path]:
-    """Generate the student notebooks from solutions/ into `dest` (only .ipynb files are copied out)."""
+def release(dest: Path = notebooks.RELEASE, mirrors: Path | None = None) -> list[Path]:
+    """Generate the student notebooks from solutions/ into `dest` (only .ipynb files are copied out), and
+    the solutions' Python mirrors for review into `mirrors` (grading.mirrors). Releasing into notebooks/
+    writes the mirrors into solutions/py/; a release elsewhere (a test's) writes none unless asked.
+    Returns the student notebooks written."""
+    from . import mirrors as review_mirrors
+
+    if mirrors is None and dest.resolve() == notebooks.RELEASE.resolve():
+        mirrors = review_mirrors.MIRRORS
     with tempfile.TemporaryDirectory(prefix="release-") as tmp:
         root = Path(tmp)
         write_config(root)
@@ -144,7 +151,9 @@ def release(dest: Path = notebooks.RELEASE) -> list[Path]:
         stale = {p.name for p in dest.glob("*.ipynb")} - {p.name for p in written}
         for name in stale:  # a notebook removed from solutions/ leaves the release too
             (dest / name).unlink()
-        return written
+    if mirrors is not None:
+        review_mirrors.write_mirrors(mirrors)  # logs each mirror it changes
+    return written
 
 
 def prepare_grading_course(root: Path, db_url: str | None = None, timeout: int = CELL_TIMEOUT,
