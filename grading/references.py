@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from starter.cases import Case, write_case
-from starter.checks import _close  # the check's own tolerance rule
+from starter.checks import _close, seeded_dropout  # the check's own tolerance rule and dropout masks
 
 from . import notebooks
 
@@ -53,6 +53,7 @@ class CaseSpec:
     # dotted names of library functions the student's code must not call here (e.g. torch's own
     # attention when the task is to write it); the check replaces them with a tripwire while it runs
     forbid: list[str] = field(default_factory=list)
+    train_seed: int | None = None  # module cases about dropout: train mode, this seed just before the call
 
 
 def _run(spec: CaseSpec, obj, params: dict[str, torch.Tensor] | None, dtype64: bool, with_grad: bool):
@@ -73,11 +74,13 @@ def _run(spec: CaseSpec, obj, params: dict[str, torch.Tensor] | None, dtype64: b
             module.load_state_dict(params, strict=True)
         if dtype64:
             module.double()
-        module.eval()
+        module.train(spec.train_seed is not None)
         fn = module
     else:
         fn = obj
-    out = fn(*[inputs[k] for k in spec.args], *spec.const_args, **{k: inputs[v] for k, v in spec.kwargs.items()}, **spec.const_kwargs)
+    with seeded_dropout(spec.train_seed):
+        out = fn(*[inputs[k] for k in spec.args], *spec.const_args, **{k: inputs[v] for k, v in spec.kwargs.items()},
+                 **spec.const_kwargs)
     if len(spec.outputs) == 1:
         out = (out,)
     return dict(zip(spec.outputs, out)), inputs, module
@@ -99,7 +102,8 @@ def _stored(spec: CaseSpec, params: dict[str, torch.Tensor] | None) -> Case:
     """The Case record of `spec` without results yet: how to call the task, and on what."""
     return Case(name=spec.name, target=spec.target, kind=spec.kind, args=spec.args, kwargs=spec.kwargs,
                 const_args=spec.const_args, const_kwargs=spec.const_kwargs, init=spec.init, outputs=spec.outputs,
-                grad_wrt=spec.grad_wrt, properties=spec.properties, forbid=spec.forbid, rtol=spec.rtol,
+                grad_wrt=spec.grad_wrt, properties=spec.properties, forbid=spec.forbid,
+                train_seed=spec.train_seed, rtol=spec.rtol,
                 atol=spec.atol, hint=spec.hint, inputs={k: v.cpu().numpy() for k, v in spec.inputs.items()},
                 params={k: v.numpy() for k, v in (params or {}).items()})
 

@@ -5,7 +5,7 @@ The case builders (`grading.references`) write `Case` records with `write_case`;
 file of reference cases:
 
     attrs   target, kind ("function" or "module"), hint, rtol, atol, and, as JSON: args, kwargs,
-            const_args, const_kwargs, init, outputs, grad_wrt, properties, forbid
+            const_args, const_kwargs, init, outputs, grad_wrt, properties, forbid, train_seed
     groups  inputs, params, expected, grad_weights, grads: one array per name
             variants/<bug>: attrs message; one array per output (what that known bug returns)
 
@@ -20,7 +20,8 @@ from typing import Any
 
 import numpy as np
 
-JSON_FIELDS = ("args", "kwargs", "const_args", "const_kwargs", "init", "outputs", "grad_wrt", "properties", "forbid")
+JSON_FIELDS = ("args", "kwargs", "const_args", "const_kwargs", "init", "outputs", "grad_wrt", "properties", "forbid",
+               "train_seed")
 ARRAY_FIELDS = ("inputs", "params", "expected", "grad_weights", "grads")
 
 
@@ -34,7 +35,10 @@ class Case:
     const_kwargs: plain values passed after them; outputs: the names of what the call returns, in order;
     grad_wrt: inputs or parameters whose gradient of sum(output * grad_weights) is compared with `grads`;
     variants: {bug: (message, outputs of that bug)}; properties: generic checks, e.g. ["raises",
-    "ValueError", "when ..."] for a case of bad input; forbid: library functions the answer must not call.
+    "ValueError", "when ..."] for a case of bad input; forbid: library functions the answer must not call;
+    train_seed: None, or (module cases) run the module in train mode with the random generator seeded with
+    it just before the call, so that dropout draws the same masks as it did for the reference (a mask
+    depends only on the seed and the shape of the tensor dropped, not on its dtype).
     """
 
     name: str
@@ -55,6 +59,7 @@ class Case:
     variants: dict[str, tuple[str, dict[str, np.ndarray]]] = field(default_factory=dict)
     properties: list[list[str]] = field(default_factory=list)
     forbid: list[str] = field(default_factory=list)
+    train_seed: int | None = None
     rtol: float = 1e-4
     atol: float = 1e-5
     hint: str = ""

@@ -137,6 +137,34 @@ class _Forbidden(Exception):
 
 
 @contextlib.contextmanager
+def seeded_dropout(seed: int | None):
+    """For a case about dropout (`seed` not None): seed the random generator, and let F.dropout (which
+    nn.Dropout calls) draw its mask in the row-major order of the tensor's shape, whatever its memory
+    layout. PyTorch's own dropout fills the mask in memory order, so a transposed view and a contiguous
+    copy of the same values would get different masks from the same seed; a correct answer must not fail
+    for the layout its tensors happen to have. Nothing changes when `seed` is None."""
+    if seed is None:
+        yield
+        return
+    functional = torch.nn.functional
+    original = functional.dropout
+
+    def dropout(input, p=0.5, training=True, inplace=False):
+        if not training or p == 0:
+            return input
+        keep = torch.empty(input.shape, dtype=input.dtype, device=input.device).bernoulli_(1 - p)
+        out = input * keep / (1 - p) if p < 1 else input * 0
+        return input.copy_(out) if inplace else out
+
+    torch.manual_seed(seed)
+    functional.dropout = dropout
+    try:
+        yield
+    finally:
+        functional.dropout = original
+
+
+@contextlib.contextmanager
 def _tripwires(names: list[str]):
     """Temporarily replace library functions (dotted names) with ones that raise _Forbidden."""
     import importlib
@@ -177,10 +205,11 @@ def _describe_exception(what: str, exc: BaseException) -> str:
         return f"{what} is not implemented yet: replace `raise NotImplementedError()` in its cell with your code."
     where = ""
     tb = exc.__traceback__
-    while tb is not None:  # innermost frame that is notebook code (not a library)
-        fname = tb.tb_frame.f_code.co_filename
-        if "ipykernel" in fname or fname.startswith("<"):
-            where = f" (line {tb.tb_lineno} of your cell)"
+    while tb is not None:  # innermost frame that is notebook code (not a library), named by its function:
+        code = tb.tb_frame.f_code  # a helper may live in another cell than the one being checked
+        if "ipykernel" in code.co_filename or code.co_filename.startswith("<"):
+            where = (f" (line {tb.tb_lineno} of the cell that defines `{code.co_name}`)" if not code.co_name.startswith("<")
+                     else f" (line {tb.tb_lineno} of your cell)")
         tb = tb.tb_next
     return f"{what} raised {type(exc).__name__}: {exc}{where}"
 
@@ -214,7 +243,7 @@ def _call(case: Case, fn: Callable, requires_grad: bool):
             # their dtype, so a forward that mixes a float32 buffer into float64 inputs is still caught
             for p in module.parameters():
                 p.data = p.data.double()
-        module.eval()  # dropout off
+        module.train(case.train_seed is not None)  # dropout off, except in the cases about dropout
         call: Callable[..., Any] = module
     else:
         if not callable(fn):
@@ -224,7 +253,7 @@ def _call(case: Case, fn: Callable, requires_grad: bool):
     kwargs = {k: inputs[v] for k, v in case.kwargs.items()}
     kwargs.update(case.const_kwargs)
     try:
-        with _quiet(), _tripwires(case.forbid):
+        with _quiet(), _tripwires(case.forbid), seeded_dropout(case.train_seed):  # the reference's dropout masks
             out = call(*args, **kwargs)
     except CheckFailed:
         raise

@@ -30,7 +30,7 @@ from torch import nn
 from .runtime import OneLineError
 
 __all__ = ["TorchDecoderLayer", "LearnedPositionalEncoding", "get_layers", "LayerLoadError",
-           "ToyCaptioner", "with_model", "with_attention"]
+           "ToyCaptioner", "with_model", "with_attention", "follows_module"]
 
 
 class TorchDecoderLayer(nn.TransformerDecoderLayer):
@@ -219,3 +219,25 @@ def with_attention(model_class):
 
     WithAttention.__name__ = WithAttention.__qualname__ = model_class.__name__
     return WithAttention
+
+
+def follows_module(encoding_class):
+    """``encoding_class`` (a PositionalEncoding(d_model, max_len, dropout)) as a function of ``(x, max_len)``
+    that says whether the table moves with the module: the layer is built, moved to PyTorch's "meta" device
+    (a device without memory, standing in for a GPU) and run there on x. Returns (2,) in x's dtype:
+    [1 if the output is on that device with x's shape, 1 if the table is the module's buffer `pe`]."""
+
+    def follows(x, max_len):
+        if encoding_class is None:
+            raise TypeError("the class is None: run the cell that defines it first")
+        torch.manual_seed(0)
+        module = encoding_class(x.shape[-1], max_len, 0.0).to("meta")
+        try:
+            out = module(x.to("meta"))
+            on_device = isinstance(out, torch.Tensor) and out.device.type == "meta" and out.shape == x.shape
+        except RuntimeError:  # a tensor left on the CPU meets the moved input
+            on_device = False
+        return torch.tensor([float(on_device), float("pe" in dict(module.named_buffers()))], dtype=x.dtype)
+
+    follows.__name__ = getattr(encoding_class, "__name__", "PositionalEncoding")
+    return follows

@@ -151,3 +151,16 @@ def test_missing_hidden_case_says_so(monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(CheckFailed, match="only while grading"):
         load_case("sdpa/grad")
+
+
+def test_an_exception_in_a_helper_names_the_helper_and_its_line():
+    """The failing line is in a helper of another cell: the message names that helper, not "your cell"."""
+    src = "def helper(x):\n    '''a docstring line'''\n    return x.no_such_attribute\n"
+    namespace: dict = {}
+    exec(compile(src, "<cell-7>", "exec"), namespace)
+
+    def attention_loop(query, keys, values):
+        return namespace["helper"](query)
+
+    with pytest.raises(CheckFailed, match=r"raised AttributeError: .* \(line 3 of the cell that defines `helper`\)"):
+        check("loop/basic", attention_loop)

@@ -60,7 +60,18 @@ def _independent(case, inputs):
         return [torch.stack(cols, -1)]
     if t == "PositionalEncoding":
         x = inputs["x"]
-        return [x + torch.from_numpy(pe_numpy(x.shape[1], x.shape[2]))]
+        summed = x + torch.from_numpy(pe_numpy(x.shape[1], x.shape[2]))
+        if case.train_seed is None:
+            return [summed]
+        p = case.init["dropout"]  # training mode: one mask on the sum, drawn as the checks draw it
+        torch.manual_seed(case.train_seed)
+        keep = torch.empty(summed.shape, dtype=torch.float64).bernoulli_(1 - p)
+        return [summed * keep / (1 - p)]
+    if t == "follows_module(PositionalEncoding)":  # the solution's layer moves to another device, its table too
+        ns = nbs.execute_definitions(nbs.SOLUTIONS / f"{STEM}.ipynb")
+        layer = ns["PositionalEncoding"](inputs["x"].shape[-1], case.const_args[0], 0.0).to("meta")
+        out = layer(inputs["x"].to("meta"))
+        return [torch.tensor([float(out.device.type == "meta"), float(layer.pe.device.type == "meta")])]
     raise AssertionError(f"no independent implementation for {t}")
 
 
@@ -95,8 +106,9 @@ def test_solution_refuses_too_long_sequences():
 def test_cases_cover_the_notebook():
     cases = [_load(n) for n in NAMES]
     assert {c.target for c in cases} == {"sinusoidal_encoding", "relative_shift_matrix", "shift_encoding",
-                                         "PositionalEncoding"}
-    for target in {c.target for c in cases}:
+                                         "PositionalEncoding", "follows_module(PositionalEncoding)"}
+    assert any(c.train_seed is not None for c in cases), "no case about dropout (training mode)"
+    for target in {c.target for c in cases} - {"follows_module(PositionalEncoding)"}:
         mine = [c for c in cases if c.target == target]
         assert any(c.grad_wrt for c in mine) or target == "sinusoidal_encoding", f"{target}: no gradient check"
     assert any(c.target == "sinusoidal_encoding" and c.const_args[1] % 2 == 1 for c in cases), "odd d_model"

@@ -16,6 +16,8 @@ import torch
 from conftest import case_names, load_any_case
 from torch import nn
 
+from starter.checks import seeded_dropout
+
 STEM = "03_multi_head_attention"
 
 
@@ -81,19 +83,36 @@ def _merge_np(x: np.ndarray) -> np.ndarray:
 
 def _run_mha(case, inputs):
     e, h = case.init["embed_dim"], case.init["num_heads"]
-    ref = nn.MultiheadAttention(e, h, dropout=case.init["dropout"], batch_first=True).double().eval()
+    ref = nn.MultiheadAttention(e, h, dropout=case.init["dropout"], batch_first=True).double()
     _copy_params(ref, case.params, e)
     b = inputs["query"].shape[0]
-    out, w = ref(inputs["query"], inputs["key"], inputs["value"],
-                 attn_mask=_torch_attn_mask(inputs.get("attn_mask"), b, h),
-                 key_padding_mask=inputs.get("key_padding_mask"), need_weights=True, average_attn_weights=False)
+
+    def run():
+        return ref(inputs["query"], inputs["key"], inputs["value"],
+                   attn_mask=_torch_attn_mask(inputs.get("attn_mask"), b, h),
+                   key_padding_mask=inputs.get("key_padding_mask"), need_weights=True, average_attn_weights=False)
+
+    out, w = _seeded(ref, case, run)
+    if case.train_seed is not None:  # PyTorch returns the weights after dropout; ours are those before it
+        w = ref.eval()(inputs["query"], inputs["key"], inputs["value"], attn_mask=_torch_attn_mask(
+            inputs.get("attn_mask"), b, h), key_padding_mask=inputs.get("key_padding_mask"), need_weights=True,
+            average_attn_weights=False)[1]
     return ref, [out, w]
+
+
+def _seeded(ref, case, run):
+    """Run `ref` in eval mode, or, for a case about dropout, in train mode from the case's seed: PyTorch's
+    own layers then draw the same dropout masks as the reference did (one mask per dropped tensor, in the
+    order of the formula, each a function of the seed and the tensor's shape)."""
+    ref.train(case.train_seed is not None)
+    with seeded_dropout(case.train_seed):
+        return run()
 
 
 def _run_decoder(case, inputs):
     d, h = case.init["d_model"], case.init["num_heads"]
     ref = nn.TransformerDecoderLayer(d, h, case.init["dim_feedforward"], dropout=case.init["dropout"],
-                                     activation="relu", batch_first=True, norm_first=True).double().eval()
+                                     activation="relu", batch_first=True, norm_first=True).double()
     _copy_params(ref, case.params, d)
     calls = {}
 
@@ -105,11 +124,14 @@ def _run_decoder(case, inputs):
     handles = [ref.self_attn.register_forward_pre_hook(record("self"), with_kwargs=True),
                ref.multihead_attn.register_forward_pre_hook(record("cross"), with_kwargs=True)]
     b = inputs["tgt"].shape[0]
-    out = ref(inputs["tgt"], inputs["memory"], tgt_mask=_torch_attn_mask(inputs.get("tgt_mask"), b, h),
-              tgt_key_padding_mask=inputs.get("tgt_key_padding_mask"),
-              memory_key_padding_mask=inputs.get("memory_key_padding_mask"))
+    out = _seeded(ref, case, lambda: ref(inputs["tgt"], inputs["memory"],
+                                         tgt_mask=_torch_attn_mask(inputs.get("tgt_mask"), b, h),
+                                         tgt_key_padding_mask=inputs.get("tgt_key_padding_mask"),
+                                         memory_key_padding_mask=inputs.get("memory_key_padding_mask")))
+
     for handle in handles:
         handle.remove()
+    ref.eval()  # the weights before dropout
     weights = []
     for key, attn in (("self", ref.self_attn), ("cross", ref.multihead_attn)):  # same inputs, weights this time
         args, kwargs = calls[key]

@@ -10,8 +10,10 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from torch import nn
 
 from grading.references import CaseSpec, Row, deviation, randn, with_forward
+from starter.layers import follows_module
 
 LONG_ATOL = 1e-4  # float32 angles pos * omega lose ~1e-5 at position 200; the reference is float64
 
@@ -116,7 +118,22 @@ def _posenc_variants(full_length: bool = False) -> dict:
         pe = _table(self.max_len, self.d_model).to(x.dtype)
         return x + pe[-x.shape[1]:]
 
+    def dropout_first(self, x):  # dropout on the embeddings only, the table added after it
+        return self.dropout(x) + _table(self.max_len, self.d_model).to(x.dtype)[: x.shape[1]]
+
+    def table_dropped(self, x):  # dropout on the table only
+        return x + self.dropout(_table(self.max_len, self.d_model).to(x.dtype)[: x.shape[1]])
+
+    def no_dropout(self, x):
+        return x + _table(self.max_len, self.d_model).to(x.dtype)[: x.shape[1]]
+
     variants = {
+        "dropout_before_add": ("dropout applied to x before the table is added: the layer returns "
+                               "dropout(x + pe[:T]), one dropout on the sum.", lambda ns: subclass(ns, dropout_first)),
+        "dropout_on_table": ("dropout applied to the table only: the layer returns dropout(x + pe[:T]), one "
+                             "dropout on the sum.", lambda ns: subclass(ns, table_dropped)),
+        "no_dropout": ("no dropout in training mode: apply the given self.dropout to x + pe[:T] (it is off only in "
+                       "eval mode).", lambda ns: subclass(ns, no_dropout)),
         "batch_axis": ("positions taken along the batch axis: inputs are batch-first (B, T, d_model), "
                        "so T = x.shape[1] and pe[:T] is added to every sequence.", lambda ns: subclass(ns, batch_axis)),
         "scaled": ("x was scaled by sqrt(d_model): this layer only adds pe[:T] (scaling belongs to the "
@@ -165,6 +182,7 @@ class PosEncCase(Row):
     max_len: int
     dtype: torch.dtype = torch.float32
     grad: bool = False
+    train_seed: int | None = None  # train mode with dropout 0.5, this seed: where the dropout goes
 
 
 def _omegas(d, dtype=torch.float32):
@@ -198,14 +216,50 @@ def _posenc_spec(c: PosEncCase, g: torch.Generator) -> CaseSpec:
     raises = ["raises", "ValueError", f"when the sequence (T = {c.shape[1]}) is longer than max_len = {c.max_len}"]
     return CaseSpec(
         name=c.name, target="PositionalEncoding", kind="module",
-        init={"d_model": c.shape[-1], "max_len": c.max_len, "dropout": 0.1},
+        init={"d_model": c.shape[-1], "max_len": c.max_len, "dropout": 0.1 if c.train_seed is None else 0.5},
+        train_seed=c.train_seed,
         args=["x"], inputs={"x": randn(*c.shape, g=g, dtype=c.dtype)}, outputs=["output"],
         grad_wrt=["x"] if c.grad else [], variants={} if too_long else _posenc_variants(c.shape[1] == c.max_len),
         properties=[raises] if too_long else [], public=c.public,
-        hint="" if too_long else "the output is x + pe[:T] with T = x.shape[1] (dropout is off in checks).")
+        hint="" if too_long else "the output is dropout(x + pe[:T]) with T = x.shape[1] (dropout is off in the "
+                                 "checks, except in the one about dropout, which runs in training mode).")
+
+
+def _table_as_attribute(ns: dict, moved_in_forward: bool) -> type:
+    """The notebook's PositionalEncoding with its table kept as a plain attribute instead of a buffer (and, if
+    `moved_in_forward`, moved to the input's device by hand in forward)."""
+    base: type = ns["PositionalEncoding"]
+
+    class Attribute(base):  # the notebook's class, known at run time
+        def __init__(self, d_model, max_len=5000, dropout=0.1):
+            nn.Module.__init__(self)
+            self.d_model, self.max_len, self.dropout = d_model, max_len, nn.Dropout(dropout)
+            self.pe = _table(max_len, d_model)
+
+        def forward(self, x):
+            pe = self.pe[: x.shape[1]]
+            return self.dropout(x + (pe.to(x) if moved_in_forward else pe))
+    return Attribute
+
+
+def _follows_spec(c: PosEncCase, g: torch.Generator) -> CaseSpec:
+    return CaseSpec(
+        name=c.name, target="follows_module(PositionalEncoding)", args=["x"], const_args=[c.max_len],
+        inputs={"x": randn(*c.shape, g=g, dtype=c.dtype)}, outputs=["follows"], public=c.public,
+        variants={
+            "plain_attribute": ("the table stays on the CPU when the module moves with `.to(device)`: store it "
+                                "with self.register_buffer(\"pe\", table, persistent=False), not as an attribute.",
+                                lambda ns: follows_module(_table_as_attribute(ns, False))),
+            "moved_in_forward": ("the table is not a buffer named \"pe\" (it is moved by hand in forward): register "
+                                 "it with self.register_buffer(\"pe\", table, persistent=False).",
+                                 lambda ns: follows_module(_table_as_attribute(ns, True))),
+        },
+        hint="[the output is on the module's device, the table is the buffer `pe`]: register the table with "
+             "self.register_buffer(\"pe\", table, persistent=False).")
 
 
 def cases(ns) -> list[CaseSpec]:
+    ns["follows_module(PositionalEncoding)"] = follows_module(ns["PositionalEncoding"])  # as the test cell wraps it
     g = torch.Generator().manual_seed(2025)
     out = []
     # sinusoidal_encoding(max_len, d_model)
@@ -239,7 +293,14 @@ def cases(ns) -> list[CaseSpec]:
         PosEncCase(name="posenc/full_length", shape=(3, 7, 4), max_len=7),
         PosEncCase(name="posenc/odd_float64", shape=(2, 5, 5), max_len=9, dtype=torch.float64),
         PosEncCase(name="posenc/grad", shape=(2, 3, 6), max_len=16, grad=True),
+        PosEncCase(name="posenc/train_dropout", shape=(2, 6, 8), max_len=12, train_seed=11, public=True),
+        PosEncCase(name="posenc/train_dropout_long", shape=(3, 9, 6), max_len=9, train_seed=12),
         PosEncCase(name="posenc/too_long", shape=(2, 12, 8), max_len=10, public=True),
         PosEncCase(name="posenc/too_long_by_one", shape=(1, 6, 4), max_len=5),
+    ]]
+    # the table is a buffer: it follows the module to another device (PyTorch's "meta" device here)
+    out += [_follows_spec(c, g) for c in [
+        PosEncCase(name="posenc/follows_module", shape=(2, 5, 8), max_len=10, public=True),
+        PosEncCase(name="posenc/follows_module_float64", shape=(1, 7, 6), max_len=7, dtype=torch.float64),
     ]]
     return out

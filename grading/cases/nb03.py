@@ -48,7 +48,7 @@ def _merge_variants() -> dict:
 
 def _mha(self, query, key, value, attn_mask=None, key_padding_mask=None, *, split="ok", merge="ok",
          softmax_dim=-1, mask_after=False, out_proj=True, scale="d_k", invert_padding=False,
-         invert_attn=False, drop_padding=False, padding_on_queries=False):
+         invert_attn=False, drop_padding=False, padding_on_queries=False, dropout="weights", dropped_weights=False):
     """Multi-head attention with one deliberate bug (uses only the module's given layers)."""
     B, Tq, E = query.shape
     Tk = key.shape[1]
@@ -73,12 +73,14 @@ def _mha(self, query, key, value, attn_mask=None, key_padding_mask=None, *, spli
     w = torch.softmax(scores, dim=softmax_dim)
     if mask_after:
         w = w.masked_fill(~allowed, 0.0)
-    o = w @ v
+    used = self.dropout(w) if dropout == "weights" else w
+    o = used @ v
     if split == "no_transpose" or merge == "no_transpose":
         o = o.reshape(B, Tq, E)
     else:
         o = o.transpose(1, 2).reshape(B, Tq, E)
-    return (self.out_proj(o) if out_proj else o), w
+    o = self.out_proj(o) if out_proj else o
+    return (self.dropout(o) if dropout == "output" else o), (used if dropped_weights else w)
 
 
 def _mha_variants(attn_mask: bool = False, padding: bool = False, heads: int = 2, square: bool = True) -> dict:
@@ -92,6 +94,14 @@ def _mha_variants(attn_mask: bool = False, padding: bool = False, heads: int = 2
         "no_scale": v("scores not scaled: divide q k^T by sqrt(d_k) (d_k = embed_dim // num_heads).", scale="none"),
         "softmax_queries": v("softmax over the wrong axis (the queries, dim=-2): it must be over the keys, dim=-1.",
                              softmax_dim=-2),
+        # told apart only in training mode (the case about dropout)
+        "dropout_on_output": v("dropout applied to the output instead of the attention weights: drop the weights "
+                               "after the softmax, self.dropout(weights) @ v.", dropout="output"),
+        "no_dropout": v("no dropout in training mode: apply self.dropout to the attention weights before "
+                        "multiplying by v.", dropout="none"),
+        "weights_after_dropout": v("returned the weights after dropout: return them as the softmax gave them "
+                                   "(before dropout), and use the dropped ones only for the output.",
+                                   dropped_weights=True),
     }
     if heads == 1:  # d_k == d_model, and a single head needs no transpose
         del out["scale_d_model"]
@@ -118,7 +128,8 @@ def _mha_variants(attn_mask: bool = False, padding: bool = False, heads: int = 2
 
 
 def _decoder(self, tgt, memory, tgt_mask=None, tgt_key_padding_mask=None, memory_key_padding_mask=None, *,
-             norm="pre", residual=True, norm_memory=False, relu=True, self_mask=True, cross_padding=True):
+             norm="pre", residual=True, norm_memory=False, relu=True, self_mask=True, cross_padding=True,
+             sublayer_dropout=True, ffn_dropout=True, dropout_after_add=False):
     """A decoder layer with one deliberate bug (uses the module's own sublayers)."""
     def sa(h):
         return self.self_attn(h, h, h, attn_mask=tgt_mask if self_mask else None,
@@ -130,7 +141,14 @@ def _decoder(self, tgt, memory, tgt_mask=None, tgt_key_padding_mask=None, memory
 
     def ff(h):
         a = self.linear1(h)
-        return self.linear2(torch.relu(a) if relu else a)
+        a = torch.relu(a) if relu else a
+        return self.linear2(self.dropout(a) if ffn_dropout else a)
+
+    def add(x, y):  # the residual connection around a sublayer's output y
+        if dropout_after_add:
+            return self.dropout(x + y)
+        y = self.dropout(y) if sublayer_dropout else y
+        return x + y if residual else y
 
     x = tgt
     if norm == "post":
@@ -140,11 +158,10 @@ def _decoder(self, tgt, memory, tgt_mask=None, tgt_key_padding_mask=None, memory
         x = self.norm2(x + c)
         return self.norm3(x + ff(x)), ws, wc
     a, ws = sa(self.norm1(x))
-    x = x + a if residual else a
+    x = add(x, a)
     c, wc = ca(self.norm2(x))
-    x = x + c if residual else c
-    f = ff(self.norm3(x))
-    return (x + f if residual else f), ws, wc
+    x = add(x, c)
+    return add(x, ff(self.norm3(x))), ws, wc
 
 
 def _decoder_variants(tgt_mask: bool = False, memory_padding: bool = False) -> dict:
@@ -159,6 +176,13 @@ def _decoder_variants(tgt_mask: bool = False, memory_padding: bool = False) -> d
         "norm_memory": v("the memory was normalised: only the decoder's own stream goes through norm2; pass "
                          "memory to the cross-attention as it is.", norm_memory=True),
         "no_relu": v("feed-forward network without its ReLU: linear2(dropout(relu(linear1(x)))).", relu=False),
+        # told apart only in training mode (the case about dropout)
+        "no_sublayer_dropout": v("no dropout on the sublayers' outputs: x = x + dropout(sublayer(norm(x))) for "
+                                 "each of the three.", sublayer_dropout=False),
+        "no_ffn_dropout": v("no dropout inside the feed-forward network: linear2(dropout(relu(linear1(x)))).",
+                            ffn_dropout=False),
+        "dropout_after_add": v("dropout applied after the residual addition, dropout(x + sublayer(...)): drop the "
+                               "sublayer's output only, x + dropout(sublayer(norm(x))).", dropout_after_add=True),
     }
     if tgt_mask:
         out["no_tgt_mask"] = v("tgt_mask not passed to the self-attention (attn_mask=tgt_mask).", self_mask=False)
@@ -198,6 +222,7 @@ class MhaCase(Row):
     self_attention: bool = False  # key and value are the query (then k_len == q_len)
     dtype: torch.dtype = torch.float32
     grad: bool = False
+    train_seed: int | None = None  # train mode with dropout 0.5, this seed: where the dropout goes
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -214,6 +239,7 @@ class DecoderCase(Row):
     memory_key_padding_mask: torch.Tensor | None = None
     dtype: torch.dtype = torch.float32
     grad: bool = False
+    train_seed: int | None = None  # train mode with dropout 0.5, this seed: where the dropout goes
 
 
 MHA_PARAMS = ["q_proj.weight", "q_proj.bias", "k_proj.weight", "k_proj.bias", "v_proj.weight", "v_proj.bias",
@@ -251,7 +277,8 @@ def _mha_spec(c: MhaCase, g: torch.Generator) -> CaseSpec:
         props.append(["zero_where_padded", "weights", "key_padding_mask"])
     return CaseSpec(
         name=c.name, target="MultiHeadAttention", kind="module",
-        init={"embed_dim": c.embed_dim, "num_heads": c.heads, "dropout": 0.1}, args=["query", "key", "value"],
+        init={"embed_dim": c.embed_dim, "num_heads": c.heads, "dropout": 0.1 if c.train_seed is None else 0.5},
+        train_seed=c.train_seed, args=["query", "key", "value"],
         kwargs=kwargs, outputs=["output", "weights"], inputs=inputs,
         grad_wrt=(["query", "key", "value"] + MHA_PARAMS) if c.grad else [],
         variants=_mha_variants(amask is not None, kpm is not None, c.heads, c.q_len == c.k_len),
@@ -276,7 +303,8 @@ def _decoder_spec(c: DecoderCase, g: torch.Generator) -> CaseSpec:
         props.append(["zero_where_padded", "cross_attn_weights", "memory_key_padding_mask"])
     return CaseSpec(
         name=c.name, target="TransformerDecoderLayer", kind="module",
-        init={"d_model": c.d_model, "num_heads": c.heads, "dim_feedforward": c.dim_feedforward, "dropout": 0.1},
+        init={"d_model": c.d_model, "num_heads": c.heads, "dim_feedforward": c.dim_feedforward,
+              "dropout": 0.1 if c.train_seed is None else 0.5}, train_seed=c.train_seed,
         args=["tgt", "memory"], kwargs=kwargs, outputs=["output", "self_attn_weights", "cross_attn_weights"],
         inputs=inputs, grad_wrt=list(DECODER_GRAD_WRT) if c.grad else [],
         variants=_decoder_variants(c.tgt_mask is not None, c.memory_key_padding_mask is not None),
@@ -317,6 +345,9 @@ def cases(ns) -> list[CaseSpec]:
                 key_padding_mask=padding([5, 3, 2, 1], 5), self_attention=True),
         MhaCase(name="mha/masks_grad", batch=2, q_len=5, k_len=5, embed_dim=12, heads=3, attn_mask=causal(5),
                 key_padding_mask=padding([5, 3], 5), self_attention=True, grad=True),
+        MhaCase(name="mha/train_dropout", batch=2, q_len=4, k_len=6, embed_dim=8, heads=2, train_seed=5, public=True),
+        MhaCase(name="mha/train_dropout_masks", batch=3, q_len=5, k_len=5, embed_dim=12, heads=3, attn_mask=causal(5),
+                key_padding_mask=padding([5, 4, 2], 5), self_attention=True, train_seed=6),
     ]]
     # TransformerDecoderLayer(d_model, num_heads, dim_feedforward, dropout).forward(tgt, memory, ...)
     out += [_decoder_spec(c, g) for c in [
@@ -331,5 +362,10 @@ def cases(ns) -> list[CaseSpec]:
         DecoderCase(name="decoder/grad", batch=2, tgt_len=4, memory_len=5, d_model=8, heads=2, dim_feedforward=12,
                     tgt_mask=causal(4), tgt_key_padding_mask=padding([4, 3], 4),
                     memory_key_padding_mask=padding([5, 2], 5), grad=True),
+        DecoderCase(name="decoder/train_dropout", batch=2, tgt_len=5, memory_len=6, d_model=8, heads=2,
+                    dim_feedforward=16, tgt_mask=causal(5), train_seed=9, public=True),
+        DecoderCase(name="decoder/train_dropout_padding", batch=3, tgt_len=6, memory_len=7, d_model=12, heads=3,
+                    dim_feedforward=24, tgt_mask=causal(6), tgt_key_padding_mask=padding([6, 5, 3], 6),
+                    memory_key_padding_mask=padding([7, 4, 7], 7), train_seed=10),
     ]]
     return out

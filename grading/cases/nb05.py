@@ -91,6 +91,8 @@ def _collect(layers, layer=-1, head=None, bug=None):
     w = layers[0] if bug == "first_layer" else layers[layer]
     if bug == "layers_mean":
         w = torch.stack(list(layers)).mean(0)
+    if bug == "head_zero_as_none" and head == 0:  # `if head:` treats head 0 as "no head given"
+        return w.mean(dim=1)
     if head is not None:
         return w[head] if bug == "head_on_batch" else w[:, head]
     if bug == "batch_mean":
@@ -122,6 +124,9 @@ def _collect_variants(head, layer) -> dict:
     else:
         out["head_on_batch"] = ("indexed the head on the batch axis: weights are (B, heads, T, S), so one head is "
                                 "weights[:, head].", deviation(_collect, bug="head_on_batch"))
+        if head == 0:
+            out["head_zero_as_none"] = ("returned the mean of the heads for head=0: test `head is None`, not `if head:` "
+                                        "(0 is a valid head and is falsy).", deviation(_collect, bug="head_zero_as_none"))
     return out
 
 
@@ -366,4 +371,6 @@ def cases(ns) -> list[CaseSpec]:
         GridCase(name="grid/mismatch", shape=(3, 49), grid_shape=(6, 8), public=True),
         GridCase(name="grid/mismatch_small", shape=(2, 12), grid_shape=(5, 3)),
     ]]
+    # drawn last, so that adding it left every earlier case's random inputs as they were
+    out += [_collect_spec(CollectCase(name="collect/head_zero", shape=(2, 2, 3, 4, 5), head=0), g)]
     return out

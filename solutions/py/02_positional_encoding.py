@@ -313,13 +313,18 @@ class PositionalEncoding(nn.Module):
         ### END SOLUTION
 
 
-# %% nbgrader={"grade": true, "grade_id": "test_positional_encoding", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+# %% nbgrader={"grade": true, "grade_id": "test_positional_encoding", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
 from starter.checks import check
+from starter.layers import follows_module
 check("posenc/basic", PositionalEncoding)
+check("posenc/train_dropout", PositionalEncoding)
+check("posenc/follows_module", follows_module(PositionalEncoding))
 ### BEGIN HIDDEN TESTS
 check("posenc/full_length", PositionalEncoding)
 check("posenc/odd_float64", PositionalEncoding)
 check("posenc/grad", PositionalEncoding)
+check("posenc/train_dropout_long", PositionalEncoding)
+check("posenc/follows_module_float64", follows_module(PositionalEncoding))
 ### END HIDDEN TESTS
 
 # %% nbgrader={"grade": true, "grade_id": "test_positional_encoding_too_long", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}

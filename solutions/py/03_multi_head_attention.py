@@ -142,7 +142,7 @@ print("merge(split(x)) == x:", torch.equal(merge_heads(parts), x))
 #
 # ## 3 · Dropout on the attention weights, and what we return
 #
-# Transformers regularise attention by applying dropout to the **attention weights, after the softmax and before they multiply the values**: $\text{out} = \mathrm{dropout}(\mathrm{softmax}(\cdot))\,V$. In training mode, dropout zeroes random weights and scales the rest by $1/(1-p)$ (so rows sum to 1 only on average); in `eval()` mode it does nothing. Checks always run in eval mode.
+# Transformers regularise attention by applying dropout to the **attention weights, after the softmax and before they multiply the values**: $\text{out} = \mathrm{dropout}(\mathrm{softmax}(\cdot))\,V$. In training mode, dropout zeroes random weights and scales the rest by $1/(1-p)$ (so rows sum to 1 only on average); in `eval()` mode it does nothing. The checks run your layers in eval mode, except the `train_dropout` cases: they run them in training mode from a fixed seed, so they see where the dropout goes (the reference's masks, drawn for the same tensors in the same order).
 #
 # The layer returns two things: the output `(B, T_q, d_model)`, and the **per-head weights `(B, h, T_q, T_k)` as computed by the softmax, before dropout**, so that visualising them (notebook 05) shows what the model computes, not dropout noise. (`torch.nn.MultiheadAttention` averages the heads by default; we keep them apart.)
 #
@@ -212,11 +212,13 @@ class MultiHeadAttention(nn.Module):
 # %% nbgrader={"grade": true, "grade_id": "test_multi_head_attention", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
 from starter.checks import check
 check("mha/self", MultiHeadAttention)
+check("mha/train_dropout", MultiHeadAttention)
 ### BEGIN HIDDEN TESTS
 check("mha/cross", MultiHeadAttention)
 check("mha/one_head", MultiHeadAttention)
 check("mha/eight_heads_float64", MultiHeadAttention)
 check("mha/grad", MultiHeadAttention)
+check("mha/train_dropout_masks", MultiHeadAttention)
 ### END HIDDEN TESTS
 
 # %% nbgrader={"grade": true, "grade_id": "test_multi_head_attention_masks", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
@@ -350,11 +352,13 @@ class TransformerDecoderLayer(nn.Module):
 # %% nbgrader={"grade": true, "grade_id": "test_decoder_layer", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
 from starter.checks import check
 check("decoder/causal", TransformerDecoderLayer)
+check("decoder/train_dropout", TransformerDecoderLayer)
 ### BEGIN HIDDEN TESTS
 check("decoder/no_masks", TransformerDecoderLayer)
 check("decoder/padding", TransformerDecoderLayer)
 check("decoder/float64", TransformerDecoderLayer)
 check("decoder/grad", TransformerDecoderLayer)
+check("decoder/train_dropout_padding", TransformerDecoderLayer)
 ### END HIDDEN TESTS
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_14", "locked": true, "schema_version": 3, "solution": false, "task": false}

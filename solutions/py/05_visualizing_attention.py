@@ -275,6 +275,7 @@ check("collect/mean_heads", collect_attention)
 check("collect/one_head", collect_attention)
 ### BEGIN HIDDEN TESTS
 check("collect/first_layer", collect_attention)
+check("collect/head_zero", collect_attention)
 check("collect/float64_cross", collect_attention)
 check("collect/grad", collect_attention)
 ### END HIDDEN TESTS

@@ -1,0 +1,141 @@
+"""Mutation suite for the layers' fill-ins (notebooks 02, 03, 05): plausible bugs, each written as an edit
+of the solution's code, must lose points (a hidden case of the task fails: only hidden cases are scored)
+with a one-line message that names the bug; correct alternatives written differently must pass every case, public and hidden.
+
+The bugs here are those a read of the notebooks' text suggests and that once earned full marks: dropout in
+the wrong place (only visible in training mode), a positional table that is not a buffer (only visible when
+the module moves to another device), `if head:` for head 0. Notebooks 01 and 04 have their own suites
+(tests/test_checks.py, tests/test_references_nb04.py).
+"""
+from __future__ import annotations
+
+import pytest
+from conftest import case_names, case_names_in, load_any_case
+
+from grading import notebooks as nbs
+from starter.checks import CheckFailed, check
+from starter.layers import follows_module
+
+
+def _namespace(stem: str, edits: dict[str, list[tuple[str, str]]]) -> dict:
+    """The notebook's definitions with its solution cells edited: {grade_id: [(old, new), ...]}."""
+    sources = nbs.solution_sources(stem)
+    for grade_id, changes in edits.items():
+        for old, new in changes:
+            assert old in sources[grade_id], f"{grade_id}: the solution no longer contains {old!r}"
+            sources[grade_id] = sources[grade_id].replace(old, new)
+    nb = nbs.filled_submission(stem, sources)
+    namespace: dict = {"__name__": f"mutant_{stem}"}
+    exec(compile(nbs.definitions_source(nb), stem, "exec"), namespace)
+    return namespace
+
+
+ADAPTERS = {"follows_module(PositionalEncoding)": lambda ns: follows_module(ns["PositionalEncoding"])}
+
+
+def _results(stem: str, namespace: dict, targets: set[str]) -> dict[str, str | None]:
+    """Every stored case of `targets`: None if it passes, else its one-line message."""
+    out: dict[str, str | None] = {}
+    for name in case_names(stem):
+        target = load_any_case(name).target
+        if target not in targets:
+            continue
+        answer = ADAPTERS[target](namespace) if target in ADAPTERS else namespace[target]
+        try:
+            check(name, answer)
+            out[name] = None
+        except CheckFailed as failed:
+            out[name] = str(failed)
+    return out
+
+
+PE = "02_positional_encoding"
+MHA = "03_multi_head_attention"
+VIS = "05_visualizing_attention"
+RETURN_PE = "return self.dropout(x + self.pe[:T].to(x.dtype))"
+BUFFER = 'self.register_buffer("pe", sinusoidal_encoding(max_len, d_model), persistent=False)'
+DROP_WEIGHTS = "out = self.dropout(weights) @ v"
+RETURN_MHA = "return self.out_proj(merge_heads(out)), weights"
+SELF_ADD = "        attended, self_weights = self.self_attn(h, h, h, attn_mask=tgt_mask, key_padding_mask=tgt_key_padding_mask)\n        x = x + self.dropout(attended)"
+FFN = "x = x + self.dropout(self.linear2(self.dropout(torch.relu(self.linear1(h)))))"
+
+# (notebook, targets, {grade_id: [(old, new)]}, words the message of a failing case must contain)
+BUGS = {
+    "posenc: dropout before adding the table": (
+        PE, {"PositionalEncoding"}, {"PositionalEncoding": [(RETURN_PE, "return self.dropout(x) + self.pe[:T].to(x.dtype)")]},
+        "dropout(x + pe[:T])"),
+    "posenc: no dropout": (
+        PE, {"PositionalEncoding"}, {"PositionalEncoding": [(RETURN_PE, "return x + self.pe[:T].to(x.dtype)")]},
+        "no dropout in training mode"),
+    "posenc: the table as a plain attribute": (
+        PE, {"follows_module(PositionalEncoding)"},
+        {"PositionalEncoding": [(BUFFER, "self.pe = sinusoidal_encoding(max_len, d_model)")]}, "register_buffer"),
+    "posenc: an attribute moved by hand in forward": (
+        PE, {"follows_module(PositionalEncoding)"},
+        {"PositionalEncoding": [(BUFFER, "self.table = sinusoidal_encoding(max_len, d_model)"),
+                                (RETURN_PE, "return self.dropout(x + self.table[:T].to(x))")]}, "not a buffer"),
+    "mha: dropout on the output": (
+        MHA, {"MultiHeadAttention"}, {"MultiHeadAttention": [(DROP_WEIGHTS, "out = weights @ v"), (
+            RETURN_MHA, "return self.dropout(self.out_proj(merge_heads(out))), weights")]},
+        "instead of the attention weights"),
+    "mha: the weights returned after dropout": (
+        MHA, {"MultiHeadAttention"}, {"MultiHeadAttention": [(
+            "weights = torch.softmax(scores, dim=-1)\n        out = self.dropout(weights) @ v",
+            "weights = self.dropout(torch.softmax(scores, dim=-1))\n        out = weights @ v")]},
+        "after dropout"),
+    "mha: no dropout": (
+        MHA, {"MultiHeadAttention"}, {"MultiHeadAttention": [(DROP_WEIGHTS, "out = weights @ v")]},
+        "no dropout in training mode"),
+    "decoder: no dropout on the sublayers' outputs": (
+        MHA, {"TransformerDecoderLayer"}, {"TransformerDecoderLayer": [
+            ("x = x + self.dropout(attended)", "x = x + attended"),
+            (FFN, "x = x + self.linear2(self.dropout(torch.relu(self.linear1(h))))")]},
+        "sublayers' outputs"),
+    "decoder: no dropout inside the feed-forward network": (
+        MHA, {"TransformerDecoderLayer"}, {"TransformerDecoderLayer": [
+            (FFN, "x = x + self.dropout(self.linear2(torch.relu(self.linear1(h))))")]},
+        "inside the feed-forward"),
+    "decoder: dropout after the residual addition": (
+        MHA, {"TransformerDecoderLayer"}, {"TransformerDecoderLayer": [
+            ("x = x + self.dropout(attended)", "x = self.dropout(x + attended)"),
+            (FFN, "x = self.dropout(x + self.linear2(self.dropout(torch.relu(self.linear1(h)))))")]},
+        "after the residual addition"),
+    "collect: `if head:` treats head 0 as no head": (
+        VIS, {"collect_attention"}, {"collect_attention": [
+            ("weights.mean(dim=1) if head is None else weights[:, head]", "weights[:, head] if head else weights.mean(dim=1)")]},
+        "head=0"),
+}
+
+ALTERNATIVES = {
+    "posenc: table added first, a persistent buffer": (
+        PE, {"PositionalEncoding", "follows_module(PositionalEncoding)"}, {"PositionalEncoding": [
+            (BUFFER, 'self.register_buffer("pe", sinusoidal_encoding(max_len, d_model))'),
+            (RETURN_PE, "return nn.functional.dropout(self.pe[:T].to(x.dtype) + x, self.dropout.p, self.training)")]}),
+    "mha: einsum, and dropout on a transposed view of the weights": (
+        # the weights dropped through a non-contiguous view: the same values in another memory layout must get
+        # the same dropout mask (starter.checks.seeded_dropout)
+        MHA, {"MultiHeadAttention", "TransformerDecoderLayer"}, {"MultiHeadAttention": [(
+            DROP_WEIGHTS, "dropped = F.dropout(weights.transpose(-1, -2).contiguous().transpose(-1, -2), "
+                          "self.dropout.p, self.training)\n        out = torch.einsum('bhts,bhsd->bhtd', dropped, v)")]}),
+    "decoder: the sublayers as helper methods, one Dropout per use": (
+        MHA, {"TransformerDecoderLayer"}, {"TransformerDecoderLayer": [(SELF_ADD, (
+            "        attended, self_weights = self.self_attn(h, h, h, attn_mask=tgt_mask, key_padding_mask=tgt_key_padding_mask)\n"
+            "        x = torch.add(x, nn.Dropout(self.dropout.p).train(self.training)(attended))"))]}),
+}
+
+
+@pytest.mark.parametrize("bug", sorted(BUGS))
+def test_each_bug_loses_points_with_a_message_naming_it(bug, hidden_references):
+    stem, targets, edits, words = BUGS[bug]
+    results = _results(stem, _namespace(stem, edits), targets)
+    failed = {name: message for name, message in results.items() if message}
+    hidden = set(case_names_in(nbs.HIDDEN_REFERENCES / f"{stem}.h5"))
+    assert failed.keys() & hidden, f"{bug}: no hidden case fails, so no point is lost ({sorted(failed)} fail)"
+    assert any(words in message for message in failed.values()), f"{bug}: {failed}"
+
+
+@pytest.mark.parametrize("alternative", sorted(ALTERNATIVES))
+def test_each_correct_alternative_passes_every_case(alternative, hidden_references):
+    stem, targets, edits = ALTERNATIVES[alternative]
+    results = _results(stem, _namespace(stem, edits), targets)
+    assert results and not any(results.values()), {k: v for k, v in results.items() if v}
