@@ -656,6 +656,39 @@ def read_observations(folder: Path, max_files: int = 2000) -> tuple[dict[str, Ob
     return found, problems
 
 
+def _adapters() -> dict[str, Callable]:
+    """The wrappers test cells put around an answer ("with_model(greedy_decode)"), by name."""
+    from . import layers, pipeline
+
+    return {name: getattr(module, name) for module in (layers, pipeline) for name in module.__all__}
+
+
+def check_public(notebook: str, namespace: dict) -> int:
+    """Run every public case of `notebook` (e.g. "02_positional_encoding") on the answers defined in
+    `namespace` (the notebook's `globals()`), one line each, and return how many fail. A ✓ on every line
+    means every situation the notebook shows you passes; hidden cases vary the same situations. Prints
+    only: a failure is a line here, not an exception. Does nothing while grading."""
+    import h5py
+
+    if os.environ.get(RESULTS_ENV):
+        print("(skipped while grading: the test cells above are what counts)")
+        return 0
+    with h5py.File(PUBLIC_DIR / f"{notebook}.h5", "r") as f:
+        targets = {name: str(group.attrs["target"]) for name, group in case_groups(f)}
+    adapters, failed = _adapters(), 0
+    for name, target in targets.items():
+        wrapper, _, inner = target.partition("(")
+        answer = namespace.get(inner.rstrip(")") if inner else target)
+        try:
+            check(name, adapters[wrapper](answer) if inner else answer)
+        except CheckFailed as exc:
+            failed += 1
+            print(f"\u2717 {exc}")
+    print(f"{len(targets) - failed} of {len(targets)} public cases of {notebook} pass"
+          + ("." if not failed else f"; fix the {failed} marked \u2717 above first."))
+    return failed
+
+
 def summary(fn_cases: dict[str, Callable]) -> None:
     """Run several checks and print a one-line result for each (for self-checking, not grading)."""
     for name, fn in fn_cases.items():
@@ -665,7 +698,7 @@ def summary(fn_cases: dict[str, Callable]) -> None:
             print(f"\u2717 {exc}")
 
 
-__all__ = ["check", "load_case", "CheckFailed", "Case", "summary", "Observation", "observe", "verdict", "diagnose",
+__all__ = ["check", "check_public", "load_case", "CheckFailed", "Case", "summary", "Observation", "observe", "verdict", "diagnose",
            "Diagnosis", "record", "read_observations"]
 
 

@@ -19,7 +19,8 @@ import time
 
 import torch
 
-__all__ = ["tokenize", "caption_scores", "exact_match", "evaluate_captioner", "format_scores"]
+__all__ = ["tokenize", "caption_scores", "exact_match", "evaluate_captioner", "format_scores", "shapes_error",
+           "SHAPES_ERRORS"]
 
 _WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
 METRICS = ("BLEU-1", "BLEU-2", "BLEU-3", "BLEU-4", "CIDEr", "ROUGE-L")
@@ -97,3 +98,50 @@ def evaluate_captioner(model, decode_fn, split, vocab, max_len: int, num_images:
     scores["exact_match"] = exact_match(refs, dict(enumerate(generated)))
     scores["seconds"] = time.perf_counter() - t0
     return scores, generated, list(range(n))
+
+
+# ---------------------------------------------------------------------- what is wrong with a caption
+# The words of the `shapes` grammar (data/shapes.py) by what they describe.
+_KINDS = {"colour": {"red", "green", "blue", "yellow", "purple"}, "shape": {"circle", "square", "triangle", "cross"},
+          "size": {"small", "large"}, "position": {"top", "middle", "bottom", "left", "center", "right"}}
+SHAPES_ERRORS = ("correct", "relation", "colour", "shape", "size", "position", "several", "wording")
+
+
+def _object_starts(words: list[str]) -> list[int]:
+    return [i for i in range(len(words) - 2) if words[i] in _KINDS["size"] and words[i + 1] in _KINDS["colour"]
+            and words[i + 2] in _KINDS["shape"]]
+
+
+def shapes_error(generated: str, references: list[str]) -> str:
+    """What is wrong with a generated `shapes` caption, given its image's references (one of SHAPES_ERRORS):
+    "correct" (it equals a reference); "relation" (the spatial relation between the two objects reversed:
+    a reference with its two objects in each other's place, or the wrong one of left of / right of /
+    above / below); else, against the closest reference of the same length (fewest differing words), the
+    kind of every differing word: "colour", "shape", "size", "position" (where a single object is),
+    "several" (words of more than one kind); "wording" when no reference has its length or a differing
+    word is none of these."""
+    words = tokenize(generated).split()
+    refs = [tokenize(r).split() for r in references]
+    if words in refs:
+        return "correct"
+    same_length = [r for r in refs if len(r) == len(words)]
+    for ref in same_length:
+        starts = _object_starts(ref)
+        if len(starts) == 2:
+            i, j = starts
+            swapped = ref[:i] + ref[j:j + 3] + ref[i + 3:j] + ref[i:i + 3] + ref[j + 3:]
+            if swapped == words:
+                return "relation"
+    if not same_length:
+        return "wording"
+    closest = min(same_length, key=lambda r: sum(a != b for a, b in zip(words, r)))
+    two_objects = len(_object_starts(closest)) == 2
+    kinds = set()
+    for mine, theirs in zip(words, closest):
+        if mine == theirs:
+            continue
+        kind = next((k for k, vocab in _KINDS.items() if mine in vocab and theirs in vocab), "wording")
+        if kind == "position" and two_objects or {mine, theirs} <= {"above", "below"}:
+            kind = "relation"
+        kinds.add(kind)
+    return kinds.pop() if len(kinds) == 1 else "wording" if "wording" in kinds else "several"

@@ -7,7 +7,7 @@ import warnings
 import pytest
 import torch
 
-from grading.notebooks import SOLUTIONS, execute_definitions
+from grading.notebooks import RELEASE, SOLUTIONS, execute_definitions
 from starter.checks import CheckFailed, check, load_case
 
 
@@ -164,3 +164,22 @@ def test_an_exception_in_a_helper_names_the_helper_and_its_line():
 
     with pytest.raises(CheckFailed, match=r"raised AttributeError: .* \(line 3 of the cell that defines `helper`\)"):
         check("loop/basic", attention_loop)
+
+
+def test_check_public_runs_every_public_case_and_counts_failures(ns, capsys, monkeypatch):
+    from starter.checks import RESULTS_ENV, check_public
+
+    monkeypatch.delenv(RESULTS_ENV, raising=False)
+    buggy = dict(ns, causal_mask=lambda T, device=None: torch.ones(T, T, dtype=torch.bool).tril(-1),
+                 SelfAttention=None)
+    assert check_public("01_scaled_dot_product_attention", buggy) == 2
+    out = capsys.readouterr().out
+    assert "\u2717 causal/5:" in out and "\u2717 selfattn/basic:" in out and "\u2713 sdpa/masked passed" in out
+    assert "3 of 5 public cases of 01_scaled_dot_product_attention pass; fix the 2" in out
+    # the release notebook, nothing filled in: every case fails with its one line, nothing raises
+    release = execute_definitions(RELEASE / "03_multi_head_attention.ipynb")
+    assert check_public("03_multi_head_attention", release) == 7
+    assert "not implemented yet" in capsys.readouterr().out
+    monkeypatch.setenv(RESULTS_ENV, "/nonexistent")  # while grading: nothing runs
+    assert check_public("01_scaled_dot_product_attention", buggy) == 0
+    assert "skipped while grading" in capsys.readouterr().out

@@ -391,6 +391,15 @@ print("self-attention output for 'apple eat I' == reordered output for 'I eat ap
 show_attention(w, queries=words, keys=words, title="untrained self-attention layer")
 plt.show()
 
+# %% [markdown] nbgrader={"grade": false, "grade_id": "md_check_public", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# ### Check everything
+#
+# Every public case of this notebook, on your answers as they are now: one line each. Hidden cases, which grade your work, vary the same situations (sizes, dtypes, masks, training mode), so a ✓ on every line is the best sign you can get here.
+
+# %% nbgrader={"grade": false, "grade_id": "code_check_public", "locked": true, "schema_version": 3, "solution": false, "task": false}
+from starter.checks import check_public
+check_public("01_scaled_dot_product_attention", globals());
+
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_20", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ## Summary
 #

@@ -364,6 +364,15 @@ except IndexError as exc:
     print("learned table, position 24:", type(exc).__name__, "-", exc)
 print("sinusoidal formula, position 24:", sinusoidal_encoding(25, 16)[24, :4].numpy().round(3), "...")
 
+# %% [markdown] nbgrader={"grade": false, "grade_id": "md_check_public", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# ### Check everything
+#
+# Every public case of this notebook, on your answers as they are now: one line each. Hidden cases, which grade your work, vary the same situations (sizes, dtypes, masks, training mode), so a ✓ on every line is the best sign you can get here.
+
+# %% nbgrader={"grade": false, "grade_id": "code_check_public", "locked": true, "schema_version": 3, "solution": false, "task": false}
+from starter.checks import check_public
+check_public("02_positional_encoding", globals());
+
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_22", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # Other families exist and are active research: relative position encodings (Shaw et al., 2018), rotary embeddings (RoFormer, Su et al., 2021, which apply exactly the rotations of section 4 to queries and keys), and conditional position encodings for vision Transformers (Chu et al., 2023).
 #

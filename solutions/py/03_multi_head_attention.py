@@ -406,6 +406,15 @@ plt.show()
 # **Rubric.** 1 point: both placements correct and the reason for the final LayerNorm (unnormalised residual sum). 1 point: post-norm's gradient problem at initialisation (LayerNorm on the residual path / large or badly scaled gradients) and Adam's noisy first steps as the reason for 04's warm-up; half a point for one of the two.
 # ### END SOLUTION
 
+# %% [markdown] nbgrader={"grade": false, "grade_id": "md_check_public", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# ### Check everything
+#
+# Every public case of this notebook, on your answers as they are now: one line each. Hidden cases, which grade your work, vary the same situations (sizes, dtypes, masks, training mode), so a ✓ on every line is the best sign you can get here.
+
+# %% nbgrader={"grade": false, "grade_id": "code_check_public", "locked": true, "schema_version": 3, "solution": false, "task": false}
+from starter.checks import check_public
+check_public("03_multi_head_attention", globals());
+
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_16", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ## Summary
 #

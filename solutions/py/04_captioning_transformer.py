@@ -1037,8 +1037,33 @@ show_captions(images, [generated[i] for i in show], [val_split.references(i) for
               title="validation images: generated caption (bold) and the ground truth")
 plt.show()
 
+# %% [markdown] nbgrader={"grade": false, "grade_id": "md_error_kinds", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# ### What kind of mistakes?
+#
+# BLEU-4 and exact match say how often the captions are wrong; on `shapes` we can also say *how*. Each wrong caption is compared with its image's references (`starter.metrics.shapes_error`): the relation between two objects reversed, a wrong colour, shape, size or position (of a single object), several of these at once, or other wording. The counts are printed and plotted, with one wrong caption of each kind that occurs.
+
+# %% nbgrader={"grade": false, "grade_id": "code_error_kinds", "locked": true, "schema_version": 3, "solution": false, "task": false}
+if DATASET == "shapes":
+    from starter.metrics import SHAPES_ERRORS, shapes_error
+    kinds = [shapes_error(generated[i], eval_split.references(i)) for i in range(len(generated))]
+    counts = Counter(kinds)
+    two = [i for i in range(len(generated)) if len(eval_split.objects(i)) == 2]
+    print(f"{len(generated)} validation captions: " + ", ".join(f"{k} {counts[k]}" for k in SHAPES_ERRORS if counts[k]))
+    print(f"relation reversed in {sum(kinds[i] == 'relation' for i in two)} of the {len(two)} two-object images "
+          f"({sum(kinds[i] == 'relation' for i in two) / max(1, len(two)):.1%})")
+    wrong = [k for k in SHAPES_ERRORS[1:] if counts[k]]
+    if wrong:
+        plt.figure(figsize=(6, 2.6))
+        plt.bar(wrong, [counts[k] for k in wrong], color="tab:red")
+        plt.ylabel("captions"); plt.title(f"wrong captions by kind ({len(generated)} validation images)")
+        plt.show()
+        examples = [kinds.index(k) for k in wrong][:6]
+        show_captions([val_split.image(i) for i in examples], [f"[{kinds[i]}] {generated[i]}" for i in examples],
+                      [val_split.references(i) for i in examples], title="one wrong caption of each kind (generated in bold)")
+        plt.show()
+
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_q_bleu_exact", "locked": true, "schema_version": 3, "solution": false, "task": false}
-# **Question 4 (2 points).** Your evaluation printed a BLEU-4 and an exact-match rate for the same captions. (a) How can a caption that matches none of its image's references still score a high BLEU-4? Name a kind of mistake on `shapes` that BLEU barely punishes, and say why, in terms of the 4-grams it keeps. (b) Exact match is the stricter number here; why would it be useless on COCO?
+# **Question 4 (2 points).** Your evaluation printed a BLEU-4 and an exact-match rate for the same captions. (a) How can a caption that matches none of its image's references still score a high BLEU-4? Name a kind of mistake on `shapes` that BLEU barely punishes (the breakdown above counts them), and say why, in terms of the n-grams it keeps. (b) Exact match is the stricter number here; why would it be useless on COCO?
 #
 # Write your answer in the cell below.
 
@@ -1261,6 +1286,15 @@ print("leaky model's first captions:", leaky_captions[:3])
 #
 # **Rubric.** 1 point: the name and the compounding mechanism (prefixes never seen in training). 1 point: one remedy with a correct reason. An example from the student's own output is welcome but not required.
 # ### END SOLUTION
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "md_check_public", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# ### Check everything
+#
+# Every public case of this notebook, on your answers as they are now: one line each. Hidden cases, which grade your work, vary the same situations (sizes, dtypes, masks, training mode), so a ✓ on every line is the best sign you can get here.
+
+# %% nbgrader={"grade": false, "grade_id": "code_check_public", "locked": true, "schema_version": 3, "solution": false, "task": false}
+from starter.checks import check_public
+check_public("04_captioning_transformer", globals());
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_31", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ## 9 · COCO on a GPU

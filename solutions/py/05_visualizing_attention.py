@@ -645,6 +645,15 @@ print("as a picture it is a constant map:", upsample_attention(attention_to_grid
 if RUN_MODEL and ds.num_regions == 1:
     print(f"{DATASET!r} has one region per image: no cross-attention maps to show; see the self-attention above.")
 
+# %% [markdown] nbgrader={"grade": false, "grade_id": "md_check_public", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# ### Check everything
+#
+# Every public case of this notebook, on your answers as they are now: one line each. Hidden cases, which grade your work, vary the same situations (sizes, dtypes, masks, training mode), so a ✓ on every line is the best sign you can get here.
+
+# %% nbgrader={"grade": false, "grade_id": "code_check_public", "locked": true, "schema_version": 3, "solution": false, "task": false}
+from starter.checks import check_public
+check_public("05_visualizing_attention", globals());
+
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_33", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ## Summary
 #
