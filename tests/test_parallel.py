@@ -96,6 +96,7 @@ def test_an_existing_cluster_grades_the_same_and_survives_a_killed_worker(tmp_pa
     expected = _class(tmp_path / "subs", 4)
     address = f"tcp://127.0.0.1:{_free_port()}"
     env = engine.worker_env()
+    env["PYTHONPATH"] += os.pathsep + str(Path(holdback.__file__).parent)  # the held-back task, by reference too
     quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL, "env": env, "cwd": tmp_path}
     procs = [subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", "127.0.0.1",
                                "--port", address.rsplit(":", 1)[1], "--no-dashboard"], **quiet)]
@@ -105,11 +106,15 @@ def test_an_existing_cluster_grades_the_same_and_survives_a_killed_worker(tmp_pa
         procs += workers
         with postgres.server() as url:
             done: dict = {}
+            go = tmp_path / "go"  # s03 is held back until the kill is done: the kill is certainly mid-run
             run = threading.Thread(target=lambda: done.update(results=autograde(
-                tmp_path / "subs", tmp_path / "out", course_dir=tmp_path / "course", db_url=url, scheduler=address)))
+                tmp_path / "subs", tmp_path / "out", course_dir=tmp_path / "course", db_url=url, scheduler=address,
+                task=holdback.HoldBack("s03", file=str(go)))))
             run.start()
             _wait_for_status(tmp_path / "course" / "status")
-            workers[0].send_signal(signal.SIGKILL)  # mid-run: at most one student finished so far
+            workers[0].send_signal(signal.SIGKILL)
+            assert not (tmp_path / "course" / "status" / "s03.json").exists()
+            go.touch()
             run.join(timeout=600)
             assert not run.is_alive()
             assert {r.student: r.status for r in done["results"]} == {s: "graded" for s in expected}
