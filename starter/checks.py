@@ -166,12 +166,15 @@ def seeded_dropout(seed: int | None):
 
 @contextlib.contextmanager
 def _tripwires(names: list[str]):
-    """Temporarily replace library functions (dotted names) with ones that raise _Forbidden."""
+    """Temporarily replace library functions (dotted names) with ones that raise _Forbidden. A name ending in
+    " on matrices" is refused only when one of its tensor arguments has two or more dimensions (a matrix
+    product of whole matrices, where a dot product of two vectors is allowed)."""
     import importlib
 
     saved = []
     try:
-        for dotted in names:
+        for entry in names:
+            dotted, matrices_only = entry.removesuffix(" on matrices"), entry.endswith(" on matrices")
             owner_name, attr = dotted.rsplit(".", 1)
             try:
                 owner = importlib.import_module(owner_name)
@@ -180,7 +183,9 @@ def _tripwires(names: list[str]):
                 owner = getattr(importlib.import_module(mod_name), cls_name)
             original = getattr(owner, attr)
 
-            def tripwire(*args, _name=dotted, **kwargs):
+            def tripwire(*args, _name=entry, _original=original, _matrices_only=matrices_only, **kwargs):
+                if _matrices_only and not any(isinstance(a, torch.Tensor) and a.dim() >= 2 for a in args):
+                    return _original(*args, **kwargs)
                 raise _Forbidden(_name)
 
             saved.append((owner, attr, original))
@@ -258,7 +263,11 @@ def _call(case: Case, fn: Callable, requires_grad: bool):
     except CheckFailed:
         raise
     except _Forbidden as exc:
-        raise CheckFailed(f"{what} calls `{exc}`: this task is to implement it yourself, not to call a "
+        name = str(exc).removesuffix(" on matrices")
+        if name != str(exc):
+            raise CheckFailed(f"{what} multiplies whole matrices (`{name}`): this task asks for loops over the "
+                              "queries and keys (a dot product of two vectors is fine).") from None
+        raise CheckFailed(f"{what} calls `{name}`: this task is to implement it yourself, not to call a "
                           "ready-made version.") from None
     except Exception as exc:
         raise _failed(_describe_exception(what, exc), exc) from None

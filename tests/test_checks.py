@@ -183,3 +183,30 @@ def test_check_public_runs_every_public_case_and_counts_failures(ns, capsys, mon
     monkeypatch.setenv(RESULTS_ENV, "/nonexistent")  # while grading: nothing runs
     assert check_public("01_scaled_dot_product_attention", buggy) == 0
     assert "skipped while grading" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("body,words", [
+    ("w = torch.softmax(q @ k.T / math.sqrt(q.shape[1]), dim=1)\n    return w @ v, w", "multiplies whole matrices"),
+    ("s = torch.stack([torch.stack([q[j] @ k[i] for i in range(len(k))]) for j in range(len(q))]) / math.sqrt(q.shape[1])\n"
+     "    w = torch.softmax(s, dim=1)\n    return torch.stack([sum(w[j, i] * v[i] for i in range(len(k))) for j in range(len(q))]), w",
+     "calls `torch.softmax`"),
+])
+def test_the_loop_task_refuses_what_its_text_rules_out(body, words):
+    """Task 1 is written with loops and a softmax written out: whole-matrix products and a ready-made softmax
+    are named; a dot product of two vectors with `@` is allowed (the solution's loops pass, see above)."""
+    namespace: dict = {"torch": torch, "math": math}
+    exec(f"def attention_loop(q, k, v):\n    {body}\n", namespace)
+    with pytest.raises(CheckFailed, match=words):
+        check("loop/basic", namespace["attention_loop"])
+
+
+def test_the_loop_task_allows_vector_dot_products_with_the_at_operator():
+    namespace: dict = {"torch": torch, "math": math}
+    exec("def attention_loop(q, k, v):\n"
+         "    w = torch.zeros(len(q), len(k))\n"
+         "    for j in range(len(q)):\n"
+         "        s = torch.stack([q[j] @ k[i] for i in range(len(k))]) / math.sqrt(q.shape[1])\n"
+         "        e = torch.exp(s - s.max())\n"
+         "        w[j] = e / e.sum()\n"
+         "    return torch.stack([sum(w[j, i] * v[i] for i in range(len(k))) for j in range(len(q))]), w\n", namespace)
+    check("loop/basic", namespace["attention_loop"])

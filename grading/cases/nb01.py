@@ -14,6 +14,11 @@ import torch
 from grading.references import CaseSpec, Row, causal, deviation, randn, with_forward
 
 FORBID = ["torch.nn.functional.scaled_dot_product_attention"]  # the task is to write it
+# Task 1 is written with loops and its softmax written out, as its text says: no ready-made softmax, and no
+# matrix product of whole matrices (a dot product of two vectors is allowed)
+FORBID_LOOP = FORBID + ["torch.softmax", "torch.nn.functional.softmax", "torch.Tensor.softmax"] + [
+    f"{name} on matrices" for name in ("torch.matmul", "torch.mm", "torch.bmm", "torch.einsum", "torch.Tensor.__matmul__",
+                                       "torch.Tensor.matmul", "torch.Tensor.mm")]
 
 # ---- known bugs, written independently of the solution -------------------------------------------
 
@@ -150,7 +155,7 @@ def _loop_spec(c: LoopCase, g: torch.Generator) -> CaseSpec:
         name=c.name, target="attention_loop", args=["query", "keys", "values"], outputs=["output", "weights"],
         inputs={"query": randn(c.queries, c.dim, g=g, dtype=c.dtype), "keys": randn(c.keys, c.dim, g=g, dtype=c.dtype),
                 "values": randn(c.keys, c.value_dim, g=g, dtype=c.dtype)},
-        variants=_loop_variants(), properties=list(ATTN_PROPS), public=c.public, forbid=FORBID)
+        variants=_loop_variants(), properties=list(ATTN_PROPS), public=c.public, forbid=FORBID_LOOP)
 
 
 def _sdpa_spec(c: SdpaCase, g: torch.Generator) -> CaseSpec:

@@ -76,7 +76,7 @@ torch.manual_seed(0)
 #
 # ### Task 1 · attention with explicit loops
 #
-# Write `attention_loop(query, keys, values)` **with Python loops over queries and keys** (dot products between vectors are fine; don't use matrix products of whole matrices here). Compute each score $q_j \cdot k_i / \sqrt{D}$, turn each query's scores into weights with a softmax *over the keys* (write it out: $\exp$, then divide by the sum), and average the values.
+# Write `attention_loop(query, keys, values)` **with Python loops over queries and keys** (dot products between vectors are fine; don't use matrix products of whole matrices here). Compute each score $q_j \cdot k_i / \sqrt{D}$, turn each query's scores into weights with a softmax *over the keys* (write it out: $\exp$, then divide by the sum), and average the values. The checks hold you to this: they refuse a ready-made softmax and a matrix product of whole matrices here.
 
 # %% nbgrader={"grade": false, "grade_id": "attention_loop", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def attention_loop(query, keys, values):
