@@ -269,6 +269,8 @@ def cases(ns) -> list[CaseSpec]:
         SinusoidalCase(name="sinusoidal/one_position", max_len=1, d_model=6),
         SinusoidalCase(name="sinusoidal/long", max_len=200, d_model=64, atol=LONG_ATOL),
         SinusoidalCase(name="sinusoidal/d2", max_len=30, d_model=2),
+        # public: an odd d_model (the last column is a sin with no cos partner), which hidden cases vary too
+        SinusoidalCase(name="sinusoidal/odd_5", max_len=6, d_model=5, public=True),
     ]]
     # relative_shift_matrix(omega, phi)
     out += [_shift_matrix_spec(c) for c in [

@@ -131,6 +131,7 @@ def sinusoidal_encoding(max_len, d_model):
 # %% nbgrader={"grade": true, "grade_id": "test_sinusoidal_encoding", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
 from starter.checks import check
 check("sinusoidal/8x16", sinusoidal_encoding)
+check("sinusoidal/odd_5", sinusoidal_encoding)
 ### BEGIN HIDDEN TESTS
 check("sinusoidal/odd", sinusoidal_encoding)
 check("sinusoidal/one_position", sinusoidal_encoding)
