@@ -1,9 +1,11 @@
 """Feedback that shows grades, the student's own code and outputs and the judge's lines, and nothing
 hidden: no hidden-test source, no hidden case name (the student's code ran next to the hidden test
 cells and could have printed them), no tracebacks in test cells, and at most MAX_OUTPUT characters
-of outputs per notebook."""
+of outputs per notebook; and no markup of the student's (rich outputs dropped, written answers
+shown as text)."""
 from __future__ import annotations
 
+import html
 import re
 
 from nbconvert.exporters import HTMLExporter, TemplateExporter
@@ -50,6 +52,11 @@ class RedactHiddenTests(NbGraderPreprocessor):
 
     def preprocess_cell(self, cell, resources, cell_index):
         meta = cell.get("metadata", {}).get("nbgrader", {})
+        if cell.cell_type == "markdown" and meta.get("solution"):
+            # a written answer is the student's Markdown, which may hold HTML (a script, an SVG): shown as
+            # text (entities, which Markdown prints as the characters), its attachments dropped
+            cell.source = html.escape(self._scrub(cell.source), quote=False)
+            cell.pop("attachments", None)
         if cell.cell_type == "code" and meta.get("grade") and not meta.get("solution"):
             cell.source = redact_source(cell.source)
             for output in cell.get("outputs", []):

@@ -36,3 +36,19 @@ def test_the_page_is_the_same_as_nbconverts(template):
     assert parse(ours) == parse(theirs)  # ... but the same document
     assert 'tabindex="0"' in ours or template == "classic"
     assert "No description has been provided for this image" in ours
+
+
+def test_a_written_answer_is_shown_as_text_not_as_markup():
+    """A written answer is the student's Markdown: HTML in it (a script, an SVG) must not reach the page an
+    instructor or student opens; the words, and LaTeX, stay."""
+    from grading.feedback import RedactHiddenTests
+
+    answer = nbformat.v4.new_markdown_cell("The variance is $16$. <script>alert(1)</script><svg onload=alert(2)>")
+    answer.metadata["nbgrader"] = {"grade": True, "solution": True, "grade_id": "q_scaling", "points": 2}
+    answer["attachments"] = {"x.svg": {"image/svg+xml": "<svg onload=alert(3)>"}}
+    nb = _notebook()
+    nb.cells.append(answer)
+    nb, _ = RedactHiddenTests().preprocess(nb, {})
+    page, _ = FeedbackHTMLExporter(template_name="lab").from_notebook_node(nb)
+    assert "<script>alert(1)" not in page and "<svg onload" not in page and "attachments" not in nb.cells[-1]
+    assert "&lt;script&gt;alert(1)" in page and "The variance is $16$." in page
