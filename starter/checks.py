@@ -687,7 +687,7 @@ def check_public(notebook: str, namespace: dict) -> int:
     adapters, failed = _adapters(), 0
     for name, target in targets.items():
         wrapper, _, inner = target.partition("(")
-        answer = namespace.get(inner.rstrip(")") if inner else target)
+        answer: Any = namespace.get(inner.rstrip(")") if inner else target)  # None: check says so
         try:
             check(name, adapters[wrapper](answer) if inner else answer)
         except CheckFailed as exc:

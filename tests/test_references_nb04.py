@@ -9,8 +9,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from grading import notebooks as nbs
-from starter.checks import load_case
-from starter.layers import ToyCaptioner
+from starter.checks import CheckFailed, check, load_case
+from starter.layers import ToyCaptioner, with_model
 
 STEM = "04_captioning_transformer"
 
@@ -157,6 +157,146 @@ def test_beam_matches_independent_search(name, dtype):
                                                         k["null_idx"]))
 
 
+# ---- beam search: the width rules and the length conventions (issue 14) ----------------------------------
+# Look-alike beam searches, written here independently of grading/cases/nb04.py's `_beam`, for the bugs
+# that a correct-looking beam search hides: each must be named by its own message on some hidden case.
+
+def _hidden_names(prefix):
+    with h5py.File(nbs.HIDDEN_REFERENCES / f"{STEM}.h5", "r") as f:
+        return sorted(f"{prefix}/{n}" for n in f.get(prefix, {}))
+
+
+@torch.no_grad()
+def _beam_keeping_k_live(model, features, beam_width, max_len, start_idx=1, end_idx=2, null_idx=0,
+                         length_penalty=0.7):
+    """The other width convention: the beam never narrows. Each step keeps the best beam_width candidates that
+    go on; the <END> candidates ranked among them are set aside; stop once beam_width have finished."""
+    out = torch.full((features.shape[0], max_len), null_idx, dtype=torch.long)
+    for b in range(features.shape[0]):
+        seqs = torch.tensor([[start_idx]])
+        scores = torch.zeros(1, dtype=features.dtype)
+        finished = []
+        for t in range(max_len):
+            lp = F.log_softmax(model(features[b:b + 1].expand(len(seqs), -1, -1), seqs)[:, -1], -1)
+            V = lp.shape[1]
+            total = (scores[:, None] + lp).flatten()
+            live = []
+            for j in total.argsort(descending=True).tolist():
+                seq = torch.cat([seqs[j // V], torch.tensor([j % V])])
+                if j % V == end_idx:
+                    finished.append((total[j].item() / (t + 1) ** length_penalty, seq[1:]))
+                else:
+                    live.append((seq, total[j]))
+                if len(live) == beam_width:
+                    break
+            if t == max_len - 1:
+                finished += [(s.item() / max_len ** length_penalty, q[1:]) for q, s in live]
+            if t == max_len - 1 or len(finished) >= beam_width:
+                break
+            seqs, scores = torch.stack([q for q, _ in live]), torch.stack([s for _, s in live])
+        best = max(finished, key=lambda f: f[0])[1]
+        out[b, :len(best)] = best
+    return out
+
+
+@torch.no_grad()
+def _beam_own_best_word(model, features, beam_width, max_len, start_idx=1, end_idx=2, null_idx=0,
+                        length_penalty=0.7):
+    """The beam_width best first words, then each hypothesis extended by its own best word only (side-by-side
+    greedy captions), the best by the normalised score."""
+    out = torch.full((features.shape[0], max_len), null_idx, dtype=torch.long)
+    for b in range(features.shape[0]):
+        f = features[b:b + 1]
+        first = F.log_softmax(model(f, torch.tensor([[start_idx]]))[0, -1], -1)
+        top, words = first.topk(beam_width)
+        finished = []
+        for score, w in zip(top.tolist(), words.tolist()):
+            seq = [w]
+            while seq[-1] != end_idx and len(seq) < max_len:
+                lp = F.log_softmax(model(f, torch.tensor([[start_idx] + seq]))[0, -1], -1)
+                seq.append(int(lp.argmax()))
+                score += float(lp[seq[-1]])
+            finished.append((score / len(seq) ** length_penalty, seq))
+        best = max(finished, key=lambda x: x[0])[1]
+        out[b, :len(best)] = torch.tensor(best)
+    return out
+
+
+@torch.no_grad()
+def _beam_length_without_end(model, features, beam_width, max_len, start_idx=1, end_idx=2, null_idx=0,
+                             length_penalty=0.7):
+    """The right search (the best beam_width - finished of all hypotheses x words), but a finished caption's
+    length counts its words only, not <END>."""
+    out = torch.full((features.shape[0], max_len), null_idx, dtype=torch.long)
+    for b in range(features.shape[0]):
+        f = features[b:b + 1]
+        hyps, scores, finished = [[]], torch.zeros(1, dtype=features.dtype), []
+        for t in range(max_len):
+            lp = F.log_softmax(model(f.expand(len(hyps), -1, -1), torch.tensor([[start_idx] + h for h in hyps]))[:, -1],
+                               -1)
+            V = lp.shape[1]
+            top, idx = (scores[:, None] + lp).flatten().topk(beam_width - len(finished))
+            going = []
+            for s, j in zip(top, idx.tolist()):
+                h = hyps[j // V] + [j % V]
+                if h[-1] == end_idx or t == max_len - 1:
+                    words = len(h) - (h[-1] == end_idx)
+                    finished.append((s.item() / max(1, words) ** length_penalty, h))
+                else:
+                    going.append((h, s))
+            if not going:
+                break
+            hyps, scores = [h for h, _ in going], torch.stack([s for _, s in going])
+        best = max(finished, key=lambda x: x[0])[1]
+        out[b, :len(best)] = torch.tensor(best)
+    return out
+
+
+BEAM_LOOKALIKES = {  # known bug -> (look-alike search, words its message must contain)
+    "keep_k_live": (_beam_keeping_k_live, "live hypotheses"),
+    "per_hypothesis_best": (_beam_own_best_word, "own best word"),
+    "length_without_end": (_beam_length_without_end, "leaves out <END>"),
+}
+
+
+def test_beam_bug_messages_name_their_own_bug():
+    """One line each; no two known beam bugs share a message or the advice after its first colon, and only the
+    missing normalisation is told to divide by length ** length_penalty."""
+    from grading.cases.nb04 import BEAM_BUGS
+    assert set(BEAM_LOOKALIKES) <= set(BEAM_BUGS)
+    for k, m in BEAM_BUGS.items():
+        assert m and "\n" not in m and ": " in m, k
+    assert len(set(BEAM_BUGS.values())) == len(BEAM_BUGS), "two beam bugs share a message"
+    advice = [m.split(": ", 1)[1] for m in BEAM_BUGS.values()]
+    assert len(set(advice)) == len(advice), "two beam bugs are given the same advice"
+    assert [k for k, m in BEAM_BUGS.items() if "divide" in m and "length ** length_penalty" in m] == ["raw_final"]
+    for k, (_, words) in BEAM_LOOKALIKES.items():
+        assert [o for o, m in BEAM_BUGS.items() if words in m] == [k], words
+
+
+def test_width_rules_and_length_conventions_are_stored_by_hidden_cases():
+    stored = {k: [n for n in _hidden_names("beam") if k in load_case(n).variants] for k in BEAM_LOOKALIKES}
+    assert all(stored.values()), f"no hidden beam case stores: {[k for k, v in stored.items() if not v]}"
+
+
+@pytest.mark.parametrize("bug", sorted(BEAM_LOOKALIKES))
+def test_beam_lookalikes_are_named(bug, hidden_references):
+    """The look-alike fails some hidden beam case with a one-line message naming its bug, and is never told
+    another of these bugs' words."""
+    search, words = BEAM_LOOKALIKES[bug]
+    messages = []
+    for name in _hidden_names("beam"):
+        try:
+            check(name, with_model(search))
+        except CheckFailed as failed:
+            messages.append(str(failed))
+    named = [m for m in messages if words in m]
+    assert named, f"{bug}: no hidden beam case names it; the messages: {messages}"
+    assert all("\n" not in m for m in named), named
+    others = [w for k, (_, w) in BEAM_LOOKALIKES.items() if k != bug]
+    assert not [m for m in messages if any(w in m for w in others)], messages
+
+
 # ---- the data pipeline, training step and evaluation: each stored answer against another implementation ----
 
 def test_vocab_references_match_the_dataset_builders_vocab():
@@ -270,7 +410,6 @@ import re
 from collections import Counter
 
 from starter import pipeline as P
-from starter.checks import CheckFailed, check
 
 SPECIALS = ["<NULL>", "<START>", "<END>", "<UNK>"]
 

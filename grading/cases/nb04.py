@@ -245,6 +245,11 @@ def _beam(model, features, beam_width, max_len, start_idx=1, end_idx=2, null_idx
         return _greedy(model, features, max_len, start_idx, end_idx, null_idx)
     B = features.shape[0]
     out = torch.full((B, max_len), null_idx, dtype=torch.long)
+
+    def finish(score, h):  # the score a finished hypothesis is compared by
+        length = len(h) - (1 if bug == "length_without_end" and h[-1] == end_idx else 0)
+        return (score if bug == "raw_final" else score / max(1, length) ** length_penalty), h
+
     for b in range(B):
         hyps = [([], 0.0)]
         done = []
@@ -253,20 +258,33 @@ def _beam(model, features, beam_width, max_len, start_idx=1, end_idx=2, null_idx
             lp = F.log_softmax(model(features[b:b + 1].expand(len(hyps), -1, -1), inp)[:, -1], -1)
             cands = []
             for i, (h, s) in enumerate(hyps):
-                words = [int(lp[i].argmax())] if bug == "per_hypothesis_best" else range(lp.shape[1])
-                for w in words:
+                # per_hypothesis_best: the first step's best words seed the beam, then each hypothesis follows
+                # its own best word (beam_width greedy captions side by side)
+                own = bug == "per_hypothesis_best" and step > 0
+                for w in [int(lp[i].argmax())] if own else range(lp.shape[1]):
                     score = float(lp[i, w]) if bug == "no_accumulation" else s + float(lp[i, w])
                     cands.append((score, h + [w]))
             cands.sort(key=lambda c: -c[0])
-            keep = cands[:beam_width - len(done)]
             hyps = []
-            for score, h in keep:
-                if h[-1] == end_idx or step == max_len - 1:
-                    length = len(h) - (1 if bug == "length_without_end" and h[-1] == end_idx else 0)
-                    norm = 1.0 if bug == "raw_final" else max(1, length) ** length_penalty
-                    done.append((score / norm, h))
-                else:
-                    hyps.append((h, score))
+            if bug == "keep_k_live":  # the beam never narrows: the best beam_width candidates that go on
+                for score, h in cands:
+                    if len(hyps) == beam_width:
+                        break
+                    if h[-1] == end_idx:
+                        done.append(finish(score, h))
+                    else:
+                        hyps.append((h, score))
+                if step == max_len - 1:
+                    done += [finish(score, h) for h, score in hyps]
+                    hyps = []
+                if len(done) >= beam_width:
+                    break
+            else:
+                for score, h in cands[:beam_width - len(done)]:
+                    if h[-1] == end_idx or step == max_len - 1:
+                        done.append(finish(score, h))
+                    else:
+                        hyps.append((h, score))
             if not hyps:
                 break
         best = max(done, key=lambda d: d[0])[1]
@@ -274,16 +292,21 @@ def _beam(model, features, beam_width, max_len, start_idx=1, end_idx=2, null_idx
     return out
 
 
-BEAM_BUGS = {
-    "greedy": "that is the greedy caption: keep the beam_width best hypotheses at every step (topk over all "
-              "hypotheses x words).",
-    "per_hypothesis_best": "each hypothesis is extended by its own best word only: rank all hypotheses x words "
-                           "candidates together and keep the best.",
+BEAM_BUGS = {  # each message names its own bug, and its advice is its own
+    "greedy": "that is the greedy caption, as if only the best hypothesis were followed: with beam_width > 1 "
+              "several hypotheses stay alive, each extended by every word, and the best finished one is chosen by "
+              "its normalised score.",
+    "per_hypothesis_best": "each hypothesis is extended by its own best word only (beam_width greedy captions side "
+                           "by side): rank every hypothesis x word candidate together, so one hypothesis may give "
+                           "two of the kept candidates and another none.",
     "no_accumulation": "hypothesis scores don't accumulate: a candidate's score is its hypothesis' score + the "
                        "word's log-probability.",
-    "raw_final": "finished hypotheses compared by their raw sum of log-probabilities: divide by "
-                 "length ** length_penalty.",
-    "length_without_end": "the length in the penalty must count the <END> token.",
+    "raw_final": "finished hypotheses compared by their raw sum of log-probabilities, with no length "
+                 "normalisation: divide each finished score by length ** length_penalty.",
+    "length_without_end": "the length in the length penalty leaves out <END>: L counts the <END> token too "
+                          "(3 words and <END> give L = 4).",
+    "keep_k_live": "kept beam_width live hypotheses at every step: the beam narrows as hypotheses finish, keep the "
+                   "best beam_width - finished candidates and stop when none is left alive.",
 }
 
 
@@ -408,6 +431,8 @@ class BeamCase(Row):
     end_idx: int = 2
     null_idx: int = 0
     length_penalty: float = 0.7
+    # known bugs (BEAM_BUGS) the case must tell apart: the model's seed is drawn until each is stored
+    want: tuple[str, ...] = ()
 
 
 MODEL_GRAD_WRT = ["features", "feature_proj.weight", "region_embed.weight", "word_embed.weight",
@@ -486,16 +511,38 @@ def _beam_spec(c: BeamCase, g: torch.Generator, ns: dict) -> CaseSpec:
         inputs={"features": randn(c.batch, c.regions, c.feature_dim, g=g) * 3}, outputs=["tokens"],
         variants=_variants(BEAM_BUGS, _beam_bug, with_model), public=c.public,
         hint="keep the best (beam_width - finished) of all hypotheses x words at each step; "
-             "rank finished hypotheses by sum(log p) / length ** length_penalty.")
+             "rank finished hypotheses by sum(log p) / length ** length_penalty, the length counting <END>.")
 
-    def ok(exp):  # a caption ends, and (beam_width > 1) beam search finds other captions than greedy decoding
-        toks = torch.from_numpy(exp["tokens"])
+    def ok(exp):  # a caption ends, and (beam_width > 1) beam search finds other captions than greedy decoding;
+        toks = torch.from_numpy(exp["tokens"])  # and each known bug of c.want gives an output of its own
         if c.beam_width == 1:
             return bool((toks == c.end_idx).any())
         greedy = _greedy_on(spec, ns)
-        return bool((toks == c.end_idx).any()) and not torch.equal(greedy, toks)
+        if not (toks == c.end_idx).any() or torch.equal(greedy, toks):
+            return False
+        return not c.want or set(c.want) <= _distinct_beam_bugs(spec, ns)
 
-    return _seeded(spec, ns, ok)
+    spec = _seeded(spec, ns, ok)
+    distinct = _distinct_beam_bugs(spec, ns)
+    spec.variants = {k: v for k, v in spec.variants.items() if k in distinct}
+    return spec
+
+
+def _distinct_beam_bugs(spec: CaseSpec, ns: dict) -> set[str]:
+    """The known bugs whose output on `spec` (at its current seed) differs from the correct one and from every
+    other bug's: two bugs that give the same captions are both left out, since the check would name one for the
+    other (e.g. each hypothesis' own best word told to count <END> in the length), and the hint speaks for them;
+    but a bug that gives the greedy captions leaves "greedy" in, whose message says just that."""
+    outs = {}
+    for name, variant in spec.variants.items():
+        rec = build_case(dataclasses.replace(spec, variants={name: variant}, grad_wrt=[]), ns)
+        if name in rec.variants:  # differs from the correct output (and did not crash)
+            outs[name] = rec.variants[name][1]["tokens"]
+
+    def clashes(k):  # another bug gives the same captions
+        return any(o != k and outs[o].shape == outs[k].shape and (outs[o] == outs[k]).all() for o in outs)
+
+    return {k for k in outs if k == "greedy" or not clashes(k)}
 
 
 def cases(ns) -> list[CaseSpec]:
@@ -565,6 +612,16 @@ def cases(ns) -> list[CaseSpec]:
                  length_penalty=1.0),
         BeamCase(name="beam/other_special_tokens", batch=2, regions=2, feature_dim=4, vocab=8, beam_width=2,
                  max_len=6, start_idx=4, end_idx=6, null_idx=5),
+    ]]
+    # cases that separate the width rules and the length conventions (issue 14), from their own generator so
+    # that the cases above keep their inputs: the beam narrows as hypotheses finish (not k live at every step),
+    # all hypotheses x words are ranked together (not each hypothesis' own best word), L counts <END>
+    g_rules = torch.Generator().manual_seed(1414)
+    out += [_beam_spec(c, g_rules, ns) for c in [
+        BeamCase(name="beam/narrowing_beam", batch=3, regions=2, feature_dim=4, vocab=8, beam_width=4, max_len=6,
+                 length_penalty=1.0, want=("keep_k_live", "per_hypothesis_best")),
+        BeamCase(name="beam/end_in_length", batch=3, regions=3, feature_dim=5, vocab=8, beam_width=3, max_len=7,
+                 want=("length_without_end", "per_hypothesis_best")),
     ]]
     # the pipeline tasks' adapters (starter.pipeline), under the names their test cells show
     for fn, adapter in PIPELINE_ADAPTERS.items():

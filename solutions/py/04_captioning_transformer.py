@@ -1160,6 +1160,8 @@ check("beam/width_one_is_greedy", with_model(beam_search))
 check("beam/raw_scores", with_model(beam_search))
 check("beam/batch_wide", with_model(beam_search))
 check("beam/other_special_tokens", with_model(beam_search))
+check("beam/narrowing_beam", with_model(beam_search))
+check("beam/end_in_length", with_model(beam_search))
 ### END HIDDEN TESTS
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_29", "locked": true, "schema_version": 3, "solution": false, "task": false}
