@@ -1,7 +1,7 @@
 """Train notebook 04's reference model on the default dataset and print training time and val scores.
 
     python benchmarks/bench_training.py [--layers torch|mine] [--steps N] [--threads N] [--seed S] [--lr LR] [--dropout P]
-                                        [--data split kit yours]
+                                        [--label-smoothing EPS] [--data split kit yours]
 
 Uses the solution notebook's definitions and its "shapes" configuration (the CONFIGS cell). `--data`
 names the data paths to train with, one after the other in this run, same seed:
@@ -9,6 +9,9 @@ names the data paths to train with, one after the other in this run, same seed:
 - kit: the kit's ``FeatureCaptions`` Dataset and ``pad_collate`` in a DataLoader, its own step;
 - yours: notebook 04's pipeline as the solution writes it (build_vocab, encode_captions, CaptionFeatures,
   collate_captions in a DataLoader, train_step, lr_at_step), as the notebook runs it.
+`--label-smoothing EPS` trains on PyTorch's cross-entropy with label smoothing instead of the notebook's
+loss (the target word gets 1 - EPS of the probability, the rest is spread over the vocabulary; <NULL>
+targets ignored): compare its val scores with a run without it (its val loss is the smoothed one).
 """
 from __future__ import annotations
 
@@ -42,6 +45,15 @@ def shapes_config() -> dict:
     raise SystemExit("CONFIGS cell not found in the solution notebook")
 
 
+def smoothed_loss(eps: float, null_idx: int):
+    """Teacher forcing with PyTorch's label-smoothed cross-entropy, padding ignored."""
+    def loss(model, features, captions):
+        logits = model(features, captions[:, :-1])
+        return torch.nn.functional.cross_entropy(logits.flatten(0, 1), captions[:, 1:].flatten(),
+                                                 ignore_index=null_idx, label_smoothing=eps)
+    return loss
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--layers", default="torch", choices=["torch", "mine"])
@@ -50,6 +62,7 @@ def main() -> None:
     ap.add_argument("--lr", type=float, default=None, help="peak learning rate (default: the notebook's)")
     ap.add_argument("--dropout", type=float, default=None, help="the model's dropout (default: the notebook's)")
     ap.add_argument("--seed", type=int, default=0, help="seed of the model, the batches and dropout (the notebook: 0)")
+    ap.add_argument("--label-smoothing", type=float, default=0.0, help="train with label smoothing EPS (default 0)")
     ap.add_argument("--data", nargs="+", default=["split", "kit", "yours"], choices=["split", "kit", "yours"])
     args = ap.parse_args()
     if args.threads:
@@ -93,7 +106,9 @@ def main() -> None:
         model = ns["CaptioningTransformer"](vocab_size=len(vocab), feature_dim=ds.feature_dim,
                                             num_regions=ds.num_regions, max_len=ds.max_length, layers=args.layers,
                                             **cfg["model"])
-        hist = train(model, ns["teacher_forcing_loss"], source, val_split=val, seed=args.seed, progress=False,
+        loss_fn = ns["teacher_forcing_loss"] if not args.label_smoothing else smoothed_loss(args.label_smoothing,
+                                                                                               vocab.null_idx)
+        hist = train(model, loss_fn, source, val_split=val, seed=args.seed, progress=False,
                      batch_size=batch_size, **targs, **step)
         base = base or hist["seconds"]
         scores, _, _ = evaluate_captioner(model, ns["greedy_decode"], val_split, vocab, max_len=ds.max_length - 1)
