@@ -27,26 +27,26 @@ def copy_feedback(root: Path, out: Path, student: str) -> None:
         shutil.copyfile(page, dst / page.name)
 
 
-def graded_columns() -> list[tuple[str, str, float]]:
-    """(notebook stem, grade_id, points) of every test cell, in notebook order."""
+def _graded_cells(is_kind) -> list[tuple[str, str, float]]:
+    """(notebook stem, grade_id, points) of every solution-notebook cell for which `is_kind(cell)`, in order."""
     cols = []
     for path in notebooks.solution_notebooks():
-        for cell in notebooks.test_cells(notebooks.read(path)):
-            meta = notebooks.nbgrader_meta(cell)
-            cols.append((path.stem, meta["grade_id"], float(meta.get("points", 0))))
+        for cell in notebooks.read(path).cells:
+            if is_kind(cell):
+                meta = notebooks.nbgrader_meta(cell)
+                cols.append((path.stem, meta["grade_id"], float(meta.get("points", 0))))
     return cols
+
+
+def graded_columns() -> list[tuple[str, str, float]]:
+    """(notebook stem, grade_id, points) of every test cell, in notebook order."""
+    return _graded_cells(notebooks.is_test)
 
 
 def written_columns() -> list[tuple[str, str, float]]:
     """(notebook stem, grade_id, points) of every written question (a Markdown answer cell that a person
     grades in nbgrader's formgrader), in notebook order."""
-    cols = []
-    for path in notebooks.solution_notebooks():
-        for cell in notebooks.read(path).cells:
-            if notebooks.is_written_answer(cell):
-                meta = notebooks.nbgrader_meta(cell)
-                cols.append((path.stem, meta["grade_id"], float(meta.get("points", 0))))
-    return cols
+    return _graded_cells(notebooks.is_written_answer)
 
 
 def scores_from_gradebook(gb, student: str) -> dict[tuple[str, str], float | None]:
@@ -86,9 +86,10 @@ def refresh_grades(out: Path, db_url: str) -> Path:
 
 
 def _write_grades(out: Path, students: list[GradesRow], db_url: str, same_run: bool = False) -> Path:
-    cols = graded_columns() + written_columns()
-    written = {(s, g) for s, g, _ in written_columns()}
-    stems = list(dict.fromkeys(c[0] for c in graded_columns()))
+    tests, answers = graded_columns(), written_columns()
+    cols = tests + answers
+    written = {(s, g) for s, g, _ in answers}
+    stems = list(dict.fromkeys(c[0] for c in tests))
     header = ["student", "status"] + [f"{s}:{g}" for s, g, _ in cols] + [f"{s}:total" for s in stems]
     header += ["total", "max_total", "written_pending", "review", "notes"]
     maximum = sum(p for *_, p in cols)
