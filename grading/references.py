@@ -54,6 +54,7 @@ class CaseSpec:
     # attention when the task is to write it); the check replaces them with a tripwire while it runs
     forbid: list[str] = field(default_factory=list)
     train_seed: int | None = None  # module cases about dropout: train mode, this seed just before the call
+    stand_ins: list[str] = field(default_factory=list)  # submodules the check runs as PyTorch's (no cascade)
 
 
 def _run(spec: CaseSpec, obj, params: dict[str, torch.Tensor] | None, dtype64: bool, with_grad: bool):
@@ -103,7 +104,7 @@ def _stored(spec: CaseSpec, params: dict[str, torch.Tensor] | None) -> Case:
     return Case(name=spec.name, target=spec.target, kind=spec.kind, args=spec.args, kwargs=spec.kwargs,
                 const_args=spec.const_args, const_kwargs=spec.const_kwargs, init=spec.init, outputs=spec.outputs,
                 grad_wrt=spec.grad_wrt, properties=spec.properties, forbid=spec.forbid,
-                train_seed=spec.train_seed, rtol=spec.rtol,
+                train_seed=spec.train_seed, stand_ins=spec.stand_ins, rtol=spec.rtol,
                 atol=spec.atol, hint=spec.hint, inputs={k: v.cpu().numpy() for k, v in spec.inputs.items()},
                 params={k: v.numpy() for k, v in (params or {}).items()})
 

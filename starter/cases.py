@@ -5,7 +5,7 @@ The case builders (`grading.references`) write `Case` records with `write_case`;
 file of reference cases:
 
     attrs   target, kind ("function" or "module"), hint, rtol, atol, and, as JSON: args, kwargs,
-            const_args, const_kwargs, init, outputs, grad_wrt, properties, forbid, train_seed
+            const_args, const_kwargs, init, outputs, grad_wrt, properties, forbid, train_seed, stand_ins
     groups  inputs, params, expected, grad_weights, grads: one array per name
             variants/<bug>: attrs message; one array per output (what that known bug returns)
 
@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 JSON_FIELDS = ("args", "kwargs", "const_args", "const_kwargs", "init", "outputs", "grad_wrt", "properties", "forbid",
-               "train_seed")
+               "train_seed", "stand_ins")
 ARRAY_FIELDS = ("inputs", "params", "expected", "grad_weights", "grads")
 
 
@@ -38,7 +38,9 @@ class Case:
     "ValueError", "when ..."] for a case of bad input; forbid: library functions the answer must not call;
     train_seed: None, or (module cases) run the module in train mode with the random generator seeded with
     it just before the call, so that dropout draws the same masks as it did for the reference (a mask
-    depends only on the seed and the shape of the tensor dropped, not on its dtype).
+    depends only on the seed and the shape of the tensor dropped, not on its dtype); stand_ins: (module
+    cases) class names of submodules that run as the kit's PyTorch-backed version while the case runs
+    (`starter.layers.STAND_INS`), so that a mistake in them is charged to their own test, not to this one.
     """
 
     name: str
@@ -60,6 +62,7 @@ class Case:
     properties: list[list[str]] = field(default_factory=list)
     forbid: list[str] = field(default_factory=list)
     train_seed: int | None = None
+    stand_ins: list[str] = field(default_factory=list)
     rtol: float = 1e-4
     atol: float = 1e-5
     hint: str = ""

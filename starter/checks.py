@@ -219,6 +219,23 @@ def _describe_exception(what: str, exc: BaseException) -> str:
     return f"{what} raised {type(exc).__name__}: {exc}{where}"
 
 
+def _situation(case: Case) -> str:
+    """The case's call in a few words, so that an error names its situation (an odd d_model, T equal to
+    max_len): "`sinusoidal_encoding(6, 5)`", "`PositionalEncoding(d_model=7, max_len=5)` on x: (2, 5, 7) float32"."""
+    def shown(value) -> str:
+        if isinstance(value, np.ndarray) and value.ndim:
+            return f"{value.shape} {value.dtype}"
+        return repr(value.item() if isinstance(value, np.ndarray) else value)[:40]
+
+    named = [(k, case.inputs[k]) for k in case.args] + [(k, case.inputs[v]) for k, v in case.kwargs.items()]
+    parts = [f"{k}: {shown(v)}" for k, v in named] + [shown(v) for v in case.const_args]
+    parts += [f"{k}={shown(v)}" for k, v in case.const_kwargs.items()]
+    if case.kind == "module":
+        init = ", ".join(f"{k}={v!r}" for k, v in case.init.items())
+        return f"`{case.target}({init})` on {', '.join(parts)}"[:240]
+    return f"`{case.target}({', '.join(parts)})`"[:240]
+
+
 def _to_torch(value: np.ndarray, requires_grad: bool = False):
     t = torch.from_numpy(np.array(value))
     if requires_grad and t.is_floating_point():
@@ -249,6 +266,10 @@ def _call(case: Case, fn: Callable, requires_grad: bool):
             for p in module.parameters():
                 p.data = p.data.double()
         module.train(case.train_seed is not None)  # dropout off, except in the cases about dropout
+        if case.stand_ins:
+            from .layers import stand_in
+
+            stand_in(module, case.stand_ins)
         call: Callable[..., Any] = module
     else:
         if not callable(fn):
@@ -269,8 +290,10 @@ def _call(case: Case, fn: Callable, requires_grad: bool):
                               "queries and keys (a dot product of two vectors is fine).") from None
         raise CheckFailed(f"{what} calls `{name}`: this task is to implement it yourself, not to call a "
                           "ready-made version.") from None
-    except Exception as exc:
+    except NotImplementedError as exc:
         raise _failed(_describe_exception(what, exc), exc) from None
+    except Exception as exc:
+        raise _failed(_describe_exception(_situation(case), exc), exc) from None
     return _split_outputs(case, out), inputs, module
 
 
@@ -448,6 +471,8 @@ def _observe_grads(case: Case, outs: dict, inputs: dict, module) -> dict[str, np
         if not _requires_grad_of(value):
             raise CheckFailed(f"`{case.target}`: `{out_name}` is not connected to the inputs' graph "
                               "(don't use .detach(), .data, .item() or NumPy inside the function).")
+        if _tuple(value.shape) != np.shape(w):  # the outputs' check names the shape; no gradient to take
+            raise CheckFailed(f"`{case.target}`: `{out_name}` has shape {_tuple(value.shape)}, expected {np.shape(w)}.")
         loss = loss + _sum(_mul(value, _TB.to(_from_numpy(np.asarray(w)), _dtype_of(value))))
     with _quiet():
         try:
@@ -531,6 +556,13 @@ def diagnose(case: Case, obs: Observation) -> Diagnosis | None:
         for vname, (message, vouts) in case.variants.items():
             if all(n in vouts and _close(got[n], vouts[n], case.rtol, case.atol) for n in mismatched):
                 return Diagnosis(f"known bug: {vname}", f"{what}: {message}")
+        for n in mismatched:  # right values, last two axes swapped: not a softmax over the wrong axis
+            v = got[n]
+            if v.ndim >= 2 and v.shape[-1] == v.shape[-2] and _close(np.swapaxes(v, -1, -2), case.expected[n],
+                                                                      case.rtol, case.atol):
+                return Diagnosis("transposed output", (
+                    f"{what}: `{n}` has the right values with its last two axes swapped: return it as computed "
+                    f"(shape {case.expected[n].shape}, e.g. queries on axis -2 and keys on axis -1), not transposed."))
         prop = _property_message(case, got)
         if prop:
             return Diagnosis(prop[0], f"{what}: {prop[1]}")

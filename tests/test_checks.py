@@ -49,6 +49,9 @@ def test_solution_passes_and_prints_one_line(ns, capsys, hidden_references):
      "looks unscaled"),
     (lambda q, k, v, mask=None: (torch.softmax(_scores(q, k), -2) @ v, torch.softmax(_scores(q, k), -2)),
      "softmax taken over the queries"),
+    # right weights returned transposed: they sum to 1 along axis -2 too, but the softmax was right
+    (lambda q, k, v, mask=None: (torch.softmax(_scores(q, k), -1) @ v, torch.softmax(_scores(q, k), -1).mT),
+     "last two axes swapped"),
 ])
 def test_named_bugs_unmasked(bug, expected):
     assert expected in _message("sdpa/basic", bug)
@@ -92,6 +95,26 @@ def test_dtype_and_gradient_bugs(ns, hidden_references):
         return out.detach(), w.detach()
 
     assert "not connected" in _message("sdpa/grad", detached)
+
+
+def test_an_exception_names_the_situation_of_its_case():
+    """A crash says on what it happened (shapes, sizes), as a comparison failure does by its index."""
+    message = _message("sdpa/masked", lambda q, k, v, mask=None: 1 / 0)
+    assert "`scaled_dot_product_attention(q: (2, 5, 4) float32, k: (2, 5, 4) float32, v: (2, 5, 4) float32, " \
+           "mask: (5, 5) bool)` raised ZeroDivisionError" in message, message
+
+    class Crashing(torch.nn.Module):
+        def __init__(self, embed_dim, head_dim=None):
+            super().__init__()
+            self.query, self.key, self.value = (torch.nn.Linear(embed_dim, head_dim, bias=False) for _ in range(3))
+
+        def forward(self, x):
+            raise IndexError("index 5 is out of bounds")
+
+    message = _message("selfattn/basic", Crashing)
+    assert "`SelfAttention(embed_dim=8, head_dim=4)` on x: (2, 5, 8) float32 raised IndexError" in message, message
+    assert "not implemented yet" in _message("sdpa/basic", lambda q, k, v, mask=None: (_ for _ in ()).throw(
+        NotImplementedError())), "an unfilled answer is told so, not shown its case"
 
 
 def test_causal_mask_bugs():

@@ -83,6 +83,10 @@ BUGS = {
             "weights = torch.softmax(scores, dim=-1)\n        out = self.dropout(weights) @ v",
             "weights = self.dropout(torch.softmax(scores, dim=-1))\n        out = weights @ v")]},
         "after dropout"),
+    "mha: the weights returned transposed": (  # they sum to 1 along axis -2: not a softmax over the wrong axis
+        MHA, {"MultiHeadAttention"}, {"MultiHeadAttention": [(RETURN_MHA, "return self.out_proj(merge_heads(out)), "
+                                                                          "weights.transpose(-2, -1)")]},
+        "last two axes swapped"),
     "mha: no dropout": (
         MHA, {"MultiHeadAttention"}, {"MultiHeadAttention": [(DROP_WEIGHTS, "out = weights @ v")]},
         "no dropout in training mode"),
@@ -139,3 +143,55 @@ def test_each_correct_alternative_passes_every_case(alternative, hidden_referenc
     stem, targets, edits = ALTERNATIVES[alternative]
     results = _results(stem, _namespace(stem, edits), targets)
     assert results and not any(results.values()), {k: v for k, v in results.items() if v}
+
+
+# No cascades: a bug in split_heads/merge_heads or MultiHeadAttention costs points in its own tests, not in
+# the decoder layer's, whose check runs the layer with PyTorch's attention on the layer's own projections
+# (the decoder cases' `stand_ins`, starter.layers.torch_attention).
+UPSTREAM_BUGS = {
+    "mha: dropout on the output": BUGS["mha: dropout on the output"][2],
+    "mha: scaled by sqrt(d_model)": {"MultiHeadAttention": [("math.sqrt(self.head_dim)", "math.sqrt(self.embed_dim)")]},
+    "mha: padding mask ignored": {"MultiHeadAttention": [("if key_padding_mask is not None:", "if False:")]},
+    "split_heads without the transpose": {"split_heads": [(".transpose(1, 2)", "")]},
+}
+
+
+@pytest.mark.parametrize("bug", sorted(UPSTREAM_BUGS))
+def test_an_attention_bug_costs_no_decoder_points(bug, hidden_references):
+    results = _results(MHA, _namespace(MHA, UPSTREAM_BUGS[bug]), {"MultiHeadAttention", "TransformerDecoderLayer"})
+    mha = {n: m for n, m in results.items() if n.startswith("mha/") and m}
+    decoder = {n: m for n, m in results.items() if n.startswith("decoder/") and m}
+    assert mha, f"{bug}: the attention's own cases should fail"
+    assert not decoder, f"{bug}: the decoder layer lost points for its attention: {decoder}"
+
+
+# Every mask shape a docstring documents is exercised by a case (public or hidden): (rank, the axes of size 1).
+DOCUMENTED_MASKS = {
+    ("01_scaled_dot_product_attention", "scaled_dot_product_attention", "mask"): {
+        (2, ()),  # (T_q, T_k), shared by the batch
+        (3, ()),  # (B, T_q, T_k)
+        (3, (1,)),  # (B, 1, T_k): per key, broadcast over the queries
+    },
+    ("01_scaled_dot_product_attention", "SelfAttention", "mask"): {(2, ()), (3, ())},  # (T, T), (B, T, T)
+    ("03_multi_head_attention", "MultiHeadAttention", "attn_mask"): {
+        (2, ()),  # (T_q, T_k)
+        (4, ()),  # (B, h, T_q, T_k)
+        (4, (1,)),  # (B, 1, T_q, T_k): per sequence, shared by the heads
+    },
+    ("03_multi_head_attention", "MultiHeadAttention", "key_padding_mask"): {(2, ())},  # (B, T_k)
+    ("03_multi_head_attention", "TransformerDecoderLayer", "tgt_mask"): {(2, ()), (4, ())},  # (T, T), (B, h, T, T)
+    ("03_multi_head_attention", "TransformerDecoderLayer", "tgt_key_padding_mask"): {(2, ())},
+    ("03_multi_head_attention", "TransformerDecoderLayer", "memory_key_padding_mask"): {(2, ())},
+}
+
+
+@pytest.mark.parametrize("stem, target, mask", sorted(DOCUMENTED_MASKS))
+def test_every_documented_mask_shape_has_a_case(stem, target, mask):
+    seen = set()
+    for name in case_names(stem):
+        case = load_any_case(name)
+        if case.target == target and mask in case.inputs:
+            shape = case.inputs[mask].shape
+            seen.add((len(shape), tuple(i for i, n in enumerate(shape) if n == 1)))
+    missing = DOCUMENTED_MASKS[stem, target, mask] - seen
+    assert not missing, f"{target}'s {mask}: no case of shape (rank, axes of size 1) {sorted(missing)}"

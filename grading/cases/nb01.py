@@ -227,4 +227,11 @@ def cases(ns) -> list[CaseSpec]:
         SelfAttentionCase(name="selfattn/unbatched", shape=(4, 6), embed_dim=6, head_dim=3),
         SelfAttentionCase(name="selfattn/grad", shape=(2, 4, 6), embed_dim=6, head_dim=5, mask=causal(4), grad=True),
     ]]
+    # The documented mask shapes no case above has; drawn after them so that their inputs stay as they were.
+    keys_kept = torch.arange(6)[None, None, :] < torch.tensor([6, 4, 2])[:, None, None]  # (B, 1, T_k): per key
+    out.append(_sdpa_spec(SdpaCase(name="sdpa/mask_per_key", q=(3, 4, 8), k=(3, 6, 8), v=(3, 6, 5),
+                                   mask=keys_kept), g))
+    per_sequence = causal(5) & (torch.rand(2, 5, 5, generator=g) < 0.7) | torch.eye(5, dtype=torch.bool)  # (B, T, T)
+    out.append(_self_attention_spec(SelfAttentionCase(name="selfattn/mask_per_sequence", shape=(2, 5, 8), embed_dim=8,
+                                                      head_dim=4, mask=per_sequence), g))
     return out

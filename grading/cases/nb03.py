@@ -308,9 +308,9 @@ def _decoder_spec(c: DecoderCase, g: torch.Generator) -> CaseSpec:
         args=["tgt", "memory"], kwargs=kwargs, outputs=["output", "self_attn_weights", "cross_attn_weights"],
         inputs=inputs, grad_wrt=list(DECODER_GRAD_WRT) if c.grad else [],
         variants=_decoder_variants(c.tgt_mask is not None, c.memory_key_padding_mask is not None),
-        properties=props, public=c.public, forbid=FORBID_DECODER, atol=5e-5,
+        properties=props, public=c.public, forbid=FORBID_DECODER, atol=5e-5, stand_ins=["MultiHeadAttention"],
         hint="pre-norm: x = x + dropout(sublayer(norm_i(x))) for self-attention, cross-attention (memory not "
-             "normalised), then the FFN; make MultiHeadAttention pass its checks first.")
+             "normalised), then the FFN.")
 
 
 def cases(ns) -> list[CaseSpec]:
@@ -368,4 +368,12 @@ def cases(ns) -> list[CaseSpec]:
                     dim_feedforward=24, tgt_mask=causal(6), tgt_key_padding_mask=padding([6, 5, 3], 6),
                     memory_key_padding_mask=padding([7, 4, 7], 7), train_seed=10),
     ]]
+    # The documented mask shapes no case above has; drawn after them so that their inputs stay as they were.
+    per_sequence = torch.rand(3, 1, 4, 6, generator=g) < 0.6  # (B, 1, T_q, T_k): shared by the heads
+    per_sequence[..., 0] = True  # every query keeps a key
+    out.append(_mha_spec(MhaCase(name="mha/mask_per_sequence", batch=3, q_len=4, k_len=6, embed_dim=8, heads=2,
+                                 attn_mask=per_sequence), g))
+    per_head = causal(5) & (torch.rand(2, 2, 5, 5, generator=g) < 0.7) | torch.eye(5, dtype=torch.bool)  # (B, h, T, T)
+    out.append(_decoder_spec(DecoderCase(name="decoder/mask_per_head", batch=2, tgt_len=5, memory_len=6, d_model=8,
+                                         heads=2, dim_feedforward=16, tgt_mask=per_head), g))
     return out

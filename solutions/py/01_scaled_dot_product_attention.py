@@ -228,6 +228,7 @@ check("sdpa/masked", scaled_dot_product_attention)
 check("sdpa/masked_padding", scaled_dot_product_attention)
 check("sdpa/masked_4d", scaled_dot_product_attention)
 check("sdpa/masked_grad", scaled_dot_product_attention)
+check("sdpa/mask_per_key", scaled_dot_product_attention)
 ### END HIDDEN TESTS
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_11", "locked": true, "schema_version": 3, "solution": false, "task": false}
@@ -371,6 +372,7 @@ check("selfattn/basic", SelfAttention)
 check("selfattn/causal", SelfAttention)
 check("selfattn/unbatched", SelfAttention)
 check("selfattn/grad", SelfAttention)
+check("selfattn/mask_per_sequence", SelfAttention)
 ### END HIDDEN TESTS
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_18", "locked": true, "schema_version": 3, "solution": false, "task": false}

@@ -229,6 +229,7 @@ check("mha/cross_padding", MultiHeadAttention)
 check("mha/mask_per_head", MultiHeadAttention)
 check("mha/padding_only", MultiHeadAttention)
 check("mha/masks_grad", MultiHeadAttention)
+check("mha/mask_per_sequence", MultiHeadAttention)
 ### END HIDDEN TESTS
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_07", "locked": true, "schema_version": 3, "solution": false, "task": false}
@@ -298,7 +299,7 @@ print("eval mode: outputs identical:", torch.equal(drop(x, x, x)[0], drop(x, x, 
 #
 # ### Task 3 · `TransformerDecoderLayer`
 #
-# All submodules are declared for you. Write `forward` with your `MultiHeadAttention` layers (`self.self_attn`, `self.cross_attn`), `self.linear1`, `self.linear2`, `self.norm1` to `self.norm3` and `self.dropout`. Pass `tgt_mask` (True = may attend) and `tgt_key_padding_mask` to the self-attention, `memory_key_padding_mask` to the cross-attention, and return both layers' per-head weights.
+# All submodules are declared for you. Write `forward` with your `MultiHeadAttention` layers (`self.self_attn`, `self.cross_attn`), `self.linear1`, `self.linear2`, `self.norm1` to `self.norm3` and `self.dropout`. Pass `tgt_mask` (True = may attend) and `tgt_key_padding_mask` to the self-attention, `memory_key_padding_mask` to the cross-attention, and return both layers' per-head weights. Its check runs your layer with PyTorch's attention (`F.multi_head_attention_forward` on your layers' own `q_proj`, `k_proj`, `v_proj`, `out_proj`) in place of your `MultiHeadAttention`, so a mistake in Tasks 1–2 costs points once, in their own tests; to run the block in notebook 04 your attention must pass too.
 
 # %% nbgrader={"grade": false, "grade_id": "TransformerDecoderLayer", "locked": false, "schema_version": 3, "solution": true, "task": false}
 class TransformerDecoderLayer(nn.Module):
@@ -359,6 +360,7 @@ check("decoder/padding", TransformerDecoderLayer)
 check("decoder/float64", TransformerDecoderLayer)
 check("decoder/grad", TransformerDecoderLayer)
 check("decoder/train_dropout_padding", TransformerDecoderLayer)
+check("decoder/mask_per_head", TransformerDecoderLayer)
 ### END HIDDEN TESTS
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_14", "locked": true, "schema_version": 3, "solution": false, "task": false}
