@@ -16,7 +16,6 @@ targets ignored): compare its val scores with a run without it (its val loss is 
 from __future__ import annotations
 
 import argparse
-import ast
 import os
 import sys
 from pathlib import Path
@@ -33,16 +32,6 @@ from starter.metrics import evaluate_captioner, format_scores
 from starter.training import seed_everything, train
 
 NOTEBOOK = nbs.SOLUTIONS / "04_captioning_transformer.ipynb"
-
-
-def shapes_config() -> dict:
-    """The "shapes" entry of the notebook's CONFIGS dict, read from the source (not re-typed here)."""
-    for cell in nbs.read(NOTEBOOK).cells:
-        if cell.cell_type == "code" and cell.source.startswith("CONFIGS = {"):
-            tree = ast.parse(cell.source.split("\nconfig = ")[0])
-            expr = ast.Expression(tree.body[0].value)
-            return eval(compile(expr, "CONFIGS", "eval"), {"__builtins__": {}, "dict": dict})["shapes"]
-    raise SystemExit("CONFIGS cell not found in the solution notebook")
 
 
 def smoothed_loss(eps: float, null_idx: int):
@@ -70,7 +59,7 @@ def main() -> None:
     if args.layers == "mine":
         os.environ.setdefault("COURSE_NOTEBOOKS_DIR", str(nbs.SOLUTIONS))
     ns = nbs.execute_definitions(NOTEBOOK)
-    cfg = shapes_config()
+    cfg = nbs.shapes_config()
     targs = dict(cfg["train"])
     if args.steps:
         targs.update(steps=args.steps, time_limit=None)

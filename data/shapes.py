@@ -241,6 +241,23 @@ def generate_scenes(num_train: int, num_val: int, seed: int):
     return out
 
 
+def unseen_images(path, num: int, stream: int) -> tuple[np.ndarray, list[list[str]]]:
+    """`num` new scenes drawn like the validation split of the `shapes` file at `path` (its seed, its
+    held-out combinations, its PCA), from a random stream of their own (`stream`; the file's splits
+    use 1 and 2), so none of them is in the file: (features (num, 49, feature_dim) float16 as stored,
+    the three captions of each scene). Grading uses them as images no student has seen."""
+    with h5py.File(path, "r") as f:
+        seed = int(f.attrs["seed"])
+    combos = split_combinations(np.random.default_rng(seed))
+    rng = np.random.default_rng([seed, 100 + stream])
+    scenes = [sample_scene(rng, (combos["one"][1], combos["two"][1])) + (int(rng.integers(90, 150)),)
+              for _ in range(num)]
+    images = np.stack([np.asarray(Image.fromarray(render(o, bg)).reduce(IMAGE_SIZE // THUMB_SIZE))
+                       for o, _, _, bg in scenes])
+    features = project(_backbone()(images), path).astype(np.float16)
+    return features, [captions_for(o, r) for o, r, _, _ in scenes]
+
+
 def build(out=None, num_train: int = DEFAULTS["num_train"], num_val: int = DEFAULTS["num_val"],
           seed: int = DEFAULTS["seed"], feature_dim: int = DEFAULTS["feature_dim"],
           batch_size: int = 32, progress: bool = True) -> Path:

@@ -120,9 +120,13 @@ def _files(folder: Path, result: StudentResult) -> list[Path]:
 def collect(student_dir: Path, known: dict[str, str], result: StudentResult, dest: Path) -> None:
     """Copy the student's gradable notebooks to `dest/<notebook>.ipynb`; note every other file."""
     candidates: dict[str, list[Path]] = {}
+    checkpoints: list[Path] = []
     for path in _files(student_dir, result):
         rel = path.relative_to(student_dir)
         if any(part in JUNK for part in rel.parts):
+            continue
+        if path.name == Path(notebooks.CHECKPOINT_04).name:
+            checkpoints.append(path)
             continue
         if path.suffix != ".ipynb":
             result.notes.append(f"{rel}: ignored (not a notebook)")
@@ -148,6 +152,25 @@ def collect(student_dir: Path, known: dict[str, str], result: StudentResult, des
         result.notes += [f"{rel}: {note}" for note in rebuilt.notes]
         nbformat.write(rebuilt.notebook, str(dest / f"{stem}.ipynb"))
         result.notebooks[stem] = str(rel)
+    _keep_checkpoint(checkpoints, student_dir, result, dest)
+
+
+def _keep_checkpoint(found: list[Path], student_dir: Path, result: StudentResult, dest: Path) -> None:
+    """Notebook 04's trained model goes to `dest`/runs/ (its test_trained_model loads it there): the copy in
+    a runs/ folder if there is one, else the newest; one over MAX_HANDED_IN bytes is noted and left out."""
+    if not found:
+        return
+    found.sort(key=lambda p: (p.parent.name == "runs", p.stat().st_mtime), reverse=True)
+    chosen, rel = found[0], found[0].relative_to(student_dir)
+    for extra in found[1:]:
+        result.notes.append(f"{extra.relative_to(student_dir)}: ignored (another copy of the trained model was kept)")
+    size = chosen.stat().st_size
+    if size > notebooks.MAX_HANDED_IN:
+        result.notes.append(f"{rel}: not kept ({size / 2**20:.0f} MB, over {notebooks.MAX_HANDED_IN / 2**20:.0f} MB)")
+        return
+    target = dest / notebooks.CHECKPOINT_04
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(chosen, target)
 
 
 def stage_student(root: Path, student_dir: Path, known: dict[str, str]) -> StudentResult:

@@ -15,6 +15,13 @@ PUBLIC_REFERENCES = ROOT / "starter" / "references"
 ASSIGNMENT = "attention"  # the nbgrader assignment that holds every notebook
 # a test cell's `check("case", ...)`: the case's name, with what surrounds it (to rewrite it in place)
 CHECK_CALL = re.compile(r"""(?P<before>\bcheck\(\s*["'])(?P<case>[^"']+)(?P<after>["'])""")
+# What a notebook's grading run gets beside it from the student's submission, by notebook: notebook 04's
+# trained model (its test_trained_model loads it; starter.layers.SUBMITTED_CHECKPOINT) and, for a model built
+# with layers="mine", the notebooks that define those layers. Intake keeps the checkpoint (MAX_HANDED_IN bytes).
+CHECKPOINT_04 = "runs/04_captioning_transformer.pt"
+FILES_BESIDE = {"04_captioning_transformer": [CHECKPOINT_04, "02_positional_encoding.ipynb",
+                                              "03_multi_head_attention.ipynb"]}
+MAX_HANDED_IN = 64 * 2**20
 
 def solution_notebooks() -> list[Path]:
     """The authored notebooks, in curriculum order: solutions/NN_name.ipynb."""
@@ -90,3 +97,51 @@ def filled_submission(stem: str, overrides: dict[str, str] | None = None):
         if is_solution(cell):
             cell.source = sources[nbgrader_meta(cell)["grade_id"]]
     return nb
+
+
+def shapes_config() -> dict:
+    """The "shapes" entry of notebook 04's CONFIGS dict, read from the solution's source (not re-typed)."""
+    import ast
+
+    for cell in read(SOLUTIONS / "04_captioning_transformer.ipynb").cells:
+        if cell.cell_type == "code" and cell.source.startswith("CONFIGS = {"):
+            tree = ast.parse(cell.source.split("\nconfig = ")[0])
+            expr = ast.Expression(tree.body[0].value)  # type: ignore[attr-defined]
+            return eval(compile(expr, "CONFIGS", "eval"), {"__builtins__": {}, "dict": dict})["shapes"]
+    raise LookupError("CONFIGS cell not found in the solution notebook 04")
+
+
+def trained_checkpoint(path: Path, steps: int | None = None, layers: str = "mine") -> Path:
+    """What a student who finished notebook 04 hands in beside it: the solution's model trained on `shapes`
+    as the notebook trains it (its configuration, seed 0, the layers of the solution notebooks 02-03 or, with
+    layers="torch", PyTorch's; `steps` to shorten it), saved to `path` with save_checkpoint. For the tests
+    and walks of grading a correct submission."""
+    import os
+
+    import torch
+
+    from starter.data import load_dataset
+    from starter.training import save_checkpoint, seed_everything, train
+
+    ns = execute_definitions(SOLUTIONS / "04_captioning_transformer.ipynb")
+    cfg = shapes_config()
+    train_args = dict(cfg["train"], time_limit=None, progress=False)
+    if steps:
+        train_args["steps"] = steps
+    ds = load_dataset("shapes")
+    seed_everything(0)
+    config = dict(vocab_size=len(ds.vocab), feature_dim=ds.feature_dim, num_regions=ds.num_regions,
+                  max_len=ds.max_length, layers=layers, **cfg["model"])
+    saved = os.environ.get("COURSE_NOTEBOOKS_DIR")
+    os.environ["COURSE_NOTEBOOKS_DIR"] = str(SOLUTIONS)  # where layers="mine" finds notebooks 02-03
+    try:
+        model = ns["CaptioningTransformer"](**config)
+    finally:
+        if saved is None:
+            os.environ.pop("COURSE_NOTEBOOKS_DIR")
+        else:
+            os.environ["COURSE_NOTEBOOKS_DIR"] = saved
+    history = train(model, ns["teacher_forcing_loss"], ds.split("train"), val_split=ds.split("val"), seed=0,
+                    **train_args)
+    with torch.no_grad():
+        return save_checkpoint(path, model, config, ds.vocab, history=history, dataset="shapes")

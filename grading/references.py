@@ -55,6 +55,9 @@ class CaseSpec:
     forbid: list[str] = field(default_factory=list)
     train_seed: int | None = None  # module cases about dropout: train mode, this seed just before the call
     stand_ins: list[str] = field(default_factory=list)  # submodules the check runs as PyTorch's (no cascade)
+    # outputs that come from data, not from running the solution (a trained model's references: the captions
+    # of the images); such a case stores no known bugs and no gradients
+    expected: dict[str, torch.Tensor] | None = None
 
 
 def _run(spec: CaseSpec, obj, params: dict[str, torch.Tensor] | None, dtype64: bool, with_grad: bool):
@@ -112,6 +115,10 @@ def _stored(spec: CaseSpec, params: dict[str, torch.Tensor] | None) -> Case:
 def build_case(spec: CaseSpec, ns: dict) -> Case:
     """Evaluate one case with the solution in `ns`: the Case to store (expected outputs, gradients, and
     the outputs of each known bug)."""
+    if spec.expected is not None:
+        case = _stored(spec, None)
+        case.expected = {k: v.numpy() for k, v in spec.expected.items()}
+        return case
     obj = ns[spec.target]
     dtype = _out_dtype(spec)
     params = None

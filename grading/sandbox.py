@@ -271,15 +271,17 @@ class Session:
         lines = self._stderr.read().decode(errors="replace").strip().splitlines()
         return f": {lines[-1][:200]}" if lines else ""
 
-    def run(self, nb) -> SandboxResult:
-        """Execute `nb` in a fresh kernel in this sandbox and read back the executed notebook and records."""
+    def run(self, nb, files: dict[str, bytes] | None = None) -> SandboxResult:
+        """Execute `nb` in a fresh kernel in this sandbox, with `files` ({relative path: bytes}) beside it,
+        and read back the executed notebook and records."""
         start = time.perf_counter()
         if self._proc is None or self._proc.poll() is not None:
             self.close()
             self._start()
         # the server stops the notebook a little before the hard limit, so that what it did still comes back
         job = {"folder": f"nb-{secrets.token_hex(6)}", "notebook": json.loads(nbformat.writes(nb)),
-               "seconds": max(5, self.limits.notebook_seconds - 15)}
+               "seconds": max(5, self.limits.notebook_seconds - 15),
+               "files": {rel: base64.b64encode(data).decode() for rel, data in (files or {}).items()}}
         status, message = "finished", ""
         proc = self._proc
         assert proc is not None and proc.stdin is not None and proc.stdout is not None  # (started above)
@@ -428,9 +430,12 @@ class SandboxedExecute(NbGraderPreprocessor):
         names = {}  # opaque id -> hidden case name
         if self.case_inputs:
             names = json.loads(Path(self.case_inputs).with_suffix(".json").read_text())
+        stem = (resources.get("nbgrader") or {}).get("notebook", "")
+        folder = (resources.get("metadata") or {}).get("path") or ""
         with _session_for(Path(self.case_inputs) if self.case_inputs else None, limits, self.isolate,
                           Path(self.data_dir) if self.data_dir else None) as session:
-            result = session.run(hide_case_names(nb, {v: k for k, v in names.items()}))
+            result = session.run(hide_case_names(nb, {v: k for k, v in names.items()}),
+                                 files_beside(Path(folder), stem) if folder else {})
         # back to the names; an observation filed under a hidden case's real name was not made by its check
         result.observations = {names.get(k, k): v for k, v in result.observations.items()
                                if k in names or k not in set(names.values())}
@@ -447,6 +452,27 @@ class SandboxedExecute(NbGraderPreprocessor):
                 cell.outputs = ran.get("outputs", [])
                 cell.execution_count = ran.get("execution_count")
         return nb, resources
+
+
+def files_beside(folder: Path, stem: str) -> dict[str, bytes]:
+    """What notebook `stem`'s run gets from the student's submission folder (grading.notebooks.FILES_BESIDE):
+    regular files only (no link followed), each at most MAX_HANDED_IN bytes; a notebook without its test cells
+    (the folder may hold other notebooks already graded, with their hidden tests restored)."""
+    out = {}
+    for rel in notebooks.FILES_BESIDE.get(stem, []):
+        path = folder / rel
+        try:
+            if path.is_symlink() or not path.is_file() or path.stat().st_size > notebooks.MAX_HANDED_IN:
+                continue
+            if path.suffix == ".ipynb":
+                nb = nbformat.read(str(path), as_version=4)
+                nb.cells = [c for c in nb.cells if not notebooks.is_test(c)]
+                out[rel] = nbformat.writes(nb).encode()
+            else:
+                out[rel] = path.read_bytes()
+        except (OSError, ValueError):  # unreadable: the notebook's check says the file is missing
+            continue
+    return out
 
 
 def write_case_inputs(hidden_dir: Path, dest: Path) -> dict[str, str]:

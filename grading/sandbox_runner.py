@@ -5,8 +5,9 @@
 A standalone script (it imports nothing of the grader, which does not exist inside the sandbox):
 `grading/sandbox.py` mounts it read-only into one sandbox per student and starts it there. It imports
 once what every notebook imports (torch, numpy, matplotlib, ...), then takes jobs on stdin, one line
-per notebook: `{"folder": NAME, "notebook": {...}}`. For each job it writes WORKDIR/NAME/in.ipynb
-and forks; the child runs an IPython kernel in its own process (ipykernel's in-process kernel),
+per notebook: `{"folder": NAME, "notebook": {...}, "files": {PATH: base64}}`. For each job it writes
+WORKDIR/NAME/in.ipynb and the files beside it (grading.notebooks.FILES_BESIDE) and forks; the child
+runs an IPython kernel in its own process (ipykernel's in-process kernel),
 executes the notebook's code cells in order with ``$COURSE_RESULTS_DIR=WORKDIR/NAME/results`` (so
 every ``check`` records what the student's code did instead of judging it), writes out.ipynb after
 every cell, and exits. The server then ends whatever the notebook left running (`--sweep`: every
@@ -314,6 +315,18 @@ def _collect(folder: str) -> dict:
             "dropped": dropped}
 
 
+def _write_files(folder: str, files: dict) -> None:
+    """The files the grader hands a notebook beside it ({"runs/x.pt": base64}: a trained model, the student's
+    other notebooks), each path made of plain names only."""
+    for rel, data in files.items():
+        parts = str(rel).split("/")
+        if not all(PLAIN_NAME.fullmatch(p) for p in parts) or parts[-1] == "in.ipynb":
+            continue
+        os.makedirs(os.path.join(folder, *parts[:-1]), exist_ok=True)
+        with open(os.path.join(folder, *parts), "wb") as f:
+            f.write(base64.b64decode(data))
+
+
 def serve(cell_timeout: int, workdir: str, sweep: bool) -> int:
     for name in PRELOAD:
         try:
@@ -333,6 +346,7 @@ def serve(cell_timeout: int, workdir: str, sweep: bool) -> int:
         os.mkdir(folder)
         with open(os.path.join(folder, "in.ipynb"), "w", encoding="utf-8") as f:
             json.dump(job["notebook"], f)
+        _write_files(folder, job.get("files") or {})
         progress, progress_w = os.pipe()
         pid = os.fork()
         if pid == 0:

@@ -225,6 +225,8 @@ def _situation(case: Case) -> str:
     def shown(value) -> str:
         if isinstance(value, np.ndarray) and value.ndim:
             return f"{value.shape} {value.dtype}"
+        if isinstance(value, (list, tuple, dict)) and len(value) > 4:
+            return f"<{type(value).__name__} of {len(value)}>"
         return repr(value.item() if isinstance(value, np.ndarray) else value)[:40]
 
     named = [(k, case.inputs[k]) for k in case.args] + [(k, case.inputs[v]) for k, v in case.kwargs.items()]
@@ -528,6 +530,9 @@ def diagnose(case: Case, obs: Observation) -> Diagnosis | None:
         if expected in obs.raised:
             return None
         return Diagnosis("raises the wrong exception", f"{what} raised {obs.raised_text}; expected a clear {expected}{when}.")
+    share = next((p for p in case.properties if p[0] == "exact_match_at_least"), None)
+    if share is not None:
+        return _exact_match(case, obs, share[1], float(share[2]))
     got = {}
     for out_name in case.outputs:
         want = case.expected[out_name]
@@ -591,6 +596,34 @@ def diagnose(case: Case, obs: Observation) -> Diagnosis | None:
                     "computation is hidden from autograd (.detach(), .data, torch.no_grad, NumPy) or "
                     "edited in place; use out-of-place ops such as `masked_fill`."))
     return None
+
+
+def _upto_end(row, end_idx: int = 2) -> tuple[int, ...]:
+    """A caption's words up to and including its first <END> (what follows does not count)."""
+    words = [int(w) for w in row]
+    return tuple(words[: words.index(end_idx) + 1]) if end_idx in words else tuple(words)
+
+
+def exact_match_share(captions: np.ndarray, references: np.ndarray) -> float:
+    """Share of captions (N, L) that are, word for word up to <END>, one of their image's references (N, K, L')."""
+    hits = [_upto_end(c) in {_upto_end(r) for r in refs} for c, refs in zip(captions, references)]
+    return sum(hits) / len(hits) if hits else 0.0
+
+
+def _exact_match(case: Case, obs: Observation, out: str, need: float) -> Diagnosis | None:
+    """A trained model's outcome: enough of its captions must be exactly right (case.expected[out] holds the
+    references of each image; the model's captions are case.outputs' `out`)."""
+    refs, got = case.expected[out], obs.outputs.get(out)
+    if got is None or got.ndim != 2 or len(got) != len(refs) or got.dtype.kind not in "iu":
+        shape = None if got is None else got.shape
+        return Diagnosis("wrong shape", f"`{case.target}`: expected ({len(refs)}, words) integer captions, got {shape}.")
+    share = exact_match_share(got, refs)
+    if share >= need:
+        return None
+    return Diagnosis("trained model below its mark", (
+        f"the trained model captions {share:.0%} of these {len(refs)} images exactly right (one of their references, "
+        f"word for word); this case asks for {need:.0%}. Train it fully (section 7, then save), and see which "
+        "mistakes it makes in section 8's breakdown of wrong captions."))
 
 
 def check(name: str, fn: Callable) -> None:
@@ -719,9 +752,10 @@ def check_public(notebook: str, namespace: dict) -> int:
     adapters, failed = _adapters(), 0
     for name, target in targets.items():
         wrapper, _, inner = target.partition("(")
-        answer: Any = namespace.get(inner.rstrip(")") if inner else target)  # None: check says so
-        try:
-            check(name, adapters[wrapper](answer) if inner else answer)
+        answers: list[Any] = [namespace.get(n.strip()) for n in inner.rstrip(")").split(",")] if inner else []
+        try:  # a missing answer is None: check says so
+            answer: Any = adapters[wrapper](*answers) if inner else namespace.get(target)
+            check(name, answer)
         except CheckFailed as exc:
             failed += 1
             print(f"\u2717 {exc}")

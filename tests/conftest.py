@@ -33,6 +33,13 @@ SOLUTION_STEMS = [p.stem for p in nbs.solution_notebooks()]
 
 
 @pytest.fixture(scope="session")
+def trained_model_file(tmp_path_factory) -> Path:
+    """Notebook 04's model as a student who finished it hands it in (the solution's, layers from notebooks
+    02-03, trained as the notebook trains it): built once per test session (about half a minute)."""
+    return nbs.trained_checkpoint(tmp_path_factory.mktemp("trained") / "04_captioning_transformer.pt")
+
+
+@pytest.fixture(scope="session")
 def grading_db():
     """(db_url, workers) for autograde runs: a PostgreSQL server with 2 workers when one can be
     started (always in CI), else the default SQLite gradebook with 1 worker."""

@@ -233,3 +233,25 @@ def test_the_loop_task_allows_vector_dot_products_with_the_at_operator():
          "        w[j] = e / e.sum()\n"
          "    return torch.stack([sum(w[j, i] * v[i] for i in range(len(k))) for j in range(len(q))]), w\n", namespace)
     check("loop/basic", namespace["attention_loop"])
+
+
+def test_a_trained_model_is_measured_by_its_exact_captions():
+    """The trained-model cases count captions that are one of their image's references, word for word up to
+    <END> (any phrasing; what follows <END> does not count), against the case's mark."""
+    from starter.checks import load_case
+
+    case = load_case("trained/new_scenes")
+    refs = torch.from_numpy(case.expected["captions"])  # (N, 3, L)
+
+    def captioner(right: float):
+        def captions(features, words):
+            out = refs[torch.arange(len(refs)), torch.arange(len(refs)) % 3].clone()  # every phrasing in turn
+            out[:, -1] = words.index("red")  # after <END>: ignored
+            out[int(len(out) * right):, 0] = words.index("<UNK>")
+            return out
+        return captions
+
+    check("trained/new_scenes", captioner(0.9))
+    message = _message("trained/new_scenes", captioner(0.5))
+    assert "captions 50% of these 100 images exactly right" in message and "asks for 65%" in message, message
+    assert "expected (100, words) integer captions" in _message("trained/new_scenes", lambda f, w: f[:, :, 0])

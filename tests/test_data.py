@@ -622,3 +622,16 @@ def test_grid_builder_command_line(tmp_path, coco_raw, capsys):
     assert ds.split("train").num_images == 3 and ds.split("val").num_images == 1  # max-images / 4
     assert ds.grid_shape == (1, 1) and "zebra5" in ds.vocab.word_to_idx
     assert "wrote" in capsys.readouterr().out
+
+
+def test_unseen_images_are_drawn_like_the_validation_split(tiny_shapes):
+    """The images of the trained-model cases (data.shapes.unseen_images) follow the validation split's recipe:
+    on that split's own random stream they are that split, features and captions; on another, new scenes."""
+    features, captions = shapes.unseen_images(tiny_shapes, TINY["num_val"], stream=-98)  # [seed, 2]: val's stream
+    with h5py.File(tiny_shapes) as f:
+        stored, vocab = f["val/features"][()], [w.decode() for w in f["vocab"][()]]
+        encoded = f["val/captions"][()]
+    np.testing.assert_allclose(features.astype(np.float32), stored.astype(np.float32), atol=2e-3)
+    assert [" ".join(vocab[i] for i in row if i > 3) for row in encoded] == [c for cs in captions for c in cs]
+    other, _ = shapes.unseen_images(tiny_shapes, TINY["num_val"], stream=1)
+    assert other.shape == stored.shape and not np.allclose(other.astype(np.float32), stored.astype(np.float32))

@@ -326,3 +326,49 @@ def test_a_bad_zip_member_refuses_only_its_student(tmp_path):
     assert results["sneaky"].status == "failed" and "outside the submission" in " ".join(results["sneaky"].notes)
     assert results["linky"].status == "failed" and "symbolic link" in " ".join(results["linky"].notes)
     assert not (tmp_path / "escaped.txt").exists() and not os.path.exists("escaped.txt")
+
+
+class _RunsCode:
+    """A "checkpoint" that runs code when unpickled (torch.save pickles it)."""
+
+    def __init__(self, marker: str):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_a_checkpoint_that_carries_code_is_refused(tmp_path, grading_db, trained_model_file):
+    """Notebook 04's trained model is a file the student hands in: one that runs code when loaded earns that
+    cell nothing, with torch's reason, and runs nothing (weights_only loading, inside the sandbox); a big
+    one is left out with a note; the rest of the notebook is graded as usual."""
+    import shutil
+
+    import torch
+
+    nb04 = "04_captioning_transformer"
+    marker = tmp_path / "pwned-by-checkpoint"
+    subs = tmp_path / "subs"
+    write_nb(filled_submission(nb04), subs / "pickler" / f"{nb04}.ipynb")
+    (subs / "pickler" / "runs").mkdir()
+    torch.save({"state_dict": _RunsCode(str(marker))}, subs / "pickler" / nbs.CHECKPOINT_04)
+    write_nb(filled_submission(nb04), subs / "hoarder" / f"{nb04}.ipynb")
+    (subs / "hoarder" / "runs").mkdir()
+    with open(subs / "hoarder" / nbs.CHECKPOINT_04, "wb") as f:
+        f.truncate(nbs.MAX_HANDED_IN + 1)
+    shutil.copy(trained_model_file, subs / "hoarder" / "04_captioning_transformer.pt")  # an older copy, outside runs/
+    db_url, workers = grading_db
+    results = {r.student: r for r in autograde(subs, tmp_path / "out", course_dir=tmp_path / "course",
+                                               db_url=db_url, workers=workers)}
+    with open(tmp_path / "out" / "grades.csv") as f:
+        rows = {r["student"]: r for r in csv.DictReader(f)}
+    points = {g: p for s, g, p in graded_columns() if s == nb04}
+    for student in ("pickler", "hoarder"):
+        row = rows[student]
+        assert float(row[f"{nb04}:test_trained_model"]) == 0.0, row
+        assert all(float(row[f"{nb04}:{g}"]) == p for g, p in points.items() if g != "test_trained_model"), row
+    assert not marker.exists()
+    html = (tmp_path / "out" / "feedback" / "pickler" / f"{nb04}.html").read_text()
+    assert "weights_only" in html.replace("Weights only", "weights_only"), "torch's reason is shown"
+    notes = " ".join(results["hoarder"].notes)
+    assert "not kept" in notes and "64 MB" in notes, notes

@@ -1062,6 +1062,23 @@ if DATASET == "shapes":
                       [val_split.references(i) for i in examples], title="one wrong caption of each kind (generated in bold)")
         plt.show()
 
+# %% [markdown] nbgrader={"grade": false, "grade_id": "md_trained_model", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# ### Graded: your trained model
+#
+# The next test cell measures the model you trained in section 7, as it was saved: it loads `runs/04_captioning_transformer.pt` (the checkpoint of your `shapes` run) into your `CaptioningTransformer`, captions images with your `greedy_decode`, and counts the captions that are exactly one of their image's references. Its images are 100 new scenes, drawn like the validation images (combinations never seen in training); the public case asks for 65 % of them right. While grading, the same is asked on 100 scenes nobody has seen: 40 %, 55 % and 65 % right earn a point each. Compare with the exact match your evaluation printed above.
+#
+# **Hand in the checkpoint with your notebooks** (the `runs/` folder next to them): the grader does not train your model again, it loads that file. Retraining or changing the model after saving does not change what is graded until you save again.
+
+# %% nbgrader={"grade": true, "grade_id": "test_trained_model", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
+from starter.checks import check
+from starter.layers import trained_captioner
+check("trained/new_scenes", trained_captioner(CaptioningTransformer, greedy_decode))
+### BEGIN HIDDEN TESTS
+check("trained/hidden_scenes_40", trained_captioner(CaptioningTransformer, greedy_decode))
+check("trained/hidden_scenes_55", trained_captioner(CaptioningTransformer, greedy_decode))
+check("trained/hidden_scenes_65", trained_captioner(CaptioningTransformer, greedy_decode))
+### END HIDDEN TESTS
+
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_q_bleu_exact", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # **Question 4 (2 points).** Your evaluation printed a BLEU-4 and an exact-match rate for the same captions. (a) How can a caption that matches none of its image's references still score a high BLEU-4? Name a kind of mistake on `shapes` that BLEU barely punishes (the breakdown above counts them), and say why, in terms of the n-grams it keeps. (b) Exact match is the stricter number here; why would it be useless on COCO?
 #
