@@ -106,7 +106,7 @@ def shapes_config() -> dict:
     for cell in read(SOLUTIONS / "04_captioning_transformer.ipynb").cells:
         if cell.cell_type == "code" and cell.source.startswith("CONFIGS = {"):
             tree = ast.parse(cell.source.split("\nconfig = ")[0])
-            expr = ast.Expression(tree.body[0].value)  # type: ignore[attr-defined]
+            expr = ast.Expression(tree.body[0].value)
             return eval(compile(expr, "CONFIGS", "eval"), {"__builtins__": {}, "dict": dict})["shapes"]
     raise LookupError("CONFIGS cell not found in the solution notebook 04")
 

@@ -8,7 +8,6 @@ import h5py
 import nbformat
 import numpy as np
 import pytest
-
 from conftest import filled_submission
 
 from grading import notebooks as nbs
