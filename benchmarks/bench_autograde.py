@@ -3,7 +3,7 @@
     python benchmarks/bench_autograde.py [--students 6]
 
 Each canned submission holds every notebook, filled with the reference answers (every other student
-with one bug in notebook 01). In one run, on this machine, one after the other:
+with one bug in notebook 01), and notebook 04's trained model. In one run, on this machine, one after the other:
 - plain nbgrader: `autograde` + `generate_feedback` of the same submissions through its API, with
   its own Execute step (student code in the grader's kernel, checks judged in there);
 - the kit, 1 worker (SQLite, as plain nbgrader), then 1 and 2 workers on one PostgreSQL gradebook (if
@@ -44,13 +44,17 @@ c.Execute.timeout = 30
 
 
 def make_class(folder: Path, n: int) -> list[str]:
+    """n submissions of every notebook and notebook 04's trained model (trained once, as the notebook does)."""
     stems = [p.stem for p in notebooks.solution_notebooks()]
+    checkpoint = notebooks.trained_checkpoint(folder.parent / "trained.pt")
     for i in range(n):
         for stem in stems:
             overrides = BUG if (i % 2 and stem.startswith("01")) else None
             path = folder / f"student{i:03d}" / f"{stem}.ipynb"
             path.parent.mkdir(parents=True, exist_ok=True)
             nbformat.write(filled_submission(stem, overrides), str(path))
+        (folder / f"student{i:03d}" / "runs").mkdir()
+        shutil.copy(checkpoint, folder / f"student{i:03d}" / notebooks.CHECKPOINT_04)
     return [f"student{i:03d}" for i in range(n)]
 
 
