@@ -179,3 +179,21 @@ def test_zip_of_submissions(tmp_path, graded, caplog):
     logged = [(r.name, r.levelname, r.getMessage()) for r in caplog.records if r.name.startswith("grading")]
     assert ("grading.autograde", "INFO", f"carol: graded ({results[0].seconds:.1f} s)") in logged  # through logging
     assert any(level == "WARNING" and "notes.txt" in message for _, level, message in logged), logged
+
+
+def test_nbgraders_session_warnings_are_not_shown(tmp_path):
+    """SQLAlchemy's warning about nbgrader's gradebook code, once per student graded, is filtered where the
+    gradebook API is made; other warnings still show."""
+    import warnings
+
+    from sqlalchemy.exc import SAWarning
+
+    from grading import course
+
+    course.prepare_grading_course(tmp_path / "course")
+    course.api(tmp_path / "course")
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.warn(SAWarning("Object of type <SubmittedNotebook> not in session, add operation along "
+                                "'Notebook.submissions' will not proceed"), stacklevel=1)
+        warnings.warn(SAWarning("another warning"), stacklevel=1)
+    assert [str(w.message) for w in seen] == ["another warning"]
