@@ -44,7 +44,7 @@ from pathlib import Path
 
 import nbformat
 from nbgrader.preprocessors import NbGraderPreprocessor
-from traitlets import Bool, Integer, Unicode
+from traitlets import Bool, Float, Integer, Unicode
 
 from starter.cases import case_groups, read_case, write_case
 from starter.checks import CASE_INPUTS_ENV, Observation, read_observations
@@ -52,6 +52,7 @@ from starter.checks import CASE_INPUTS_ENV, Observation, read_observations
 from . import notebooks
 from .sandbox_runner import FOLDER_FULL, MAX_FILES, PLAIN_NAME  # the server's own definitions (it runs standalone)
 
+CPU_PERIOD_US = 100_000  # the cgroup's accounting period for the CPU quota
 SCRATCH = "/tmp/work"  # the notebook's folder inside the sandbox (writable, private)
 RUNNER = Path(__file__).with_name("sandbox_runner.py")  # mounted at /tmp/runner.py, read-only
 CASES = "/tmp/cases"  # the hidden cases' inputs inside the sandbox (read-only)
@@ -64,6 +65,7 @@ class Limits:
     cell_seconds: int = 30
     notebook_seconds: int = 600
     memory_mb: int = 4096
+    cpus: float = 1.0  # CPU time per second of wall time, all its processes together (0: no limit)
     processes: int = 512
     file_mb: int = 256
     scratch_mb: int = 1024  # the notebooks' folders in the sandbox (a tmpfs)
@@ -159,14 +161,21 @@ def _sandbox_env(data_dir: Path | None, isolate: bool, scratch: Path) -> dict:
 
 @contextlib.contextmanager
 def _cgroup(limits: Limits):
-    """Files to write the sandbox's pid into, one per controller (memory, pids); [] where the machine
-    gives us no cgroup (not root, or a read-only hierarchy): then only the rlimits apply."""
+    """Files to write the sandbox's pid into, one per controller (memory, pids, cpu); [] where the machine
+    gives us no cgroup (not root, or a read-only hierarchy): then only the rlimits apply. The CPU quota
+    keeps a notebook that starts many threads or processes to its share of the machine (the kernel's own
+    math libraries run one thread: OMP_NUM_THREADS=1); a hierarchy without the cpu controller goes without it."""
     name = f"grading-{uuid.uuid4().hex[:12]}"
     made: list[Path] = []
     procs: list[str] = []
-    settings = {"memory": {"memory.limit_in_bytes": limits.memory_mb * 2**20},
-                "pids": {"pids.max": limits.processes}}
-    unified = {"memory.max": limits.memory_mb * 2**20, "memory.swap.max": 0, "pids.max": limits.processes}
+    settings: dict[str, dict[str, object]] = {"memory": {"memory.limit_in_bytes": limits.memory_mb * 2**20},
+                                              "pids": {"pids.max": limits.processes}}
+    unified: dict[str, object] = {"memory.max": limits.memory_mb * 2**20, "memory.swap.max": 0,
+                                  "pids.max": limits.processes}
+    if limits.cpus > 0:
+        quota = max(1000, int(limits.cpus * CPU_PERIOD_US))
+        settings["cpu"] = {"cpu.cfs_period_us": CPU_PERIOD_US, "cpu.cfs_quota_us": quota}
+        unified["cpu.max"] = f"{quota} {CPU_PERIOD_US}"
     try:
         if Path("/sys/fs/cgroup/cgroup.controllers").exists():  # cgroup v2 only
             group = Path("/sys/fs/cgroup") / name
@@ -179,10 +188,15 @@ def _cgroup(limits: Limits):
         else:  # cgroup v1 (or hybrid): one hierarchy per controller
             for controller, values in settings.items():
                 group = Path("/sys/fs/cgroup") / controller / name
-                group.mkdir()
-                made.append(group)
-                for key, value in values.items():
-                    (group / key).write_text(str(value))
+                try:
+                    group.mkdir()
+                    made.append(group)
+                    for key, value in values.items():
+                        (group / key).write_text(str(value))
+                except OSError:
+                    if controller != "cpu":  # memory and pids or no cgroup at all; the quota is a bonus
+                        raise
+                    continue
                 procs.append(str(group / "cgroup.procs"))
     except OSError:
         procs = []
@@ -423,10 +437,11 @@ class SandboxedExecute(NbGraderPreprocessor):
     cell_timeout = Integer(30).tag(config=True)
     notebook_timeout = Integer(600).tag(config=True)
     memory_mb = Integer(4096).tag(config=True)
+    cpus = Float(1.0, help="CPUs' worth of time a student's sandbox may use (0: no limit)").tag(config=True)
 
     def preprocess(self, nb, resources):
         limits = Limits(cell_seconds=self.cell_timeout, notebook_seconds=self.notebook_timeout,
-                        memory_mb=self.memory_mb)
+                        memory_mb=self.memory_mb, cpus=self.cpus)
         names = {}  # opaque id -> hidden case name
         if self.case_inputs:
             names = json.loads(Path(self.case_inputs).with_suffix(".json").read_text())

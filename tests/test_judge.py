@@ -138,6 +138,31 @@ def test_a_memory_hog_is_stopped_and_the_rest_of_the_machine_is_not():
     assert after.status == "finished" and after.notebook.cells[0].outputs[0]["text"] == "after\n"
 
 
+BUSY_THREE = '''
+import resource, subprocess, sys, time
+start = time.monotonic()
+busy = [subprocess.Popen([sys.executable, "-c", "import time\\nend = time.monotonic() + 3\\nwhile time.monotonic() < end: pass"])
+        for _ in range(3)]
+for p in busy:
+    p.wait()
+print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_utime / (time.monotonic() - start))
+'''
+
+
+@pytest.mark.skipif(sandbox.bwrap() is None or not _cgroups_available(),
+                    reason="needs bubblewrap and a writable cgroup hierarchy (root)")
+def test_a_notebook_gets_its_share_of_the_cpus_however_many_processes_it_starts():
+    """Three busy processes for 3 s in a sandbox allowed half a CPU use about half a CPU's time (on this
+    2-core machine, unlimited, they would use up to two CPUs' worth)."""
+    if not (Path("/sys/fs/cgroup/cpu").is_dir() or Path("/sys/fs/cgroup/cgroup.controllers").exists()):
+        pytest.skip("no cpu controller")
+    with sandbox.Session(limits=sandbox.Limits(cell_seconds=30, notebook_seconds=60, cpus=0.5)) as session:
+        result = session.run(_notebook(BUSY_THREE))
+    assert result.status == "finished", result.message
+    share = float(_text(result.notebook.cells[0]))
+    assert share < 0.75, f"the busy processes used {share:.2f} CPUs' worth of time under a quota of 0.5"
+
+
 def _notebook(*sources: str):
     return nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(s) for s in sources])
 
