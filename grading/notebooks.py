@@ -7,6 +7,8 @@ from pathlib import Path
 
 import nbformat
 
+from starter.runtime import TRAINED_MODEL
+
 ROOT = Path(__file__).resolve().parent.parent
 SOLUTIONS = ROOT / "solutions"
 RELEASE = ROOT / "notebooks"
@@ -16,9 +18,9 @@ ASSIGNMENT = "attention"  # the nbgrader assignment that holds every notebook
 # a test cell's `check("case", ...)`: the case's name, with what surrounds it (to rewrite it in place)
 CHECK_CALL = re.compile(r"""(?P<before>\bcheck\(\s*["'])(?P<case>[^"']+)(?P<after>["'])""")
 # What a notebook's grading run gets beside it from the student's submission, by notebook: notebook 04's
-# trained model (its test_trained_model loads it; starter.layers.SUBMITTED_CHECKPOINT) and, for a model built
-# with layers="mine", the notebooks that define those layers. Intake keeps the checkpoint (MAX_HANDED_IN bytes).
-CHECKPOINT_04 = "runs/04_captioning_transformer.pt"
+# trained model (its test_trained_model loads it) and, for a model built with layers="mine", the notebooks
+# that define those layers. Intake keeps the checkpoint (MAX_HANDED_IN bytes).
+CHECKPOINT_04 = TRAINED_MODEL
 FILES_BESIDE = {"04_captioning_transformer": [CHECKPOINT_04, "02_positional_encoding.ipynb",
                                               "03_multi_head_attention.ipynb"]}
 MAX_HANDED_IN = 64 * 2**20
@@ -116,11 +118,10 @@ def trained_checkpoint(path: Path, steps: int | None = None, layers: str = "mine
     as the notebook trains it (its configuration, seed 0, the layers of the solution notebooks 02-03 or, with
     layers="torch", PyTorch's; `steps` to shorten it), saved to `path` with save_checkpoint. For the tests
     and walks of grading a correct submission."""
-    import os
-
     import torch
 
     from starter.data import load_dataset
+    from starter.layers import layers_from
     from starter.training import save_checkpoint, seed_everything, train
 
     ns = execute_definitions(SOLUTIONS / "04_captioning_transformer.ipynb")
@@ -132,15 +133,8 @@ def trained_checkpoint(path: Path, steps: int | None = None, layers: str = "mine
     seed_everything(0)
     config = dict(vocab_size=len(ds.vocab), feature_dim=ds.feature_dim, num_regions=ds.num_regions,
                   max_len=ds.max_length, layers=layers, **cfg["model"])
-    saved = os.environ.get("COURSE_NOTEBOOKS_DIR")
-    os.environ["COURSE_NOTEBOOKS_DIR"] = str(SOLUTIONS)  # where layers="mine" finds notebooks 02-03
-    try:
+    with layers_from(SOLUTIONS):  # layers="mine": the solution's notebooks 02-03
         model = ns["CaptioningTransformer"](**config)
-    finally:
-        if saved is None:
-            os.environ.pop("COURSE_NOTEBOOKS_DIR")
-        else:
-            os.environ["COURSE_NOTEBOOKS_DIR"] = saved
     history = train(model, ns["teacher_forcing_loss"], ds.split("train"), val_split=ds.split("val"), seed=0,
                     **train_args)
     with torch.no_grad():

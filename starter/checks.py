@@ -598,18 +598,6 @@ def diagnose(case: Case, obs: Observation) -> Diagnosis | None:
     return None
 
 
-def _upto_end(row, end_idx: int = 2) -> tuple[int, ...]:
-    """A caption's words up to and including its first <END> (what follows does not count)."""
-    words = [int(w) for w in row]
-    return tuple(words[: words.index(end_idx) + 1]) if end_idx in words else tuple(words)
-
-
-def exact_match_share(captions: np.ndarray, references: np.ndarray) -> float:
-    """Share of captions (N, L) that are, word for word up to <END>, one of their image's references (N, K, L')."""
-    hits = [_upto_end(c) in {_upto_end(r) for r in refs} for c, refs in zip(captions, references)]
-    return sum(hits) / len(hits) if hits else 0.0
-
-
 def _exact_match(case: Case, obs: Observation, out: str, need: float) -> Diagnosis | None:
     """A trained model's outcome: enough of its captions must be exactly right (case.expected[out] holds the
     references of each image; the model's captions are case.outputs' `out`)."""
@@ -617,7 +605,15 @@ def _exact_match(case: Case, obs: Observation, out: str, need: float) -> Diagnos
     if got is None or got.ndim != 2 or len(got) != len(refs) or got.dtype.kind not in "iu":
         shape = None if got is None else got.shape
         return Diagnosis("wrong shape", f"`{case.target}`: expected ({len(refs)}, words) integer captions, got {shape}.")
-    share = exact_match_share(got, refs)
+    from .data import Vocab
+    from .metrics import exact_match
+
+    vocab = Vocab(case.const_args[0])  # the words the captions index (trained_captioner's `words`)
+
+    def text(rows: np.ndarray) -> list[str]:  # up to <END>; an index outside the vocabulary reads as <UNK>
+        return vocab.decode(np.where((rows >= 0) & (rows < len(vocab)), rows, vocab.unk_idx))
+
+    share = exact_match(dict(enumerate(text(r) for r in refs)), dict(enumerate(text(got))))
     if share >= need:
         return None
     return Diagnosis("trained model below its mark", (

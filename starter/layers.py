@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from .runtime import OneLineError
+from .runtime import TRAINED_MODEL, OneLineError
 
 # bound when the kit is imported: a check forbids the student's code to call it, not the kit's stand-in
 _multi_head_attention_forward = nn.functional.multi_head_attention_forward
@@ -150,7 +150,7 @@ _MINE_CHECKS = {  # notebook -> (classes to load, public checks they must pass)
                                       ("posenc/too_long", "PositionalEncoding")]),
 }
 _cache: dict = {}
-_mine_while_grading: list[Path] = []  # where a grading run finds the student's 02/03 (trained_captioner)
+_mine_while_grading: list[Path] = []  # where layers="mine" come from meanwhile (layers_from)
 
 
 def _load_mine(folder=None):
@@ -293,14 +293,14 @@ def follows_module(encoding_class):
     return follows
 
 
-SUBMITTED_CHECKPOINT = Path("runs") / "04_captioning_transformer.pt"  # where notebook 04 saves its model
 CAPTION_WORDS = 15  # words generated per caption when a trained model is measured (as in notebook 04)
 
 
 @contextlib.contextmanager
-def _layers_beside(folder: Path):
-    """While grading, let a checkpoint made with layers="mine" be rebuilt from the student's own notebooks
-    02 and 03, which the sandbox puts in `folder` (the training run of a grading run uses PyTorch's)."""
+def layers_from(folder: Path):
+    """While it lasts, layers="mine" come from the notebooks 02 and 03 in `folder`, in a grading run too:
+    a checkpoint made with the student's own layers is rebuilt from the notebooks the sandbox puts beside
+    notebook 04 (the training run of a grading run uses PyTorch's)."""
     _mine_while_grading.append(folder)
     try:
         yield
@@ -308,7 +308,7 @@ def _layers_beside(folder: Path):
         _mine_while_grading.pop()
 
 
-def trained_captioner(model_class, decode, path=SUBMITTED_CHECKPOINT):
+def trained_captioner(model_class, decode, path=TRAINED_MODEL):
     """The trained model's captions, for ``check("trained/...", trained_captioner(CaptioningTransformer,
     greedy_decode))``: a function of ``(features (N, R, D), words)`` that loads the model notebook 04 saved
     at `path` (relative to the notebook's folder), captions the images with ``decode`` (your greedy
@@ -325,7 +325,7 @@ def trained_captioner(model_class, decode, path=SUBMITTED_CHECKPOINT):
         if grading and not Path(path).is_file():
             raise FileNotFoundError(f"no trained model was handed in: {path} (saved by section 7's training cell) "
                                     "belongs in your submission, in a runs/ folder next to the notebooks")
-        with _layers_beside(Path.cwd()) if grading else contextlib.nullcontext():
+        with layers_from(Path.cwd()) if grading else contextlib.nullcontext():
             model, info = load_checkpoint(path, model_class)
         dataset = (info["extra"] or {}).get("dataset", "shapes")
         if dataset != "shapes":

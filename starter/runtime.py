@@ -28,6 +28,7 @@ from pathlib import Path
 
 KIT_ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS_ENV = "COURSE_NOTEBOOKS_DIR"
+TRAINED_MODEL = "runs/04_captioning_transformer.pt"  # where notebook 04 saves its model, in the course folder
 DRIVE_MOUNT = "/content/drive"  # where Colab mounts Google Drive; "MyDrive" is the user's own files
 
 
