@@ -11,11 +11,15 @@ folder and other students' files do not exist in there. Limits: memory and proce
 where the machine lets us make one), file size and core dumps (rlimits), a per-cell timeout (an
 interrupt, then a kill), and a hard kill of the whole sandbox at a notebook's time limit.
 
-One sandbox per student (`Session`, opened by `student_session()` around nbgrader's autograde): its
-server (grading/sandbox_runner.py) imports torch and the rest once, then forks a fresh kernel for each
-notebook, so a notebook costs what its cells cost, not seconds of start-up. Nothing crosses from one
-notebook to the next but files in the sandbox's own /tmp: each kernel is a new process, and whatever a
-notebook started is killed before the next one runs. When the sandbox ends, everything in it ends.
+One sandbox for all of a student's notebooks (`Session`, opened by `student_session()` around nbgrader's
+autograde): its server (grading/sandbox_runner.py) imports torch and the rest once, then forks a fresh
+kernel for each notebook, so a notebook costs what its cells cost, not seconds of start-up. Nothing
+crosses from one notebook to the next but files in the sandbox's own /tmp: each kernel is a new process,
+and whatever a notebook started is killed before the next one runs. When the sandbox ends, everything in
+it ends. A worker keeps its sandbox warm for its next student, but only after a reset that ends every
+process but the server, empties the one writable folder and removes IPC objects, and finds nothing
+left; a sandbox that cannot be reset ends (`SandboxedExecute.reuse_sandbox = False`: a new one per
+student). The server never runs student code itself, so a warm sandbox holds nothing of the last student.
 
 `SandboxedExecute` is nbgrader's `Execute` step done this way; what the checks recorded is read
 back as plain data (`starter.checks.read_observations`) for the judge.
@@ -38,6 +42,7 @@ import sys
 import tempfile
 import threading
 import time
+import types
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -231,6 +236,7 @@ class Session:
     def __init__(self, case_inputs: Path | None = None, limits: Limits = Limits(), isolate: bool = True,
                  data_dir: Path | None = None):
         self.case_inputs, self.limits, self.isolate, self.data_dir = case_inputs, limits, isolate, data_dir
+        self.reuse = False  # kept for the next student after a reset (student_session)
         self._stack: contextlib.ExitStack | None = None
         self._proc: subprocess.Popen | None = None
         self._scratch: Path | None = None
@@ -242,6 +248,7 @@ class Session:
         self.close()
 
     def _start(self) -> None:
+        _scope.started = getattr(_scope, "started", 0) + 1
         self._stack = contextlib.ExitStack()
         self._scratch = Path(self._stack.enter_context(tempfile.TemporaryDirectory(prefix="sandbox-")))
         os.chmod(self._scratch, 0o777)  # --no-sandbox: the notebooks' folders (in the sandbox: a tmpfs of its own)
@@ -284,6 +291,27 @@ class Session:
         self._stderr.seek(0)
         lines = self._stderr.read().decode(errors="replace").strip().splitlines()
         return f": {lines[-1][:200]}" if lines else ""
+
+    def reset(self) -> bool:
+        """Make this sandbox ready for another student (grading/sandbox_runner.py `reset`): True if its
+        server ended every other process, emptied the writable folder and removed the IPC objects, and
+        found nothing left; otherwise (or with no sandbox running, or without bubblewrap) it is closed."""
+        proc = self._proc
+        if proc is None or proc.poll() is not None or not self.isolate:
+            self.close()
+            return False
+        assert proc.stdin is not None and proc.stdout is not None
+        try:
+            proc.stdin.write(b'{"reset": true}\n')
+            proc.stdin.flush()
+            reply = _read_line(proc.stdout, 60, 2**20)
+            answer = json.loads(reply) if reply else {}
+        except (OSError, ValueError):
+            answer = {}
+        if not (isinstance(answer, dict) and answer.get("reset") is True and answer.get("clean") is True):
+            self.close()
+            return False
+        return True
 
     def run(self, nb, files: dict[str, bytes] | None = None) -> SandboxResult:
         """Execute `nb` in a fresh kernel in this sandbox, with `files` ({relative path: bytes}) beside it,
@@ -401,30 +429,69 @@ def run_notebook(nb, case_inputs: Path | None, limits: Limits = Limits(), isolat
         return session.run(nb)
 
 
-_scope = threading.local()
+_scope = threading.local()  # .sessions: the open student scope's; .started: sandboxes it started; .warm: kept
 
 
 @contextlib.contextmanager
 def student_session():
-    """Within this block, every SandboxedExecute of this thread shares one Session: one sandbox per
-    student (grading/worker.py), so the imports are paid once for all of a student's notebooks."""
-    _scope.sessions = {}
+    """Within this block, every SandboxedExecute of this thread shares one Session: one sandbox for all of
+    a student's notebooks (grading/worker.py), so the imports are paid once for all of them.
+
+    A sandbox made with `reuse` (SandboxedExecute.reuse_sandbox, the default) is then kept warm for this
+    thread's next student, but only once `Session.reset` has ended everything the student started,
+    emptied the only writable folder and checked that nothing is left; otherwise, and for a sandbox made
+    without it, the sandbox ends with the block, as before."""
+    _scope.sessions, _scope.started = {}, 0
+    scope = types.SimpleNamespace(sandboxes_started=0)  # how many this student's grading had to start
     try:
-        yield
+        yield scope
     finally:
+        scope.sandboxes_started = _scope.started
         sessions, _scope.sessions = _scope.sessions, None
-        for session in sessions.values():
-            session.close()
+        for key, session in sessions.items():
+            if session.reuse and session.reset():
+                close_warm_sessions()  # one kept per thread: a worker that moves to another course keeps none of the last
+                _warm_sessions()[key] = session
+            else:
+                session.close()
 
 
-def _session_for(case_inputs: Path | None, limits: Limits, isolate: bool, data_dir: Path | None):
-    """The open student scope's session for these settings, or a one-notebook session."""
+def _warm_sessions() -> dict:
+    if getattr(_scope, "warm", None) is None:
+        _scope.warm = {}
+    return _scope.warm
+
+
+def close_warm_sessions() -> None:
+    """End this thread's sandboxes kept for the next student."""
+    warm = _warm_sessions()
+    while warm:
+        warm.popitem()[1].close()
+
+
+def _identity(path: Path | None) -> tuple:
+    try:
+        info = path.stat() if path is not None else None
+    except OSError:
+        return ()
+    return (info.st_dev, info.st_ino, info.st_mtime_ns) if info else ()
+
+
+def _session_for(case_inputs: Path | None, limits: Limits, isolate: bool, data_dir: Path | None,
+                 reuse: bool = False):
+    """The open student scope's session for these settings (a warm one from this thread's last student if
+    there is one), or a one-notebook session."""
     sessions = getattr(_scope, "sessions", None)
     if sessions is None:
         return Session(case_inputs, limits, isolate, data_dir)
-    key = (case_inputs, limits, isolate, data_dir)
+    # what the sandbox mounts, down to the folders' identity: a course prepared again (new opaque ids) or a
+    # dataset rebuilt since the warm sandbox was made needs a new one
+    key = (case_inputs, limits, isolate, data_dir, *(_identity(p) for p in (case_inputs, data_dir, RUNNER)))
     if key not in sessions:
-        sessions[key] = Session(case_inputs, limits, isolate, data_dir)
+        warm = _warm_sessions().pop(key, None)
+        close_warm_sessions()  # kept for other settings: not what this student needs
+        sessions[key] = warm or Session(case_inputs, limits, isolate, data_dir)
+        sessions[key].reuse = reuse and isolate
     return contextlib.nullcontext(sessions[key])
 
 
@@ -438,6 +505,9 @@ class SandboxedExecute(NbGraderPreprocessor):
     notebook_timeout = Integer(600).tag(config=True)
     memory_mb = Integer(4096).tag(config=True)
     cpus = Float(1.0, help="CPUs' worth of time a student's sandbox may use (0: no limit)").tag(config=True)
+    reuse_sandbox = Bool(True, help="keep a student's sandbox, warm, for the worker's next student once a reset "
+                                    "has emptied it and found nothing left (False: a new sandbox per student)"
+                         ).tag(config=True)
 
     def preprocess(self, nb, resources):
         limits = Limits(cell_seconds=self.cell_timeout, notebook_seconds=self.notebook_timeout,
@@ -448,7 +518,7 @@ class SandboxedExecute(NbGraderPreprocessor):
         stem = (resources.get("nbgrader") or {}).get("notebook", "")
         folder = (resources.get("metadata") or {}).get("path") or ""
         with _session_for(Path(self.case_inputs) if self.case_inputs else None, limits, self.isolate,
-                          Path(self.data_dir) if self.data_dir else None) as session:
+                          Path(self.data_dir) if self.data_dir else None, self.reuse_sandbox) as session:
             result = session.run(hide_case_names(nb, {v: k for k, v in names.items()}),
                                  files_beside(Path(folder), stem) if folder else {})
         # back to the names; an observation filed under a hidden case's real name was not made by its check

@@ -3,9 +3,10 @@
     python sandbox_runner.py CELL_TIMEOUT WORKDIR [--sweep]
 
 A standalone script (it imports nothing of the grader, which does not exist inside the sandbox):
-`grading/sandbox.py` mounts it read-only into one sandbox per student and starts it there. It imports
-once what every notebook imports (torch, numpy, matplotlib, ...), then takes jobs on stdin, one line
-per notebook: `{"folder": NAME, "notebook": {...}, "files": {PATH: base64}}`. For each job it writes
+`grading/sandbox.py` mounts it read-only into a sandbox and starts it there. It imports once what every
+notebook imports (torch, numpy, matplotlib, ...) and warms them up (`warm_up`), then takes jobs on
+stdin, one line per notebook: `{"folder": NAME, "notebook": {...}, "files": {PATH: base64}}`, or
+`{"reset": true}` between two students (`reset`: nothing of the last one stays, checked). For each job it writes
 WORKDIR/NAME/in.ipynb and the files beside it (grading.notebooks.FILES_BESIDE) and forks; the child
 runs an IPython kernel in its own process (ipykernel's in-process kernel),
 executes the notebook's code cells in order with ``$COURSE_RESULTS_DIR=WORKDIR/NAME/results`` (so
@@ -23,6 +24,7 @@ run), and outputs are capped before the notebook is written.
 from __future__ import annotations
 
 import base64
+import contextlib
 import importlib
 import json
 import os
@@ -46,9 +48,11 @@ RESULTS_ENV = "COURSE_RESULTS_DIR"  # starter.checks.RESULTS_ENV (the grader's c
 
 # Imported once by the server, so that a notebook's own imports of them cost nothing. Not the kit's
 # `starter` package: importing it sets up the notebook's error display, which needs the notebook's kernel.
-PRELOAD = ("numpy", "torch", "torch.nn", "torch.nn.functional", "h5py", "matplotlib", "matplotlib.pyplot",
-           "PIL.Image", "tqdm.std", "IPython", "ipykernel.inprocess.manager")
-# (not tqdm.auto: it chooses between a text bar and a widget when imported, which needs the kernel)
+PRELOAD = ("numpy", "torch", "torch.nn", "torch.nn.functional", "torch.optim", "h5py", "matplotlib",
+           "matplotlib.pyplot", "PIL.Image", "tqdm.std", "IPython", "ipykernel.inprocess.manager",
+           "torch._dynamo")
+# (not tqdm.auto: it chooses between a text bar and a widget when imported, which needs the kernel;
+# torch._dynamo: torch imports it on the first optimizer or "meta" tensor, 1.3 s in notebooks 02 and 04 each)
 
 # Run in the kernel before the notebook: `exit()`, `quit()`, `os._exit`, `os.abort` and signals raise
 # SystemExit (an error in that cell) instead of ending the kernel.
@@ -61,6 +65,51 @@ REFUSE_EXIT = "\n".join([
     "del _os",
 ])
 OUTPUT_MESSAGES = ("stream", "display_data", "execute_result", "error")
+
+
+def warm_up() -> None:
+    """Do once in the server what torch and matplotlib do slowly the first time, so that every notebook's
+    kernel (a fork of the server) starts past it: a figure like the notebooks' (subplots, log axes, an image
+    with a colour bar, a legend, text with symbols) rendered to PNG as the inline backend does, and a
+    training step. Random states are restored: a kernel starts as it would without this."""
+    import io
+    import random
+
+    import matplotlib.pyplot as plt
+    import numpy as np
+    import torch
+    import torch.nn.functional as F
+
+    states = random.getstate(), np.random.get_state(), torch.random.get_rng_state()
+    try:
+        for layout in ("constrained", None):
+            fig, (ax1, ax2, ax3) = plt.subplots(1, 3, figsize=(6, 2), layout=layout)
+            ax1.loglog([1, 10, 100], [1, 5, 50], "o-", label="q·k / √d")
+            ax1.semilogx([1, 10], [2, 3], "s--", label="softmax")
+            ax1.legend()
+            image = ax2.imshow(np.linspace(0, 1, 49).reshape(7, 7), cmap="viridis")
+            fig.colorbar(image, ax=ax2, label="weight")
+            ax2.set(xlabel="key", ylabel="query", title="warm-up", xticks=range(7), xticklabels=list("abcdefg"))
+            ax3.bar([0, 1], [1, 2])
+            ax3.text(0, 1, r"$\sqrt{d_k}$ → 1.0")
+            if layout is None:
+                fig.tight_layout()
+            fig.savefig(io.BytesIO(), format="png", bbox_inches="tight")
+            plt.close(fig)
+        layer = torch.nn.Linear(8, 8)
+        optimizer = torch.optim.AdamW(layer.parameters(), lr=1e-3)
+        x = torch.randn(2, 3, 8)
+        out = F.scaled_dot_product_attention(layer(x), x, x, attn_mask=torch.ones(3, 3, dtype=torch.bool).tril())
+        F.cross_entropy(out.reshape(6, 8), torch.arange(6), ignore_index=0).backward()
+        torch.nn.utils.clip_grad_norm_(layer.parameters(), 1.0)
+        optimizer.step()
+        (torch.zeros(2, device="meta") + 1).sum()
+    except Exception:  # a warm-up that fails costs nothing but time in the notebooks
+        pass
+    finally:
+        random.setstate(states[0])
+        np.random.set_state(states[1])
+        torch.random.set_rng_state(states[2])
 
 
 def cap_outputs(nb) -> None:
@@ -274,6 +323,65 @@ def _wait(pid: int, progress: int, cell_timeout: int, notebook_seconds: float) -
     return os.waitpid(pid, 0)[1], None, False
 
 
+def _empty(folder: str) -> list[str]:
+    """Remove everything in `folder` (dot-files, folders a notebook made unreadable to its own user, links:
+    never followed); returns the names still there (a tree too deep to walk is left, and reported)."""
+    def remove(path: str) -> None:
+        if os.path.isdir(path) and not os.path.islink(path):
+            with contextlib.suppress(OSError):
+                os.chmod(path, 0o700)
+            with contextlib.suppress(OSError):
+                for entry in os.scandir(path):
+                    remove(entry.path)
+            with contextlib.suppress(OSError):
+                os.rmdir(path)
+        else:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+
+    with contextlib.suppress(OSError, RecursionError):
+        for entry in os.scandir(folder):
+            remove(entry.path)
+    try:
+        return sorted(os.listdir(folder))
+    except OSError as exc:
+        return [f"({exc.strerror})"]
+
+
+def _remove_ipc() -> list[str]:
+    """Remove the System V shared memory, message queues and semaphores of this sandbox's IPC namespace
+    (they outlive the processes that made them); returns those that could not be removed."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    remove = {"shm": lambda i: libc.shmctl(i, 0, None), "msg": lambda i: libc.msgctl(i, 0, None),
+              "sem": lambda i: libc.semctl(i, 0, 0)}  # IPC_RMID = 0
+    left = []
+    for kind, rm in remove.items():
+        for _ in range(2):  # the second pass only reads what is left
+            try:
+                with open(f"/proc/sysvipc/{kind}") as f:
+                    ids = [int(line.split()[1]) for line in f.readlines()[1:] if line.split()]
+            except (OSError, ValueError, IndexError):
+                ids = []
+            for ipc_id in ids:
+                rm(ipc_id)
+        left += [f"{kind} {i}" for i in ids]
+    return left
+
+
+def reset(workdir: str) -> dict:
+    """Between two students, in the sandbox (--sweep): nothing of the last one stays. Every other process
+    is ended, the writable folder (the notebooks' folders and $HOME: the only place a student can write)
+    emptied and the IPC objects removed, then checked: {"clean": False, "left": [...]} if anything
+    survived, and the grader then ends this sandbox and starts a new one."""
+    _sweep()
+    left = [f"process {p}" for p in os.listdir("/proc") if p.isdigit() and int(p) not in (1, os.getpid())]
+    left += [f"file {name}" for name in _empty(workdir)]
+    left += [f"ipc {name}" for name in _remove_ipc()]
+    return {"reset": True, "clean": not left, "left": left[:20]}
+
+
 def _read_regular(path: str, limit: int) -> bytes | None:
     """The bytes of a regular file of at most `limit` bytes (no link followed, no FIFO opened)."""
     try:
@@ -333,6 +441,7 @@ def serve(cell_timeout: int, workdir: str, sweep: bool) -> int:
             importlib.import_module(name)
         except Exception:
             pass
+    warm_up()
     _dumpable(False)
     replies = os.fdopen(os.dup(1), "w", buffering=1)
     devnull = os.open(os.devnull, os.O_RDWR)
@@ -340,6 +449,10 @@ def serve(cell_timeout: int, workdir: str, sweep: bool) -> int:
     real_exit = os._exit
     for line in sys.stdin:
         job = json.loads(line)
+        if job.get("reset"):
+            replies.write(json.dumps(reset(workdir) if sweep else {"reset": True, "clean": False,
+                                                                   "left": ["no sandbox to reset"]}) + "\n")
+            continue
         name = job["folder"] if PLAIN_NAME.fullmatch(str(job["folder"])) else "notebook"
         folder = os.path.join(workdir, name)
         shutil.rmtree(folder, ignore_errors=True)  # (a notebook before could have made one of that name)

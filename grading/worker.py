@@ -59,8 +59,9 @@ def grade_student(root: str | Path, student: str) -> dict:
     record: dict[str, Any] = {"student": student, "ok": False, "notes": [], "flags": []}
     shutil.rmtree(root / "records" / student, ignore_errors=True)  # the judge's records of an earlier run
     try:
-        with sandbox.student_session():  # one sandbox for all of this student's notebooks
+        with sandbox.student_session() as scope:  # one sandbox for all of this student's notebooks
             result = api.autograde(ASSIGNMENT, student, force=True, create=True)
+        record["sandboxes_started"] = scope.sandboxes_started  # 0: the worker's warm one, reset after the last student
         if result.get("success"):
             record["ok"] = True
             feedback = api.generate_feedback(ASSIGNMENT, student, force=True)

@@ -202,6 +202,65 @@ def test_a_students_notebooks_share_a_sandbox_but_nothing_else():
     assert found == {"builtins": False, "torch": False, "others": [], "file": False}, found
 
 
+LEAVE_FOR_THE_NEXT_STUDENT = '''
+import ctypes, os, pathlib, subprocess, sys
+home = pathlib.Path.home()
+startup = home / ".ipython" / "profile_default" / "startup"
+startup.mkdir(parents=True, exist_ok=True)
+(startup / "00-planted.py").write_text("print('PLANTED')")
+(home / ".hidden").write_text("x")
+locked = home / "locked"
+(locked / "inner").mkdir(parents=True)
+(locked / "inner" / "answers.txt").write_text("x")
+os.chmod(locked / "inner", 0)
+os.chmod(locked, 0)
+print("shm", ctypes.CDLL(None).shmget(0x5eed, 4096, 0o1666))  # IPC_CREAT | 0666
+subprocess.Popen([sys.executable, "-c", "import signal, time\\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\\n"
+                  "time.sleep(120)"], start_new_session=True)
+print("left", os.getppid())
+'''
+LOOK_FOR_THE_LAST_STUDENT = '''
+import json, os, pathlib
+here = pathlib.Path.cwd()
+files = sorted(str(p) for p in pathlib.Path.home().rglob("*") if here not in p.parents and p != here)
+shm = open("/proc/sysvipc/shm").read().splitlines()[1:]
+others = [p for p in os.listdir("/proc") if p.isdigit() and int(p) not in (1, os.getpid(), os.getppid())]
+print(json.dumps({"files": files, "shm": shm, "others": others, "server": os.getppid()}))
+'''
+
+
+def _grade_one_student(sources: list[str], limits: sandbox.Limits):
+    """What SandboxedExecute does for one student: their notebooks in this thread's sandbox, reused if warm."""
+    with sandbox.student_session():
+        with sandbox._session_for(None, limits, True, None, reuse=True) as session:
+            return session, [session.run(_notebook(source)) for source in sources]
+
+
+@pytest.mark.skipif(sandbox.bwrap() is None, reason="bubblewrap is not installed")
+def test_a_warm_sandbox_reaches_the_next_student_with_nothing_of_the_last():
+    """A worker keeps its sandbox warm for its next student (the imports are paid once per worker), but only
+    after a reset: every process of the last student ended (one that ignores SIGTERM included), the writable
+    folder emptied (dot-files, an IPython start-up script, folders made unreadable), IPC objects removed.
+    A sandbox whose server a student killed is not reused: the next student gets a new one."""
+    limits = sandbox.Limits(cell_seconds=30, notebook_seconds=60)
+    try:
+        first, (planted,) = _grade_one_student([LEAVE_FOR_THE_NEXT_STUDENT], limits)
+        second, (looked,) = _grade_one_student([LOOK_FOR_THE_LAST_STUDENT], limits)
+        assert planted.status == "finished" and "left" in _text(planted.notebook.cells[0]), planted.message
+        assert second is first, "the warm sandbox was not reused"
+        found = json.loads(_text(looked.notebook.cells[0]))
+        assert "PLANTED" not in _text(looked.notebook.cells[0])
+        planted_files = [f for f in found["files"] if any(n in f for n in ("planted", "hidden", "locked", "answers"))]
+        assert (planted_files, found["shm"], found["others"]) == ([], [], []), found
+        # a student who ends the server: the sandbox cannot be reset, so the next student gets a new one
+        kill = "import ctypes, os\nctypes.CDLL(None).kill(os.getppid(), 9)"
+        killer, _ = _grade_one_student([kill], limits)
+        after, (fine,) = _grade_one_student(["print('fresh')"], limits)
+        assert after is not killer and fine.status == "finished" and _text(fine.notebook.cells[0]) == "fresh\n"
+    finally:
+        sandbox.close_warm_sessions()
+
+
 LOOK_BESIDE = '''
 import json, pathlib
 print(json.dumps(sorted(str(p) for p in pathlib.Path(".").rglob("*") if p.is_file() and p.name != "in.ipynb"

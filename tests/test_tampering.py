@@ -111,6 +111,23 @@ import subprocess, sys
 subprocess.Popen(["/bin/sh", "-c", "sleep 300 # {MARKER}"], start_new_session=True)
 subprocess.Popen([sys.executable, "-c", "import os, time; os.setsid(); time.sleep(300)  # {MARKER}"])
 '''
+# a process that outlives its notebook to write into whatever notebook runs next (the same student's, or the
+# next student's in a sandbox kept warm): it must be gone before any other notebook starts
+HAUNT_THE_NEXT = f'''
+import subprocess, sys
+subprocess.Popen([sys.executable, "-c", """
+import glob, os, signal, time  # {MARKER}
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+for _ in range(3000):
+    for folder in glob.glob("/tmp/work/*/results") + glob.glob("/tmp/work/*"):
+        try:
+            with open(os.path.join(folder, "zzzz.json"), "w") as f:
+                f.write("{{}}")
+        except OSError:
+            pass
+    time.sleep(0.05)
+"""], start_new_session=True)
+'''
 WRITE_ELSEWHERE = '''
 import glob, os
 _hits = []
@@ -197,6 +214,7 @@ STUDENTS = {
     "reads_references": (_wrong(READ_HIDDEN), HONEST_WRONG, None),
     "runs_others_work": (_wrong(RUN_OTHERS), HONEST_WRONG, None),
     "background_process": (_wrong(BACKGROUND), HONEST_WRONG, None),
+    "haunts_the_next": (_at_end(HAUNT_THE_NEXT), HONEST_WRONG, None),
     "writes_elsewhere": (_wrong(WRITE_ELSEWHERE), HONEST_WRONG, None),
     # killing its own sandbox's server loses what the notebook recorded: that notebook earns nothing
     "kills_everything": (_at_end(KILL_EVERYTHING), {"test_attention_loop": 0, "test_sdpa": 0, "test_sdpa_mask": 0,

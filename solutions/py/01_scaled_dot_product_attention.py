@@ -237,6 +237,8 @@ check("sdpa/mask_per_key", scaled_dot_product_attention)
 # %% nbgrader={"grade": false, "grade_id": "code_12", "locked": true, "schema_version": 3, "solution": false, "task": false}
 import timeit
 
+from starter.training import GRADING  # True while nbgrader grades this notebook
+
 q, k, v = torch.randn(20, 16), torch.randn(30, 16), torch.randn(30, 8)
 out_loop, w_loop = attention_loop(q, k, v)
 out_vec, w_vec = scaled_dot_product_attention(q, k, v)
@@ -245,9 +247,10 @@ print("loop == vectorised:", torch.allclose(out_loop, out_vec, atol=1e-5),
       "| vectorised == PyTorch:", torch.allclose(out_vec, out_torch, atol=1e-5))
 
 # best of 5 rounds of 20 calls each: one call is too short to time (the clock's resolution and the first
-# call's warm-up would dominate)
-t_loop = min(timeit.repeat(lambda: attention_loop(q, k, v), number=20, repeat=5)) / 20
-t_vec = min(timeit.repeat(lambda: scaled_dot_product_attention(q, k, v), number=20, repeat=5)) / 20
+# call's warm-up would dominate); 3 rounds of 5 while nbgrader grades the notebook (the timing is not graded)
+rounds, calls = (3, 5) if GRADING else (5, 20)
+t_loop = min(timeit.repeat(lambda: attention_loop(q, k, v), number=calls, repeat=rounds)) / calls
+t_vec = min(timeit.repeat(lambda: scaled_dot_product_attention(q, k, v), number=calls, repeat=rounds)) / calls
 print(f"loop {t_loop * 1e3:.1f} ms, vectorised {t_vec * 1e3:.3f} ms per call: {t_loop / t_vec:.0f}x faster")
 
 
