@@ -64,7 +64,7 @@ def graded(tmp_path_factory, grading_db, trained_model_file):
     with open(out / "grades.csv") as f:
         rows = {r["student"]: r for r in csv.DictReader(f)}
     return {"results": {r.student: r for r in results}, "rows": rows, "out": out, "subs": subs, "before": before,
-            "course": course, "db": db_url or f"sqlite:///{course / 'gradebook.db'}"}
+            "course": course, "db": db_url or f"sqlite:///{course / 'gradebook.db'}", "workers": workers}
 
 
 def _points():
@@ -109,6 +109,16 @@ def test_written_answers_graded_in_formgrader_count_after_report(graded, capsys)
     other.mkdir()
     assert main(["report", str(graded["out"]), "--db", f"sqlite:///{other / 'gradebook.db'}"]) == 2
     assert "is not this run's" in capsys.readouterr().err
+
+
+def test_each_worker_starts_one_sandbox_and_keeps_it_warm(graded):
+    """Nobody here ends their own sandbox, so each worker starts one, for its first student, and grades the
+    others in it once it is reset (grading.sandbox.student_session): a start costs seconds per student."""
+    status = graded["course"] / "status"
+    started = {p.stem: json.loads(p.read_text()).get("sandboxes_started") for p in status.glob("*.json")}
+    graded_here = [s for s, r in graded["results"].items() if r.status == "graded"]
+    assert len(graded_here) >= 3 and all(isinstance(started.get(s), int) for s in graded_here), started
+    assert 1 <= sum(started[s] for s in graded_here) <= graded["workers"], started
 
 
 def test_untouched_release_gets_zero(graded):
