@@ -429,7 +429,8 @@ def run_notebook(nb, case_inputs: Path | None, limits: Limits = Limits(), isolat
         return session.run(nb)
 
 
-_scope = threading.local()  # .sessions: the open student scope's; .started: sandboxes it started; .warm: kept
+_scope = threading.local()  # .sessions: the open student scope's; .started: sandboxes it started;
+# .warm: (key, Session) kept for this thread's next student
 
 
 @contextlib.contextmanager
@@ -451,22 +452,16 @@ def student_session():
         for key, session in sessions.items():
             if session.reuse and session.reset():
                 close_warm_sessions()  # one kept per thread: a worker that moves to another course keeps none of the last
-                _warm_sessions()[key] = session
+                _scope.warm = (key, session)
             else:
                 session.close()
 
 
-def _warm_sessions() -> dict:
-    if getattr(_scope, "warm", None) is None:
-        _scope.warm = {}
-    return _scope.warm
-
-
 def close_warm_sessions() -> None:
-    """End this thread's sandboxes kept for the next student."""
-    warm = _warm_sessions()
-    while warm:
-        warm.popitem()[1].close()
+    """End the sandbox this thread kept for its next student, if any."""
+    kept, _scope.warm = getattr(_scope, "warm", None), None
+    if kept is not None:
+        kept[1].close()
 
 
 def _identity(path: Path | None) -> tuple:
@@ -488,9 +483,11 @@ def _session_for(case_inputs: Path | None, limits: Limits, isolate: bool, data_d
     # dataset rebuilt since the warm sandbox was made needs a new one
     key = (case_inputs, limits, isolate, data_dir, *(_identity(p) for p in (case_inputs, data_dir, RUNNER)))
     if key not in sessions:
-        warm = _warm_sessions().pop(key, None)
-        close_warm_sessions()  # kept for other settings: not what this student needs
-        sessions[key] = warm or Session(case_inputs, limits, isolate, data_dir)
+        kept, _scope.warm = getattr(_scope, "warm", None), None
+        if kept is not None and kept[0] != key:  # kept for other settings: not what this student needs
+            kept[1].close()
+            kept = None
+        sessions[key] = kept[1] if kept is not None else Session(case_inputs, limits, isolate, data_dir)
         sessions[key].reuse = reuse and isolate
     return contextlib.nullcontext(sessions[key])
 

@@ -356,18 +356,18 @@ def _remove_ipc() -> list[str]:
     libc = ctypes.CDLL(None, use_errno=True)
     remove = {"shm": lambda i: libc.shmctl(i, 0, None), "msg": lambda i: libc.msgctl(i, 0, None),
               "sem": lambda i: libc.semctl(i, 0, 0)}  # IPC_RMID = 0
-    left = []
+
+    def ids(kind: str) -> list[int]:
+        try:
+            with open(f"/proc/sysvipc/{kind}") as f:
+                return [int(line.split()[1]) for line in f.readlines()[1:] if line.split()]
+        except (OSError, ValueError, IndexError):
+            return []
+
     for kind, rm in remove.items():
-        for _ in range(2):  # the second pass only reads what is left
-            try:
-                with open(f"/proc/sysvipc/{kind}") as f:
-                    ids = [int(line.split()[1]) for line in f.readlines()[1:] if line.split()]
-            except (OSError, ValueError, IndexError):
-                ids = []
-            for ipc_id in ids:
-                rm(ipc_id)
-        left += [f"{kind} {i}" for i in ids]
-    return left
+        for ipc_id in ids(kind):
+            rm(ipc_id)
+    return [f"{kind} {i}" for kind in remove for i in ids(kind)]
 
 
 def reset(workdir: str) -> dict:
