@@ -9,7 +9,9 @@ with one bug in notebook 01), and notebook 04's trained model. In one run, on th
 - the kit, 1 worker (SQLite, as plain nbgrader), then 1 and 2 workers on one PostgreSQL gradebook (if
   its binaries are installed), so that the speed-up compares worker counts and nothing else.
 Prints seconds per submission for each, the kit/plain ratio, the speed-up of 2 workers over 1, and a
-projection for 500 submissions on 16 cores. The kit's seconds per submission come two ways: the run's
+projection for 500 submissions on 16 cores. First, a control: the engine alone (grading/engine.py) with
+a stand-in task of fixed pure-Python work, 1 and 2 workers, with Dask's default background work and
+with the engine's (`engine.QUIET`), so that what the engine itself costs is measured apart from grading. The kit's seconds per submission come two ways: the run's
 wall time over the class (the cluster's start-up and each worker's first sandbox shared by few
 students), and the steady state a large class sees, the mean time inside the worker of the students
 graded in a sandbox kept warm from the worker's previous student.
@@ -24,13 +26,14 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from unittest import mock
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import nbformat
 
-from grading import course, notebooks
+from grading import course, engine, notebooks
 from grading import local_postgres as postgres
 from grading.autograde import autograde
 from grading.notebooks import filled_submission
@@ -109,6 +112,32 @@ def kit(subs: Path, tmp: Path, name: str, n: int, db_url=None, workers=1) -> tup
     return total / n, inside, steady
 
 
+def stand_in(root: str, student: str) -> dict:
+    """A task of fixed work that grades nothing: pure Python, about 3 s on one core here. Returns its wall
+    time and the CPU time its thread got meanwhile."""
+    start, cpu, total = time.perf_counter(), time.thread_time(), 0
+    for i in range(100_000_000):
+        total += i
+    return {"student": student, "ok": True, "seconds": time.perf_counter() - start, "cpu": time.thread_time() - cpu}
+
+
+def engine_alone(tmp: Path, n: int) -> None:
+    """The control: `n` stand-in tasks through the engine, 1 and 2 workers, with Dask's defaults and QUIET."""
+    for name, quiet in (("Dask's defaults", {}), ("engine.QUIET   ", dict(engine.QUIET))):
+        times = {}
+        with mock.patch.dict(engine.QUIET, quiet, clear=True):
+            for workers in (1, 2):
+                root = tmp / f"engine-{len(quiet)}-{workers}"
+                root.mkdir()
+                start = time.perf_counter()
+                records = engine.run(root, [f"s{i}" for i in range(n)], workers=workers, progress=False, task=stand_in)
+                share = sum(r["cpu"] for r in records.values()) / sum(r["seconds"] for r in records.values())
+                times[workers] = (time.perf_counter() - start, share)
+        (one, share1), (two, share2) = times[1], times[2]
+        print(f"  {name}: 1 worker {one:5.1f} s, 2 workers {two:5.1f} s ({one / two:.2f}x); a task had the CPU "
+              f"{100 * share1:.1f} % of its time alone, {100 * share2:.1f} % side by side")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--students", type=int, default=6)
@@ -120,6 +149,8 @@ def main() -> None:
         tmp = Path(t)
         students = make_class(tmp / "subs", n)
         print(f"{n} submissions x {len(notebooks.solution_notebooks())} notebooks, {os.cpu_count()} cores")
+        print(f"the engine alone, {n} stand-in tasks of fixed pure-Python work (no sandbox, no nbgrader):")
+        engine_alone(tmp, n)
         plain = plain_nbgrader(tmp / "subs", tmp, students, args.plain_agg)
         print(f"plain nbgrader autograde + feedback: {plain:6.1f} s per submission "
               f"({'Agg: no figures drawn' if args.plain_agg else 'figures drawn inline, as in Jupyter'})")
@@ -131,16 +162,18 @@ def main() -> None:
             print("PostgreSQL not available: the 1 vs 2 workers comparison is skipped")
             return
         with postgres.server() as url:  # both on the same gradebook, so only the worker count differs
-            one_pg, inside_one, _ = kit(tmp / "subs", tmp, "1worker-pg", n, url, workers=1)
+            one_pg, inside_one, steady_one = kit(tmp / "subs", tmp, "1worker-pg", n, url, workers=1)
             print(f"kit, 1 worker (PostgreSQL):         {one_pg:6.1f} s per submission ({inside_one:.1f} s per "
                   "student inside the worker)")
         with postgres.server() as url:
-            two, inside_two, _ = kit(tmp / "subs", tmp, "2workers", n, url, workers=2)
+            two, inside_two, steady_two = kit(tmp / "subs", tmp, "2workers", n, url, workers=2)
         print(f"kit, 2 workers (PostgreSQL):        {two:6.1f} s per submission ({inside_two:.1f} s per "
               "student inside a worker)")
         efficiency = one_pg / two / 2
         print(f"speed-up of 2 workers over 1: {one_pg / two:.2f}x wall, start-up included (parallel efficiency "
-              f"{efficiency:.2f}); {2 * inside_one / inside_two:.2f}x once started (per-student time, 1 vs 2 side by side)")
+              f"{efficiency:.2f}); {2 * inside_one / inside_two:.2f}x once started (per-student time, 1 vs 2 side by side); "
+              f"{2 * steady_one / steady_two:.2f}x in the steady state (a student in a warm sandbox: {steady_one:.1f} s "
+              f"alone, {steady_two:.1f} s with two side by side)")
         print(f"projection, 500 submissions on 16 cores with 16 workers: "
               f"{500 * one_pg / (16 * efficiency) / 60:.1f} min (the wall efficiency assumed to hold)")
 

@@ -51,11 +51,12 @@ def autograde(submissions: Path, out: Path, course_dir: Path | None = None, db_u
     status = root / "status"
     if not resume and status.exists():
         shutil.rmtree(status)
-    course.prepare_grading_course(root, db_url, cell_timeout, isolate=sandbox, notebook_timeout=notebook_timeout)
+    with engine.cluster(workers, scheduler, warm=True) as client:  # the workers start while the course is prepared
+        course.prepare_grading_course(root, db_url, cell_timeout, isolate=sandbox, notebook_timeout=notebook_timeout)
+        results, loose = intake(Path(submissions), root, students)
+        gradable = [r.student for r in results if r.status not in ("failed", "no notebooks")]
+        records = engine.run(root, gradable, progress=progress, task=task, client=client)
     db_url = db_url or f"sqlite:///{root / 'gradebook.db'}"
-    results, loose = intake(Path(submissions), root, students)
-    gradable = [r.student for r in results if r.status not in ("failed", "no notebooks")]
-    records = engine.run(root, gradable, workers=workers, scheduler=scheduler, progress=progress, task=task)
     report(out, root, results, records, loose, db_url)
     for r in results:
         log.info("%s: %s (%.1f s)", r.student, r.status, r.seconds)

@@ -17,15 +17,32 @@ whose parent was killed continues with `resume=True` where it stopped.
 """
 from __future__ import annotations
 
+import contextlib
+import importlib
 import json
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from dask.distributed import Client
 
 log = logging.getLogger(__name__)
 
 RETRIES_AFTER_A_DEAD_WORKER = 1
+
+# Dask's background work, made rare: with as many workers as cores it takes its CPU from the students
+# being graded. Each worker samples its task's stack every 10 ms (the dashboard's profile; this engine
+# has no dashboard), and the scheduler's process checks its event loop every 20 ms and each worker's
+# memory every 100 ms. Measured on 2 cores with 2 workers (benchmarks/bench_autograde.py --engine-only):
+# 3.6 % of the CPU went to them by default, 0.6 % with these. The memory limit still holds (checked
+# every second; the sandbox has its own).
+QUIET = {"distributed.worker.profile.enabled": False,
+         "distributed.admin.system-monitor.interval": "5s",
+         "distributed.admin.tick.interval": "500ms",
+         "distributed.worker.memory.monitor-interval": "1s"}
 
 
 def _status_dir(root: Path) -> Path:
@@ -51,14 +68,46 @@ def _failed(root: Path, student: str, reason: str) -> dict:
     return record
 
 
+@contextlib.contextmanager
+def cluster(workers: int = 1, scheduler: str | None = None, warm: bool = False) -> Iterator[Client]:
+    """A client of the cluster that grades: a `LocalCluster` of `workers` processes, or the running one at
+    `scheduler`. `warm`: each worker imports the grader at once (a task each, about 5 s), so that it does
+    so while the caller prepares the course instead of after."""
+    import dask
+    from dask.distributed import Client, LocalCluster
+
+    with dask.config.set({"distributed.scheduler.allowed-failures": RETRIES_AFTER_A_DEAD_WORKER,
+                          "distributed.scheduler.worker-saturation": 1.0,  # one student per worker at a time
+                          "distributed.worker.daemon": False,  # a worker starts processes (sandboxes)
+                          "distributed.logging.distributed": "error", **QUIET}):
+        if scheduler:
+            local, client = None, Client(scheduler, timeout=30)
+        else:
+            local = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                                 dashboard_address=None, silence_logs=logging.ERROR,
+                                 env={"OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore", "MPLBACKEND": "Agg"})
+            client = Client(local)
+    try:
+        imports = [client.submit(importlib.import_module, "grading.worker", key=f"import-grader-{address}",
+                                 workers=[address], pure=False)
+                   for address in (client.scheduler_info()["workers"] if warm else ())]
+        yield client
+        del imports  # held until here: a future no one holds is cancelled
+    finally:
+        client.close()
+        if local is not None:
+            local.close()
+
+
 def run(root: Path, students: list[str], workers: int = 1, scheduler: str | None = None,
-        progress: bool = True, task: Callable[[str, str], dict] | None = None) -> dict[str, dict]:
-    """Grade `students` (those without a record yet) on a cluster; return every student's record.
+        progress: bool = True, task: Callable[[str, str], dict] | None = None,
+        client: Client | None = None) -> dict[str, dict]:
+    """Grade `students` (those without a record yet) on a cluster (`client`'s, or one made for this
+    call: `cluster(workers, scheduler)`); return every student's record.
 
     `task(root, student)` grades one student on a worker and writes its record (default
     `worker.grade_student`); it must be picklable to the workers."""
-    import dask
-    from dask.distributed import Client, LocalCluster, as_completed
+    from dask.distributed import as_completed
     from distributed.scheduler import KilledWorker
     from tqdm.auto import tqdm
 
@@ -69,45 +118,34 @@ def run(root: Path, students: list[str], workers: int = 1, scheduler: str | None
     todo = [s for s in students if s not in records]
     if not todo:
         return records
-    with dask.config.set({"distributed.scheduler.allowed-failures": RETRIES_AFTER_A_DEAD_WORKER,
-                          "distributed.scheduler.worker-saturation": 1.0,  # one student per worker at a time
-                          "distributed.worker.daemon": False,  # a worker starts processes (sandboxes)
-                          "distributed.logging.distributed": "error"}):
-        if scheduler:
-            cluster, client = None, Client(scheduler, timeout=30)
-        else:
-            cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                                   dashboard_address=None, silence_logs=logging.ERROR,
-                                   env={"OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore",
-                                        "MPLBACKEND": "Agg"})
-            client = Client(cluster)
+    if client is None:
+        with cluster(workers, scheduler) as client:
+            return run(root, students, progress=progress, task=task, client=client)
+    futures = {client.submit(task, str(root), s, key=f"grade-{s}", pure=False): s for s in todo}
+    bar = tqdm(total=len(futures), desc="grading", unit="student", disable=not progress)
+    for future in as_completed(futures):
+        student = futures[future]
         try:
-            futures = {client.submit(task, str(root), s, key=f"grade-{s}", pure=False): s for s in todo}
-            bar = tqdm(total=len(futures), desc="grading", unit="student", disable=not progress)
-            for future in as_completed(futures):
-                student = futures[future]
-                try:
-                    records[student] = future.result()
-                except KilledWorker:
-                    records[student] = _failed(root, student, "the grading worker died twice on this student "
-                                                              "(out of memory, or killed)")
-                    log.error("%s: %s", student, records[student]["error"])
-                except Exception as exc:
-                    records[student] = _failed(root, student, f"{type(exc).__name__}: {exc}"[:400])
-                    log.error("%s: grading failed: %s", student, records[student]["error"])
-                bar.update(1)
-            bar.close()
-        finally:
-            client.close()
-            if cluster is not None:
-                cluster.close()
+            records[student] = future.result()
+        except KilledWorker:
+            records[student] = _failed(root, student, "the grading worker died twice on this student "
+                                                      "(out of memory, or killed)")
+            log.error("%s: %s", student, records[student]["error"])
+        except Exception as exc:
+            records[student] = _failed(root, student, f"{type(exc).__name__}: {exc}"[:400])
+            log.error("%s: grading failed: %s", student, records[student]["error"])
+        bar.update(1)
+    bar.close()
     return records
 
 
 def worker_env() -> dict:
-    """Environment for `dask worker` processes started by hand or by tests: the kit importable."""
+    """Environment for `dask worker` processes started by hand or by tests: the kit importable, and QUIET
+    (as Dask reads settings from the environment: DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED=False, ...)."""
     from . import notebooks
 
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(notebooks.ROOT), env.get("PYTHONPATH", "")]))
+    for key, value in QUIET.items():
+        env["DASK_" + key.upper().replace(".", "__").replace("-", "_")] = str(value)
     return env

@@ -77,6 +77,22 @@ def test_two_workers_on_postgres(tmp_path):
             assert sorted(s.id for s in gb.students) == sorted(expected)
 
 
+def test_dask_stays_out_of_the_workers_way(tmp_path):
+    """With as many workers as cores, Dask's background work takes its CPU from the students: the
+    workers run without the 10 ms stack sampling and with rarer monitoring (engine.QUIET)."""
+    records = engine.run(tmp_path, ["a", "b"], workers=2, progress=False, task=holdback.background_of_its_worker)
+    for student, record in records.items():
+        assert record["profile_samples"] == 0, f"{student}: its worker sampled the task's stack " \
+                                                f"{record['profile_samples']} times in 0.5 s (profiling is on)"
+        assert record["settings"] == {**record["settings"], **engine.QUIET}, \
+            f"{student}: the worker did not get engine.QUIET: {record['settings']}"
+    # workers started by hand (`dask worker`) get them from the environment engine.worker_env() gives
+    read = subprocess.run([sys.executable, "-c", "import dask, distributed, json; print(json.dumps("
+                           f"{{k: dask.config.get(k) for k in {list(engine.QUIET)!r}}}))"],
+                          env=engine.worker_env(), capture_output=True, text=True, check=True)
+    assert json.loads(read.stdout) == engine.QUIET, f"dask worker's settings from worker_env(): {read.stdout}"
+
+
 def test_more_workers_need_a_real_database(tmp_path):
     _class(tmp_path / "subs", 1)
     with pytest.raises(ValueError, match="SQLite"):
