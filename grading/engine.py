@@ -3,7 +3,9 @@
 By default a `LocalCluster` on this machine, one worker process per core (`workers`); with
 `scheduler="tcp://HOST:PORT"` the tasks go to a running cluster instead, whose workers were started
 with `dask worker tcp://HOST:PORT` on machines that have this kit installed and see the course
-folder at the same path (a shared file system) and the same PostgreSQL gradebook.
+folder at the same path (a shared file system) and the same PostgreSQL gradebook. `cluster()` gives
+the client (`autograde` opens it before it prepares the course, so that the workers start and import
+the grader meanwhile); `run()` sends it one task per student.
 
 Scheduling is dynamic: a worker holds one student at a time and takes the next when it finishes, so
 nobody waits behind a slow student (for a scheduler started by hand, set
@@ -35,10 +37,10 @@ RETRIES_AFTER_A_DEAD_WORKER = 1
 
 # Dask's background work, made rare: with as many workers as cores it takes its CPU from the students
 # being graded. Each worker samples its task's stack every 10 ms (the dashboard's profile; this engine
-# has no dashboard), and the scheduler's process checks its event loop every 20 ms and each worker's
-# memory every 100 ms. Measured on 2 cores with 2 workers (benchmarks/bench_autograde.py --engine-only):
-# 3.6 % of the CPU went to them by default, 0.6 % with these. The memory limit still holds (checked
-# every second; the sandbox has its own).
+# has no dashboard); the parent process (scheduler and nannies) checks its event loop every 20 ms and
+# each worker's memory every 100 ms. Measured on 2 cores, 2 workers running a stand-in task (the control in
+# benchmarks/bench_autograde.py): a task had the CPU 96.3 % of its time by default, 98.7 % with these
+# (alone: 97.9 and 99.6 %). The memory limit still holds (checked every second; the sandbox has its own).
 QUIET = {"distributed.worker.profile.enabled": False,
          "distributed.admin.system-monitor.interval": "5s",
          "distributed.admin.tick.interval": "500ms",
