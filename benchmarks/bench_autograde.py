@@ -11,10 +11,11 @@ with one bug in notebook 01), and notebook 04's trained model. In one run, on th
 Prints seconds per submission for each, the kit/plain ratio, the speed-up of 2 workers over 1, and a
 projection for 500 submissions on 16 cores. First, a control: the engine alone (grading/engine.py) with
 a stand-in task of fixed pure-Python work, 1 and 2 workers, with Dask's default background work and
-with the engine's (`engine.QUIET`), so that what the engine itself costs is measured apart from grading. The kit's seconds per submission come two ways: the run's
-wall time over the class (the cluster's start-up and each worker's first sandbox shared by few
-students), and the steady state a large class sees, the mean time inside the worker of the students
-graded in a sandbox kept warm from the worker's previous student.
+with the engine's (`engine.QUIET`), so that what the engine itself costs is measured apart from
+grading. The kit's seconds per submission come two ways: the run's wall time over the class (the
+cluster's start-up and each worker's first sandbox shared by few students), and the steady state a
+large class sees, the mean time inside the worker of the students graded in a sandbox kept warm from
+the worker's previous student.
 """
 from __future__ import annotations
 
