@@ -54,8 +54,8 @@ from traitlets import Bool, Float, Integer, Unicode
 from starter.cases import case_groups, read_case, write_case
 from starter.checks import CASE_INPUTS_ENV, Observation, read_observations
 
-from . import notebooks
-from .sandbox_runner import FOLDER_FULL, MAX_FILES, PLAIN_NAME  # the server's own definitions (it runs standalone)
+from . import notebooks, seccomp
+from .sandbox_runner import MAX_FILES, PLAIN_NAME  # the server's own definitions (it runs standalone)
 
 CPU_PERIOD_US = 100_000  # the cgroup's accounting period for the CPU quota
 SCRATCH = "/tmp/work"  # the notebook's folder inside the sandbox (writable, private)
@@ -113,8 +113,10 @@ def _python_roots() -> list[str]:
     return sorted(r for r in roots if not r.startswith(("/usr", "/bin", "/lib")))
 
 
-def sandbox_argv(limits: Limits, case_inputs: Path | None, data_dir: Path | None) -> list[str]:
-    """bubblewrap's command line, up to the program to run in the sandbox.
+def sandbox_argv(limits: Limits, case_inputs: Path | None, data_dir: Path | None,
+                 seccomp_fd: int | None = None) -> list[str]:
+    """bubblewrap's command line, up to the program to run in the sandbox; `seccomp_fd`: an open file of the
+    system-call filter (grading/seccomp.py), to be passed to bwrap.
 
     Run by root, bwrap builds the mounts and then `setpriv` makes the program a real unprivileged user
     (uid 65534, no capabilities, no supplementary groups): with a user namespace instead, uid 65534
@@ -123,6 +125,8 @@ def sandbox_argv(limits: Limits, case_inputs: Path | None, data_dir: Path | None
     namespaces = ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try"]
     if os.geteuid() != 0:
         namespaces += ["--unshare-user", "--uid", str(NOBODY), "--gid", str(NOBODY), "--cap-drop", "ALL"]
+    if seccomp_fd is not None:
+        namespaces += ["--seccomp", str(seccomp_fd)]
     argv = [require_bwrap(), *namespaces, "--die-with-parent", "--new-session", "--hostname", "grading",
             "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
     binds = [(path, path, True) for path in ("/usr", "/bin", "/lib", "/lib64", "/lib32", "/sbin", "/etc")
@@ -256,8 +260,11 @@ class Session:
         runner = [sys.executable, "/tmp/runner.py" if self.isolate else str(RUNNER), str(self.limits.cell_seconds),
                   workdir]
         env = _sandbox_env(self.data_dir, self.isolate, self._scratch)
+        filter_fd = None
         if self.isolate:
-            argv = sandbox_argv(self.limits, self.case_inputs, self.data_dir) + runner + ["--sweep"]
+            filter_fd = seccomp.filter_file()
+            self._stack.callback(os.close, filter_fd)
+            argv = sandbox_argv(self.limits, self.case_inputs, self.data_dir, filter_fd) + runner + ["--sweep"]
             env[CASE_INPUTS_ENV] = CASES
         else:
             argv = runner
@@ -268,6 +275,7 @@ class Session:
         self._stderr = self._stack.enter_context(tempfile.TemporaryFile())
         self._proc = subprocess.Popen(argv, cwd=self._scratch, env=env, stdin=subprocess.PIPE,
                                       stdout=subprocess.PIPE, stderr=self._stderr, start_new_session=True,
+                                      pass_fds=() if filter_fd is None else (filter_fd,),
                                       preexec_fn=_limit_child(procs if self.isolate else [], self.limits))
         self._stack.callback(self._kill)
 
@@ -317,29 +325,32 @@ class Session:
         """Execute `nb` in a fresh kernel in this sandbox, with `files` ({relative path: bytes}) beside it,
         and read back the executed notebook and records."""
         start = time.perf_counter()
-        if self._proc is None or self._proc.poll() is not None:
-            self.close()
-            self._start()
         # the server stops the notebook a little before the hard limit, so that what it did still comes back
         job = {"folder": f"nb-{secrets.token_hex(6)}", "notebook": json.loads(nbformat.writes(nb)),
                "seconds": max(5, self.limits.notebook_seconds - 15),
                "files": {rel: base64.b64encode(data).decode() for rel, data in (files or {}).items()}}
         status, message = "finished", ""
-        proc = self._proc
-        assert proc is not None and proc.stdin is not None and proc.stdout is not None  # (started above)
-        try:
-            proc.stdin.write((json.dumps(job) + "\n").encode())
-            proc.stdin.flush()
-            reply = _read_line(proc.stdout, self.limits.notebook_seconds, MAX_REPLY_BYTES)
-        except OSError:
-            reply = b""
-        answer: dict = {}
+        for _ in range(2):  # a second time in a new sandbox if this one could not start a kernel
+            if self._proc is None or self._proc.poll() is not None:
+                self.close()
+                self._start()
+            proc = self._proc
+            assert proc is not None and proc.stdin is not None and proc.stdout is not None  # (started above)
+            try:
+                proc.stdin.write((json.dumps(job) + "\n").encode())
+                proc.stdin.flush()
+                reply = _read_line(proc.stdout, self.limits.notebook_seconds, MAX_REPLY_BYTES)
+            except OSError:
+                reply = b""
+            answer = _parse(reply)
+            if not answer.get("restart"):
+                break
+            self.close()
         if reply is None:
             self._kill()
             status, message = "time limit", f"stopped at the notebook's time limit ({self.limits.notebook_seconds} s)"
         else:
             try:
-                answer = json.loads(reply)
                 code, stuck = int(answer["exit"]), answer.get("stuck")
             except (ValueError, KeyError, TypeError):  # no answer: the server itself died
                 self._kill()
@@ -352,9 +363,8 @@ class Session:
                     status = "timed out"
                     message = (f"cell {stuck} ran past {self.limits.cell_seconds} s and did not stop when "
                                "interrupted, so the notebook was stopped there")
-                elif code == FOLDER_FULL:
-                    status, message = "stopped", (f"the notebook filled its folder (over {self.limits.scratch_mb} MB), "
-                                                  "so its outputs could not be saved")
+                elif answer.get("stopped"):
+                    status, message = "stopped", f"{answer['stopped']}, so the notebook was stopped there"
                 elif code != 0:
                     status = "stopped"
                     message = (f"the kernel died (exit code {code}"
@@ -381,6 +391,15 @@ class Session:
             self.close()
         return SandboxResult(status=status, message=message, seconds=time.perf_counter() - start, notebook=executed,
                              observations=observations, problems=problems, isolated=self.isolate)
+
+
+def _parse(reply: bytes | None) -> dict:
+    """The server's answer as a dict ({} if there is none, or it is not one)."""
+    try:
+        answer = json.loads(reply) if reply else {}
+    except ValueError:
+        return {}
+    return answer if isinstance(answer, dict) else {}
 
 
 def _unpack_records(files, dest: Path) -> int:

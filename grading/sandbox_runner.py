@@ -3,23 +3,27 @@
     python sandbox_runner.py CELL_TIMEOUT WORKDIR [--sweep]
 
 A standalone script (it imports nothing of the grader, which does not exist inside the sandbox):
-`grading/sandbox.py` mounts it read-only into a sandbox and starts it there. It imports once what every
-notebook imports (torch, numpy, matplotlib, ...) and warms them up (`warm_up`), then takes jobs on
-stdin, one line per notebook: `{"folder": NAME, "notebook": {...}, "files": {PATH: base64}}`, or
-`{"reset": true}` between two students (`reset`: nothing of the last one stays, checked). For each job it writes
-WORKDIR/NAME/in.ipynb and the files beside it (grading.notebooks.FILES_BESIDE) and forks; the child
-runs an IPython kernel in its own process (ipykernel's in-process kernel),
-executes the notebook's code cells in order with ``$COURSE_RESULTS_DIR=WORKDIR/NAME/results`` (so
-every ``check`` records what the student's code did instead of judging it), writes out.ipynb after
-every cell, and exits. The server then ends whatever the notebook left running (`--sweep`: every
-other process of the sandbox) and answers one line on stdout: the exit code, the cell that had to be
-killed (if one did), the executed notebook and the records. In the sandbox WORKDIR is a size-limited
-tmpfs of the sandbox's own that the grader never opens. A fork costs milliseconds where a fresh
-kernel that imports torch costs seconds: that was most of the time grading a notebook took.
+`grading/sandbox.py` mounts it read-only into a sandbox and starts it there. Three kinds of process:
 
-Nothing here decides a grade: the judge outside reads the records. Ending the kernel is refused (it
-would lose every later cell), a cell over CELL_TIMEOUT seconds is interrupted (the next cells still
-run), and outputs are capped before the notebook is written.
+- the **server** imports once what every notebook imports (torch, numpy, matplotlib, ...) and warms them up
+  (`warm_up`), forks the kernel starter, then takes jobs on stdin, one line per notebook:
+  `{"folder": NAME, "notebook": {...}, "files": {PATH: base64}}`, or `{"reset": true}` between two students
+  (`reset`: nothing of the last one stays, checked). For a notebook it writes the files beside it
+  (grading.notebooks.FILES_BESIDE) into WORKDIR/NAME, has the starter fork a kernel, sends it the code cells
+  one at a time and keeps each cell's deadline by its own clock (`run_notebook`). It then ends whatever the
+  notebook left running (`--sweep`: every other process of the sandbox but the starter) and answers one
+  line on stdout: how the run ended, the executed notebook and the checks' records;
+- the **kernel starter** (`KernelStarter`), forked before the first job, so that no kernel is ever a fork of
+  a process that has held a student's notebook (a fork inherits freed memory, readable through /proc);
+- a **kernel** per notebook, forked by the starter: an IPython kernel in its own process (ipykernel's
+  in-process kernel) with ``$COURSE_RESULTS_DIR=WORKDIR/NAME/results``, so every ``check`` records what the
+  student's code did instead of judging it. It sees only the cells it is sent.
+
+A fork costs milliseconds where a fresh kernel that imports torch costs seconds: that was most of the time
+grading a notebook took. In the sandbox WORKDIR is a size-limited tmpfs of the sandbox's own that the
+grader never opens. Nothing here decides a grade: the judge outside reads the records. Ending the kernel
+is refused (it would lose every later cell), a cell over CELL_TIMEOUT seconds is interrupted (the next
+cells still run) or killed, and outputs are capped.
 """
 from __future__ import annotations
 
@@ -29,9 +33,10 @@ import importlib
 import json
 import os
 import re
-import selectors
+import select
 import shutil
 import signal
+import socket
 import stat
 import sys
 import time
@@ -40,9 +45,11 @@ MAX_TEXT = 20_000  # characters of text kept per output
 MAX_IMAGE = 400_000  # bytes (base64) of one image kept
 MAX_NOTEBOOK_OUTPUTS = 1_000_000  # characters of all outputs of the notebook kept
 INTERRUPT_GRACE = 5  # seconds a cell past its timeout has to stop after the interrupt before it is killed
-MAX_REPLY_BYTES = 64 * 2**20  # the executed notebook and the records read back per notebook
+MAX_RECORDS_BYTES = 64 * 2**20  # the checks' records read back per notebook
+MAX_ANSWER_BYTES = 16 * 2**20  # a kernel's answer for one cell (its outputs, capped by the kernel before)
 MAX_FILES = 4096  # records files read back per notebook
-FOLDER_FULL = 3  # the child's exit code when the executed notebook could not be saved
+STARTER_SECONDS = 30  # for the kernel starter to answer
+_EXIT = os._exit  # the kernel's code replaces os._exit (REFUSE_EXIT)
 PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 RESULTS_ENV = "COURSE_RESULTS_DIR"  # starter.checks.RESULTS_ENV (the grader's code is not importable here)
 
@@ -112,9 +119,9 @@ def warm_up() -> None:
         torch.random.set_rng_state(states[2])
 
 
-def cap_outputs(nb) -> None:
-    """Keep the notebook small: long texts cut, big images dropped, the total bounded."""
-    budget = MAX_NOTEBOOK_OUTPUTS
+def cap_outputs(nb, budget: int = MAX_NOTEBOOK_OUTPUTS) -> int:
+    """Keep the notebook small: long texts cut, big images dropped, the total within `budget` characters.
+    Returns what is left of the budget."""
     for cell in nb["cells"]:
         kept = []
         for out in cell.get("outputs", []):
@@ -137,6 +144,7 @@ def cap_outputs(nb) -> None:
             budget -= len(str(out))
             kept.append(out)
         cell["outputs"] = kept
+    return budget
 
 
 class _CellTimeout(KeyboardInterrupt):
@@ -177,25 +185,24 @@ def _outputs(messages) -> list:
     return outputs
 
 
-def run_notebook(folder: str, cell_timeout: int, progress: int) -> bool:
-    """The child's work: `folder/in.ipynb` through an in-process kernel to `folder/out.ipynb`, telling
-    the server on `progress` which cell it starts. False: the executed notebook could not be saved."""
+def kernel(folder: str, cell_timeout: int, commands: int, answers: int) -> None:
+    """A notebook's kernel (a child of the kernel starter): reads one cell at a time from `commands`
+    ({"source": ..., "silent": ...}, one JSON line), runs it in an in-process IPython kernel, and answers
+    on `answers` with its outputs ({"outputs": [...], "execution_count": N, "interrupted": bool}). It never
+    sees the notebook itself, only the cells the server sends. A cell still running after `cell_timeout`
+    seconds is interrupted here (an alarm); the server kills the process if that does not stop it."""
     from ipykernel.inprocess.manager import InProcessKernelManager
     from traitlets.config import Config
 
+    _first_to_go()
     os.chdir(folder)
     os.environ[RESULTS_ENV] = os.path.join(folder, "results")
-    with open("in.ipynb", encoding="utf-8") as f:
-        nb = json.load(f)  # nbformat 4, as the grader wrote it
     manager = InProcessKernelManager(config=Config({"HistoryManager": {"enabled": False}}))
     manager.start_kernel()
     client = manager.client()
     client.start_channels()
-    timeout_error = {"ename": "CellTimeoutError", "evalue": f"the cell took longer than {cell_timeout} s",
-                     "traceback": []}
-    timeouts: list[int] = []
 
-    def execute(source: str, silent: bool = False) -> tuple[list, object, bool]:
+    def execute(source: str, silent: bool) -> tuple[list, object, bool]:
         signal.signal(signal.SIGALRM, _alarm)
         signal.setitimer(signal.ITIMER_REAL, cell_timeout)
         interrupted = False
@@ -212,41 +219,272 @@ def run_notebook(folder: str, cell_timeout: int, progress: int) -> bool:
             m["msg_type"] == "error" and m["content"].get("ename") == "_CellTimeout" for m in messages)
         return _outputs(messages), reply.get("execution_count"), interrupted
 
-    execute(REFUSE_EXIT, silent=True)
-    count = 0
-    for index, cell in enumerate(nb["cells"]):
-        if cell.get("cell_type") != "code":
+    budget = MAX_NOTEBOOK_OUTPUTS
+    with os.fdopen(commands, "rb") as inbox, os.fdopen(answers, "wb") as outbox:
+        for line in inbox:
+            request = json.loads(line)
+            outputs, number, interrupted = execute(str(request["source"]), bool(request.get("silent")))
+            for out in outputs:  # as a kernel shows an interrupt: KeyboardInterrupt
+                if out.get("ename") == "_CellTimeout":
+                    out["ename"] = "KeyboardInterrupt"
+            cell = {"outputs": outputs}
+            budget = cap_outputs({"cells": [cell]}, budget)
+            outbox.write(json.dumps({"outputs": cell["outputs"], "execution_count": number,
+                                     "interrupted": interrupted}, default=str).encode() + b"\n")
+            outbox.flush()
+
+
+class KernelStarter:
+    """The process that forks every notebook's kernel: a child of the server, forked once after the warm-up
+    and before the first job, so it never holds anything of a student's (notebooks, outputs, files). A kernel
+    forked from the server itself would inherit the freed memory in which the server had read earlier
+    students' notebooks, and could read it back from /proc/self/mem. The server hands it the two pipes of a
+    kernel (file descriptors over a Unix socket); it answers with the kernel's pid, and with each kernel's
+    exit code when it ends. It is not dumpable (no /proc access, no ptrace) and ignores the signals it can;
+    a kernel that kills or stops it only ends its own student's sandbox."""
+
+    def __init__(self, cell_timeout: int):
+        self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.exits: dict[int, int] = {}
+        self.pid = os.fork()
+        if self.pid == 0:
+            self.sock.close()
+            _starter_loop(theirs, cell_timeout)  # never returns
+        theirs.close()
+        self.sock.settimeout(STARTER_SECONDS)
+
+    def _receive(self, want: str, seconds: float) -> dict | None:
+        """The next answer with key `want` (exit codes that come first are kept); None if it does not come."""
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            if not select.select([self.sock], [], [], max(0.0, end - time.monotonic()))[0]:
+                break
+            try:
+                data = self.sock.recv(4096)
+            except OSError:
+                return None
+            if not data:
+                return None
+            message = json.loads(data)
+            if "ended" in message:
+                self.exits[int(message["ended"])] = int(message["exit"])
+            if want in message:
+                return message
+        return None
+
+    def start(self, folder: str, commands: int, answers: int) -> int | None:
+        """A new kernel for the notebook in `folder`: its pid, or None if the starter does not answer."""
+        try:
+            socket.send_fds(self.sock, [json.dumps({"folder": folder}).encode()], [commands, answers])
+        except OSError:
+            return None
+        message = self._receive("started", STARTER_SECONDS)
+        return int(message["started"]) if message else None
+
+    def exit_code(self, pid: int, seconds: float) -> int | None:
+        """The exit code of kernel `pid` once it has ended, waiting up to `seconds`; None if it has not."""
+        end = time.monotonic() + seconds
+        while pid not in self.exits and time.monotonic() < end:
+            if self._receive("ended", end - time.monotonic()) is None:
+                break
+        return self.exits.pop(pid, None)
+
+    def alive(self) -> bool:
+        try:
+            self.sock.send(b'{"ping": true}')
+        except OSError:
+            return False
+        return self._receive("pong", STARTER_SECONDS) is not None
+
+
+STARTER_IGNORES = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2,
+                   signal.SIGALRM, signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU)
+
+
+def _starter_loop(sock: socket.socket, cell_timeout: int) -> None:
+    handlers = {sig: signal.signal(sig, signal.SIG_IGN) for sig in STARTER_IGNORES}
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):  # nothing of the server's: not its job pipe (the next students' notebooks), not its replies
+        os.dup2(devnull, fd)
+    os.close(devnull)
+    woken, wake = os.pipe()
+    os.set_blocking(wake, False)
+    signal.set_wakeup_fd(wake)  # a kernel's end wakes the select below
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    while True:
+        try:
+            while True:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+                if not pid:
+                    break
+                sock.send(json.dumps({"ended": pid, "exit": os.waitstatus_to_exitcode(status)}).encode())
+        except ChildProcessError:
+            pass
+        except OSError:
+            _EXIT(0)
+        ready = select.select([sock, woken], [], [], 1.0)[0]
+        if woken in ready:
+            with contextlib.suppress(BlockingIOError):
+                os.read(woken, 4096)
+        if sock not in ready:
             continue
-        os.write(progress, b"%d\n" % index)
-        source = cell.get("source", "")
-        outputs, number, interrupted = execute("".join(source) if isinstance(source, list) else source)
-        count = number if isinstance(number, int) else count + 1
-        for out in outputs:  # as a kernel shows an interrupt: KeyboardInterrupt
-            if out.get("ename") == "_CellTimeout":
-                out["ename"] = "KeyboardInterrupt"
-        if interrupted:
-            timeouts.append(index)
-            outputs.append(_output("error", timeout_error))
-        cell["outputs"], cell["execution_count"] = outputs, count
-        nb.setdefault("metadata", {})["grading_run"] = {"timeouts": list(timeouts)}
-        _write(nb, folder)
-    cap_outputs(nb)
-    saved = _write(nb, folder)
-    os.close(progress)
-    return saved
+        try:
+            data, fds, _, _ = socket.recv_fds(sock, 4096, 2)
+        except OSError:
+            _EXIT(0)
+        if not data:  # the server is gone
+            _EXIT(0)
+        request = json.loads(data)
+        if request.get("ping"):
+            sock.send(b'{"pong": true}')
+            continue
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                sock.close()
+                os.close(woken)
+                os.close(wake)
+                signal.set_wakeup_fd(-1)
+                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                for sig, handler in handlers.items():
+                    signal.signal(sig, handler)
+                kernel(str(request["folder"]), cell_timeout, fds[0], fds[1])
+                code = 0
+            except BaseException:
+                pass
+            _EXIT(code)
+        for fd in fds:
+            os.close(fd)
+        sock.send(json.dumps({"started": pid}).encode())
 
 
-def _write(nb: dict, folder: str) -> bool:
-    """Save the notebook so far (absolute paths: the notebook may have changed directory). False if it
-    could not be saved: the notebook filled its folder."""
-    path = os.path.join(folder, "out.ipynb")
+class _Answers:
+    """A kernel's answers: JSON lines, each read within a deadline and a size limit."""
+
+    def __init__(self, fd: int):
+        self.fd, self.buffer = fd, b""
+
+    def next(self, deadline: float, limit: int) -> tuple[str, bytes]:
+        """("line", bytes), ("too long", b""), ("timeout", b"") or ("closed", b"")."""
+        skipping = False
+        while True:
+            newline = self.buffer.find(b"\n")
+            if newline >= 0:
+                line, self.buffer = self.buffer[:newline], self.buffer[newline + 1:]
+                return ("too long", b"") if skipping else ("line", line)
+            if len(self.buffer) > limit:
+                skipping, self.buffer = True, b""
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return "timeout", b""
+            if not select.select([self.fd], [], [], min(left, 1.0))[0]:
+                continue
+            chunk = os.read(self.fd, 2**20)
+            if not chunk:
+                return "closed", b""
+            self.buffer += chunk
+
+
+def _send(fd: int, data: bytes, deadline: float) -> str:
+    """Write `data` to a kernel's command pipe (non-blocking) by `deadline`: "sent", "timeout" or "closed"."""
+    view = memoryview(data)
+    while view:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return "timeout"
+        if not select.select([], [fd], [], min(left, 1.0))[1]:
+            continue
+        try:
+            view = view[os.write(fd, view):]
+        except BlockingIOError:
+            continue
+        except OSError:
+            return "closed"
+    return "sent"
+
+
+def _cell_outputs(answer: dict) -> list:
+    """The outputs a kernel sent for a cell, as plain JSON objects (what it sends is not trusted: the grader
+    validates the notebook again)."""
+    outputs = answer.get("outputs")
+    return [out for out in outputs if isinstance(out, dict)] if isinstance(outputs, list) else []
+
+
+def run_notebook(nb: dict, folder: str, cell_timeout: int, seconds: float, starter: KernelStarter) -> dict:
+    """Run `nb`'s code cells in a new kernel from `starter`, one at a time, each within its deadline, kept
+    here by the server's own clock whatever the kernel does to its pipes or signals: a cell that does not
+    answer `cell_timeout` + INTERRUPT_GRACE seconds after it was sent (the kernel's own interrupt did not stop
+    it), or past the notebook's `seconds`, has its kernel killed and the notebook stops there. Fills in the
+    outputs and returns what the grader is told of how the run ended."""
+    commands_out, commands = os.pipe()
+    answers, answers_in = os.pipe()
     try:
-        with open(path + ".tmp", "w", encoding="utf-8") as f:
-            json.dump(nb, f)
-        os.replace(path + ".tmp", path)
-        return True
-    except OSError:
-        return False
+        pid = starter.start(folder, commands_out, answers_in)
+    finally:
+        os.close(commands_out)
+        os.close(answers_in)
+    if pid is None:
+        os.close(commands)
+        os.close(answers)
+        return {"restart": True}
+    os.set_blocking(commands, False)
+    inbox = _Answers(answers)
+    end = time.monotonic() + seconds
+    stuck, stopped, timeouts, count = None, "", [], 0
+    cells = [(None, {"source": REFUSE_EXIT})] + [(i, c) for i, c in enumerate(nb.get("cells", []))
+                                                 if c.get("cell_type") == "code"]
+    for index, cell in cells:
+        source = cell.get("source", "")
+        sent = time.monotonic()
+        deadline = min(sent + cell_timeout + INTERRUPT_GRACE, end)
+        request = json.dumps({"source": "".join(source) if isinstance(source, list) else str(source),
+                              "silent": index is None}).encode() + b"\n"
+        how = _send(commands, request, deadline)
+        kind, line = inbox.next(deadline, MAX_ANSWER_BYTES) if how == "sent" else (how, b"")
+        if kind == "timeout":
+            stuck = index if index is not None else -1
+            break
+        if kind == "closed":
+            stopped = f"the kernel stopped answering in cell {index}"
+            break
+        try:
+            answer = json.loads(line) if kind == "line" else {}
+        except ValueError:
+            answer = {}
+        if not isinstance(answer, dict):
+            answer = {}
+        if index is None:
+            continue
+        outputs = _cell_outputs(answer)
+        if kind == "too long":
+            outputs = [_output("stream", {"name": "stdout", "text": "[output removed: over the size limit]\n"})]
+        number = answer.get("execution_count")
+        count = number if isinstance(number, int) else count + 1
+        if answer.get("interrupted") is True or time.monotonic() - sent > cell_timeout:
+            timeouts.append(index)
+            outputs.append(_output("error", {"ename": "CellTimeoutError", "evalue":
+                                             f"the cell took longer than {cell_timeout} s", "traceback": []}))
+        cell["outputs"], cell["execution_count"] = outputs, count
+    os.close(commands)  # the kernel's end of the notebook: it exits
+    code = None if stuck is not None else starter.exit_code(pid, 10 if not stopped else 1)
+    if code is None:  # stuck, or alive without answering: killed
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+        code = starter.exit_code(pid, 10)
+        if stopped:
+            stopped = stopped.replace("stopped answering", "closed its connection to the grader")
+        elif code is None and stuck is None:
+            stopped = "the notebook ended the kernel starter"
+    elif stopped and code == 0:
+        stopped = stopped.replace("stopped answering", "ended")
+    elif stopped:
+        stopped = ""  # it died: the exit code says how
+    os.close(answers)
+    nb.setdefault("metadata", {})["grading_run"] = {"timeouts": timeouts}
+    cap_outputs(nb)
+    return {"exit": code if code is not None else -9, "stuck": stuck,
+            "time_limit": stuck is not None and time.monotonic() >= end, "stopped": stopped}
 
 
 def _dumpable(flag: bool) -> None:
@@ -272,11 +510,12 @@ def _first_to_go() -> None:
         pass
 
 
-def _sweep() -> None:
-    """End every process of the sandbox but this one and its init (pid 1): what a notebook started."""
+def _sweep(spare: int) -> None:
+    """End every process of the sandbox but this one, its init (pid 1) and `spare` (the kernel starter):
+    what a notebook started."""
     me = os.getpid()
     for _ in range(20):
-        others = [int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) not in (1, me)]
+        others = [int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) not in (1, me, spare)]
         if not others:
             return
         for pid in others:
@@ -289,38 +528,6 @@ def _sweep() -> None:
                 pass
         except ChildProcessError:
             pass
-
-
-def _wait(pid: int, progress: int, cell_timeout: int, notebook_seconds: float) -> tuple[int, int | None, bool]:
-    """Wait for the child; kill it if one cell runs past its timeout and the interrupt did not stop it
-    (the cell ignored it, or caught it and went on), or the notebook past its time. Returns (exit
-    status, the cell it was killed in or None, whether the notebook's time ran out)."""
-    cell, buffer = None, b""
-    deadline = time.monotonic() + cell_timeout + INTERRUPT_GRACE
-    end = time.monotonic() + notebook_seconds
-    with selectors.DefaultSelector() as sel:
-        sel.register(progress, selectors.EVENT_READ)
-        while True:
-            if sel.select(1.0):
-                chunk = os.read(progress, 4096)
-                if not chunk:  # the child closed its end: it is ending
-                    break
-                buffer = (buffer + chunk)[-64:]
-                lines = buffer.split(b"\n")
-                if len(lines) > 1 and lines[-2].isdigit() and int(lines[-2]) != cell:
-                    cell = int(lines[-2])
-                    deadline = time.monotonic() + cell_timeout + INTERRUPT_GRACE
-            done, status = os.waitpid(pid, os.WNOHANG)
-            if done:  # ended (what it started may still hold the pipe open)
-                os.close(progress)
-                return status, None, False
-            now = time.monotonic()
-            if now > deadline or now > end:
-                os.kill(pid, signal.SIGKILL)
-                os.close(progress)
-                return os.waitpid(pid, 0)[1], cell, now > end
-    os.close(progress)
-    return os.waitpid(pid, 0)[1], None, False
 
 
 def _empty(folder: str) -> list[str]:
@@ -370,15 +577,30 @@ def _remove_ipc() -> list[str]:
     return [f"{kind} {i}" for kind in remove for i in ids(kind)]
 
 
-def reset(workdir: str) -> dict:
-    """Between two students, in the sandbox (--sweep): nothing of the last one stays. Every other process
-    is ended, the writable folder (the notebooks' folders and $HOME: the only place a student can write)
-    emptied and the IPC objects removed, then checked: {"clean": False, "left": [...]} if anything
-    survived, and the grader then ends this sandbox and starts a new one."""
-    _sweep()
-    left = [f"process {p}" for p in os.listdir("/proc") if p.isdigit() and int(p) not in (1, os.getpid())]
+def _seccomp_mode() -> int:
+    """2 when a seccomp filter holds this process (grading/seccomp.py, given by bubblewrap)."""
+    try:
+        with open("/proc/self/status") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith("Seccomp:"))
+    except (OSError, StopIteration, ValueError, IndexError):
+        return 0
+
+
+def reset(workdir: str, starter: KernelStarter) -> dict:
+    """Between two students, in the sandbox (--sweep): nothing of the last one stays. Every other process but
+    the kernel starter is ended, the writable folder (the notebooks' folders and $HOME: the only place a
+    student can write) emptied and the System V IPC objects removed (POSIX message queues and the keyring are
+    refused by the seccomp filter, which must be in force), then checked, the starter too (it must answer):
+    {"clean": False, "left": [...]} if anything survived, and the grader then ends this sandbox and starts a
+    new one."""
+    _sweep(spare=starter.pid)
+    left = [f"process {p}" for p in os.listdir("/proc") if p.isdigit() and int(p) not in (1, os.getpid(), starter.pid)]
     left += [f"file {name}" for name in _empty(workdir)]
     left += [f"ipc {name}" for name in _remove_ipc()]
+    if _seccomp_mode() != 2:
+        left.append("no seccomp filter")
+    if not starter.alive():
+        left.append("the kernel starter does not answer")
     return {"reset": True, "clean": not left, "left": left[:20]}
 
 
@@ -400,12 +622,10 @@ def _read_regular(path: str, limit: int) -> bytes | None:
 
 
 def _collect(folder: str) -> dict:
-    """What the grader reads back from a notebook's folder, in the reply itself: the executed notebook
-    and the checks' records (regular files with plain names only, within MAX_REPLY_BYTES). The
-    grader writes them into a folder of its own; it never opens anything the sandbox can change."""
-    budget = MAX_REPLY_BYTES
-    out = _read_regular(os.path.join(folder, "out.ipynb"), budget)
-    budget -= len(out or b"")
+    """The checks' records of a notebook's folder, for the reply itself (regular files with plain names only,
+    within MAX_RECORDS_BYTES). The grader writes them into a folder of its own; it never opens anything the
+    sandbox can change."""
+    budget = MAX_RECORDS_BYTES
     results: dict[str, str] = {}
     dropped = 0
     try:
@@ -419,8 +639,7 @@ def _collect(folder: str) -> dict:
             continue
         budget -= len(data)
         results[entry.name] = base64.b64encode(data).decode()
-    return {"out": out.decode("utf-8", "replace") if out is not None else None, "results": results,
-            "dropped": dropped}
+    return {"results": results, "dropped": dropped}
 
 
 def _write_files(folder: str, files: dict) -> None:
@@ -428,7 +647,7 @@ def _write_files(folder: str, files: dict) -> None:
     other notebooks), each path made of plain names only."""
     for rel, data in files.items():
         parts = str(rel).split("/")
-        if not all(PLAIN_NAME.fullmatch(p) for p in parts) or parts[-1] == "in.ipynb":
+        if not all(PLAIN_NAME.fullmatch(p) for p in parts):
             continue
         os.makedirs(os.path.join(folder, *parts[:-1]), exist_ok=True)
         with open(os.path.join(folder, *parts), "wb") as f:
@@ -443,43 +662,29 @@ def serve(cell_timeout: int, workdir: str, sweep: bool) -> int:
             pass
     warm_up()
     _dumpable(False)
+    starter = KernelStarter(cell_timeout)  # before any job: it holds nothing of a student's
     replies = os.fdopen(os.dup(1), "w", buffering=1)
     devnull = os.open(os.devnull, os.O_RDWR)
     os.dup2(devnull, 1)  # what the notebooks print outside their kernel goes nowhere
-    real_exit = os._exit
     for line in sys.stdin:
         job = json.loads(line)
         if job.get("reset"):
-            replies.write(json.dumps(reset(workdir) if sweep else {"reset": True, "clean": False,
-                                                                   "left": ["no sandbox to reset"]}) + "\n")
+            replies.write(json.dumps(reset(workdir, starter) if sweep else {"reset": True, "clean": False,
+                                                                            "left": ["no sandbox to reset"]}) + "\n")
             continue
         name = job["folder"] if PLAIN_NAME.fullmatch(str(job["folder"])) else "notebook"
         folder = os.path.join(workdir, name)
         shutil.rmtree(folder, ignore_errors=True)  # (a notebook before could have made one of that name)
         os.mkdir(folder)
-        with open(os.path.join(folder, "in.ipynb"), "w", encoding="utf-8") as f:
-            json.dump(job["notebook"], f)
         _write_files(folder, job.get("files") or {})
-        progress, progress_w = os.pipe()
-        pid = os.fork()
-        if pid == 0:
-            _first_to_go()
-            replies.close()
-            os.close(progress)
-            for fd in (0, 2):
-                os.dup2(devnull, fd)
-            code = 1
-            try:
-                code = 0 if run_notebook(folder, cell_timeout, progress_w) else FOLDER_FULL
-            except BaseException:
-                pass
-            real_exit(code)
-        os.close(progress_w)
-        status, stuck, out_of_time = _wait(pid, progress, cell_timeout, float(job.get("seconds") or 600))
+        nb = job["notebook"]
+        ran = run_notebook(nb, folder, cell_timeout, float(job.get("seconds") or 600), starter)
+        if ran.get("restart"):  # the starter was killed or stopped (by a notebook before): a new sandbox
+            replies.write(json.dumps({"folder": name, "restart": True}) + "\n")
+            return 1
         if sweep:  # in the sandbox; without it, what the notebook started ends with the session (grading/sandbox.py)
-            _sweep()
-        reply = {"folder": name, "exit": os.waitstatus_to_exitcode(status), "stuck": stuck, "time_limit": out_of_time,
-                 **_collect(folder)}
+            _sweep(spare=starter.pid)
+        reply = {"folder": name, **ran, "out": json.dumps(nb), **_collect(folder)}
         shutil.rmtree(folder, ignore_errors=True)  # the space is the next notebook's
         replies.write(json.dumps(reply) + "\n")
     return 0

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import secrets
 from pathlib import Path
 
 import h5py
@@ -11,7 +12,7 @@ import pytest
 from conftest import filled_submission
 
 from grading import notebooks as nbs
-from grading import sandbox
+from grading import sandbox, seccomp
 from grading.judge import judge_cell, public_case_names
 from starter.checks import load_case, observe, read_observations, record, verdict
 
@@ -183,7 +184,9 @@ print("planted")
 LOOK_FOR_IT = '''
 import builtins, json, os, pathlib, time, torch
 time.sleep(4)
-others = [p for p in os.listdir("/proc") if p.isdigit() and int(p) not in (1, os.getpid(), os.getppid())]
+starter = os.getppid()  # the kernel starter, and its parent the server
+server = int(open(f"/proc/{starter}/stat").read().rsplit(")", 1)[1].split()[1])
+others = [p for p in os.listdir("/proc") if p.isdigit() and int(p) not in (1, os.getpid(), starter, server)]
 print(json.dumps({"builtins": hasattr(builtins, "planted"), "torch": torch.matmul(torch.eye(2), torch.eye(2)) == "patched",
                   "others": others, "file": pathlib.Path("../planted").exists()}))
 '''
@@ -224,7 +227,9 @@ import json, os, pathlib
 here = pathlib.Path.cwd()
 files = sorted(str(p) for p in pathlib.Path.home().rglob("*") if here not in p.parents and p != here)
 shm = open("/proc/sysvipc/shm").read().splitlines()[1:]
-others = [p for p in os.listdir("/proc") if p.isdigit() and int(p) not in (1, os.getpid(), os.getppid())]
+starter = os.getppid()  # the kernel starter, and its parent the server
+server = int(open(f"/proc/{starter}/stat").read().rsplit(")", 1)[1].split()[1])
+others = [p for p in os.listdir("/proc") if p.isdigit() and int(p) not in (1, os.getpid(), starter, server)]
 print(json.dumps({"files": files, "shm": shm, "others": others, "server": os.getppid()}))
 '''
 
@@ -378,7 +383,123 @@ def test_a_notebook_cannot_fill_the_disk():
         filled = session.run(_notebook(FILL_THE_DISK))
         full = session.run(_notebook(keep_it_full, "print('next cell')"))
         after = session.run(_notebook("open('x', 'w').write('y' * 100_000)\nprint('room again')"))
-    assert full.status == "stopped" and "filled its folder" in full.message, (full.status, full.message)
+    # a full folder costs the notebook nothing else: its outputs come back through the kernel's pipe
+    assert full.status == "finished" and _text(full.notebook.cells[1]) == "next cell\n", (full.status, full.message)
     stopped, written = _text(filled.notebook.cells[0]).split("\n")[:2]
     assert stopped == "stopped: ENOSPC" and int(written) <= 128, (stopped, written)
     assert after.status == "finished" and _text(after.notebook.cells[0]) == "room again\n", after.message
+
+
+SCAN_OWN_MEMORY = '''
+import json, re, secrets
+own = "LEAKMARK-" + secrets.token_hex(16) + "-END"  # made here: the scan must find it
+found, scanned = set(), 0
+with open("/proc/self/maps") as f:
+    maps = [line.split() for line in f]
+with open("/proc/self/mem", "rb", buffering=0) as mem:
+    for line in maps:
+        if "r" not in line[1] or (len(line) > 5 and line[5] != "[heap]"):
+            continue
+        start, end = (int(x, 16) for x in line[0].split("-"))
+        try:
+            mem.seek(start)
+            chunk = mem.read(end - start)
+        except (OSError, ValueError, OverflowError):
+            continue
+        scanned += len(chunk)
+        found.update(m.decode() for m in re.findall(rb"LEAKMARK-[0-9a-f]{32}-END", chunk))
+print(json.dumps({"own": own in found, "found": sorted(found - {own}), "scanned_mb": scanned >> 20}))
+'''
+
+
+@pytest.mark.skipif(sandbox.bwrap() is None, reason="bubblewrap is not installed")
+def test_no_kernel_holds_an_earlier_students_notebook_in_its_memory():
+    """The next student's kernel, in a sandbox kept warm, scans its own memory for the last student's notebook
+    (its source and its outputs, both in the server's memory while it was graded): nothing, while the same
+    scan finds a string the kernel made itself. Every kernel is forked by the kernel starter, which never
+    holds a student's notebook."""
+    token = secrets.token_hex(16)
+    victim = _notebook(f"answer = 'LEAKMARK-{token}-END'\nprint(answer * 3)", "x = 1")
+    with sandbox.Session(limits=sandbox.Limits(cell_seconds=60, notebook_seconds=120)) as session:
+        assert session.run(victim).status == "finished"
+        assert session.reset(), "the sandbox could not be reset"
+        thief = session.run(_notebook(SCAN_OWN_MEMORY))
+    assert thief.status == "finished", thief.message
+    seen = json.loads(_text(thief.notebook.cells[0]))
+    assert seen["own"] and seen["scanned_mb"] > 1, seen
+    assert f"LEAKMARK-{token}-END" not in seen["found"], "the next student's kernel read the last one's notebook"
+
+
+KEYRING_AND_QUEUES = '''
+import ctypes, errno, os
+libc = ctypes.CDLL(None, use_errno=True)
+def attempt(*call):
+    result = libc.syscall(*call)
+    return "ok" if result >= 0 else errno.errorcode[ctypes.get_errno()]
+print(attempt(248, b"user", b"grading-test", b"secret", 6, ctypes.c_int(-4)),  # add_key to the user keyring
+      attempt(250, 10, b"user", b"grading-test", 0),  # keyctl(KEYCTL_SEARCH): whatever another sandbox added
+      attempt(240, b"grading-test", os.O_CREAT | os.O_RDWR, 0o600, None),  # mq_open
+      attempt(272, 0x10000000),  # unshare(CLONE_NEWUSER)
+      attempt(435, 0, 0))  # clone3: the C library falls back to clone
+'''
+
+
+@pytest.mark.skipif(sandbox.bwrap() is None or seccomp.platform.machine() not in seccomp.AUDIT_ARCH,
+                    reason="bubblewrap is not installed, or no filter for this machine")
+def test_the_keyring_queues_and_new_namespaces_are_refused():
+    """What namespaces leave shared (the keyring of uid 65534, POSIX message queues of a warm sandbox) and new
+    namespaces are refused by the seccomp filter, in two sandboxes in turn; threads, processes and torch work."""
+    works = "import subprocess, threading, torch\nt = threading.Thread(target=print); t.start(); t.join()\n" \
+            "print(subprocess.run(['echo', 'ok'], capture_output=True, text=True).stdout.strip(), float(torch.ones(2).sum()))"
+    for _ in range(2):
+        with sandbox.Session(limits=sandbox.Limits(cell_seconds=30, notebook_seconds=60)) as session:
+            result = session.run(_notebook(KEYRING_AND_QUEUES, works))
+        assert result.status == "finished", result.message
+        assert _text(result.notebook.cells[0]).split() == ["EPERM", "EPERM", "EPERM", "EPERM", "ENOSYS"]
+        assert _text(result.notebook.cells[1]).split() == ["ok", "2.0"]
+
+
+CLOSE_THE_PIPES = '''
+import os, signal
+for s in (signal.SIGINT, signal.SIGALRM, signal.SIGTERM):
+    signal.signal(s, signal.SIG_IGN)
+for fd in os.listdir("/proc/self/fd"):  # the pipes to the server among them
+    try:
+        if int(fd) > 2 and os.readlink(f"/proc/self/fd/{fd}").startswith("pipe:"):
+            os.close(int(fd))
+    except OSError:  # the listing's own descriptor
+        pass
+while True:
+    pass
+'''
+
+
+@pytest.mark.skipif(sandbox.bwrap() is None, reason="bubblewrap is not installed")
+def test_the_cell_deadline_is_kept_whatever_the_kernel_does_to_its_pipes():
+    """A cell that ignores the interrupt and closes its pipes to the server is killed at once (it can no longer
+    answer), and at the latest at its deadline (2 s + 5 s), not at the notebook's (60 s); the next notebook runs."""
+    with sandbox.Session(limits=sandbox.Limits(cell_seconds=2, notebook_seconds=60)) as session:
+        stuck = session.run(_notebook("print('a')", CLOSE_THE_PIPES, "print('never')"))
+        after = session.run(_notebook("print('ok')"))
+    assert stuck.status == "stopped" and "closed its connection" in stuck.message and stuck.seconds < 20, \
+        (stuck.status, stuck.seconds, stuck.message)
+    assert _text(stuck.notebook.cells[0]) == "a\n" and _text(stuck.notebook.cells[2]) == ""
+    assert after.status == "finished" and _text(after.notebook.cells[0]) == "ok\n", after.message
+
+
+@pytest.mark.skipif(sandbox.bwrap() is None, reason="bubblewrap is not installed")
+def test_a_kernel_that_kills_the_kernel_starter_harms_no_later_notebook():
+    """The starter ignores what signals it can; killed (-9), its sandbox cannot start kernels, so the next
+    notebook runs in a new sandbox, and a reset reports it."""
+    kill = "import os, subprocess\nsubprocess.run(['kill', '-9', str(os.getppid())])\nprint('done')"
+    with sandbox.Session(limits=sandbox.Limits(cell_seconds=30, notebook_seconds=60)) as session:
+        first = session.run(_notebook("import os, signal\nfor s in (2, 15, 1, 10):\n"
+                                      "    os.system(f'kill -{s} {os.getppid()}')\nprint('still here')"))
+        assert session.reset(), "the starter did not survive catchable signals"
+        killed = session.run(_notebook(kill))
+        after = session.run(_notebook("print('ok')"))
+        reset = session.reset()
+    assert first.status == "finished" and _text(first.notebook.cells[0]) == "still here\n", first.message
+    assert _text(killed.notebook.cells[0]) == "done\n", killed.message
+    assert after.status == "finished" and _text(after.notebook.cells[0]) == "ok\n", after.message
+    assert reset, "the new sandbox could not be reset"

@@ -146,6 +146,65 @@ KILL_EVERYTHING = '''
 import os, signal, subprocess
 subprocess.run(["kill", "-9", "-1"])  # every process this code can see
 '''
+# the warm sandbox's attack: every kernel of a sandbox kept for the next student was a fork of the server
+# that had read the earlier students' notebooks; the freed copies could be read back from this process's memory
+READ_FREED_MEMORY = '''
+import re
+_sources = set()
+with open("/proc/self/maps") as _f:
+    _maps = [line.split() for line in _f]
+with open("/proc/self/mem", "rb", buffering=0) as _mem:
+    for _line in _maps:
+        if "r" not in _line[1] or (len(_line) > 5 and _line[5] != "[heap]"):
+            continue  # the heap and anonymous memory: where freed strings stay
+        _start, _end = (int(x, 16) for x in _line[0].split("-"))
+        try:
+            _mem.seek(_start)
+            _chunk = _mem.read(_end - _start)
+        except (OSError, ValueError, OverflowError):
+            continue
+        for _m in re.finditer(rb"def causal_mask\(T, device=None\):", _chunk):
+            _text = _chunk[_m.start():_m.start() + 2000].split(b"\\0")[0].decode("utf-8", "replace")
+            _sources.add(_text.replace("\\\\n", "\\n").replace('\\\\"', '"'))
+_stolen = 0
+for _src in _sources:
+    _lines = _src.split("\\n")
+    for _n in range(len(_lines), 1, -1):
+        _ns = {"torch": torch}
+        try:
+            exec("\\n".join(_lines[:_n]), _ns)
+            if _ns["causal_mask"](4).equal(torch.ones(4, 4, dtype=torch.bool).tril()):
+                causal_mask, _stolen = _ns["causal_mask"], _stolen + 1
+                break
+        except Exception:
+            continue
+print("definitions found:", len(_sources), "working:", _stolen)
+'''
+# channels that namespaces do not close: the kernel keyring of uid 65534 (shared by every sandbox on the
+# host) and POSIX message queues (kept by a warm sandbox's IPC namespace)
+KEYRING_AND_QUEUES = '''
+import ctypes, errno, os
+_libc = ctypes.CDLL(None, use_errno=True)
+def _try(*call):
+    result = _libc.syscall(*call)
+    return "ok" if result >= 0 else errno.errorcode[ctypes.get_errno()]
+print("add_key", _try(248, b"user", b"tampering", b"secret", 6, ctypes.c_int(-4)))  # the user keyring
+print("mq_open", _try(240, b"tampering", os.O_CREAT | os.O_RDWR, 0o600, None))
+'''
+# the cell deadline without the kernel's help: no signal reaches the cell, and the pipes to the server are closed
+CLOSES_ITS_PIPES = '''
+import os, signal
+for _s in (signal.SIGINT, signal.SIGALRM, signal.SIGTERM):
+    signal.signal(_s, signal.SIG_IGN)
+for _fd in os.listdir("/proc/self/fd"):
+    try:
+        if int(_fd) > 2 and os.readlink(f"/proc/self/fd/{_fd}").startswith("pipe:"):
+            os.close(int(_fd))
+    except OSError:  # the listing's own descriptor
+        pass
+while True:
+    pass
+'''
 IGNORE_SIGNALS_FOREVER = '''
 import signal
 for _s in (signal.SIGINT, signal.SIGALRM, signal.SIGTERM):
@@ -156,7 +215,7 @@ while True:
 PRINT_SECRETS = '''
 import base64, glob
 from IPython.display import display
-_nb = open("in.ipynb").read()  # the notebook as the grader restored it, hidden tests included
+_nb = "\n".join(In)  # every cell run so far, the hidden tests included
 print(_nb)
 print(_nb.upper(), base64.b64encode(_nb.encode()).decode())
 display({"application/javascript": _nb, "image/svg+xml": "<svg><text>" + _nb + "</text></svg>",
@@ -220,6 +279,9 @@ STUDENTS = {
     "kills_everything": (_at_end(KILL_EVERYTHING), {"test_attention_loop": 0, "test_sdpa": 0, "test_sdpa_mask": 0,
                                                     "test_causal_mask": 0, "test_self_attention": 0}, "killed"),
     "ignores_signals": (_at_end(IGNORE_SIGNALS_FOREVER), HONEST_WRONG, "timed out"),
+    "reads_freed_memory": (_wrong(READ_FREED_MEMORY), HONEST_WRONG, None),
+    "keyring_and_queues": (_wrong(KEYRING_AND_QUEUES), HONEST_WRONG, None),
+    "closes_its_pipes": (_at_end(CLOSES_ITS_PIPES), HONEST_WRONG, "closed its connection"),
     "prints_secrets": (_at_end(PRINT_SECRETS), HONEST_WRONG, None),
     "fifo_in_results": (_at_end(FIFO_RESULT), HONEST_WRONG, "unreadable result"),
     # forged results gain nothing (the wrong attention_loop stays at 0) and spoil the right ones
@@ -323,6 +385,21 @@ def test_feedback_holds_nothing_hidden(graded):
     assert "solutions/" not in secrets and "x" * 100_000 not in secrets  # the 50 MB print was cut
     assert not [n for n in names if n.upper() in secrets], "hidden names, upper-cased"  # never in the sandbox
     assert "<script>alert('xss-4b1d')" not in secrets, "the student's script reached the feedback page"
+
+
+def test_nothing_crosses_through_memory_the_keyring_or_queues(graded):
+    """The thief found no working answer in its memory (it ran after classmates in a warm sandbox); the keyring
+    and message queues are refused."""
+    def page(student):
+        return (graded["out"] / "feedback" / student / f"{NB}.html").read_text()
+
+    assert "working: 0" in page("reads_freed_memory"), "the memory scan did not run, or found a classmate's answer"
+    assert "add_key EPERM" in page("keyring_and_queues") and "mq_open EPERM" in page("keyring_and_queues")
+
+
+def test_a_cell_that_closes_its_pipes_is_killed_at_its_deadline(graded):
+    """The cell's deadline is the server's (10 s + 5 s here), not the notebook's (120 s)."""
+    assert graded["results"]["closes_its_pipes"].seconds < 60, graded["results"]["closes_its_pipes"]
 
 
 def test_every_student_has_a_row(graded):
