@@ -12,14 +12,18 @@ where the machine lets us make one), file size and core dumps (rlimits), a per-c
 interrupt, then a kill), and a hard kill of the whole sandbox at a notebook's time limit.
 
 One sandbox for all of a student's notebooks (`Session`, opened by `student_session()` around nbgrader's
-autograde): its server (grading/sandbox_runner.py) imports torch and the rest once, then forks a fresh
-kernel for each notebook, so a notebook costs what its cells cost, not seconds of start-up. Nothing
-crosses from one notebook to the next but files in the sandbox's own /tmp: each kernel is a new process,
-and whatever a notebook started is killed before the next one runs. When the sandbox ends, everything in
-it ends. A worker keeps its sandbox warm for its next student, but only after a reset that ends every
-process but the server, empties the one writable folder and removes IPC objects, and finds nothing
-left; a sandbox that cannot be reset ends (`SandboxedExecute.reuse_sandbox = False`: a new one per
-student). The server never runs student code itself, so a warm sandbox holds nothing of the last student.
+autograde): its server (grading/sandbox_runner.py) imports torch and the rest once, forks a kernel
+starter before it reads any notebook, and has it fork a fresh kernel for each notebook, so a notebook
+costs what its cells cost, not seconds of start-up. Nothing crosses from one notebook to the next but
+files in the sandbox's own /tmp: each kernel is a new process, and whatever a notebook started is killed
+before the next one runs. When the sandbox ends, everything in it ends. A seccomp filter
+(grading/seccomp.py) refuses what namespaces leave shared between sandboxes (the keyring of uid 65534,
+message queues, new namespaces). A worker keeps its sandbox warm for its next student, but only after a
+reset that ends every process but the server and the starter, empties the one writable folder, removes
+IPC objects, and finds nothing left, the filter in force and the starter answering; a sandbox that
+cannot be reset ends (`SandboxedExecute.reuse_sandbox = False`: a new one per student). The server never
+runs student code, and no kernel is a fork of a process that has held a student's notebook, so a warm
+sandbox holds nothing of the last student.
 
 `SandboxedExecute` is nbgrader's `Execute` step done this way; what the checks recorded is read
 back as plain data (`starter.checks.read_observations`) for the judge.
