@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import sys
 from pathlib import Path
@@ -68,6 +69,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"wrote {public} and {hidden}")
     elif args.command == "autograde":
         from .autograde import autograde
+        from .course import CourseLockError
         from .sandbox import SandboxUnavailable
         if args.no_sandbox:
             print("warning: grading WITHOUT the sandbox: student code runs as you, with your files; "
@@ -78,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
                                 workers=args.workers, resume=args.resume, notebook_timeout=args.timeout,
                                 cell_timeout=args.cell_timeout, sandbox=not args.no_sandbox,
                                 scheduler=args.scheduler, progress=True)
-        except SandboxUnavailable as exc:
+        except (SandboxUnavailable, CourseLockError) as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
         print(f"graded {sum(r.status == 'graded' for r in results)} of {len(results)} students; "
@@ -89,17 +91,25 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {args.out} holds no graded run (no report.json and grades.csv): run autograde first",
                   file=sys.stderr)
             return 2
+        from .course import CourseLockError, hold
         from .notebooks import ROOT
         from .report import refresh_grades
         course_dir = args.course or ROOT / "grading" / "work" / "course"
         db_url = args.db or (f"sqlite:///{course_dir / 'gradebook.db'}" if (course_dir / "gradebook.db").is_file() else None)
-        if db_url:  # written answers graded in formgrader since the run now count
-            try:
-                print(f"grades: {refresh_grades(args.out, db_url)} (from the gradebook)")
-            except ValueError as exc:
-                print(f"error: {exc}", file=sys.stderr)
-                return 2
-        data, page = write(args.out, args.anonymise)
+        # not while a run grades in the course folder: its gradebook and report are still being written
+        uses_course = (args.course or not args.db) and course_dir.is_dir()
+        try:
+            with hold(course_dir, f"report {args.out}") if uses_course else contextlib.nullcontext():
+                if db_url:  # written answers graded in formgrader since the run now count
+                    try:
+                        print(f"grades: {refresh_grades(args.out, db_url)} (from the gradebook)")
+                    except ValueError as exc:
+                        print(f"error: {exc}", file=sys.stderr)
+                        return 2
+                data, page = write(args.out, args.anonymise)
+        except CourseLockError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
         print(f"class report: {page} (data: {data})")
     elif args.command == "publish":
         from .publish import publish

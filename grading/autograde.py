@@ -14,12 +14,13 @@ their number). Original files are only read, never moved or changed.
 """
 from __future__ import annotations
 
+import functools
 import logging
 import shutil
 from collections.abc import Callable
 from pathlib import Path
 
-from . import course, engine, notebooks
+from . import course, engine, notebooks, worker
 from .intake import StudentResult, intake
 from .report import graded_columns, report
 
@@ -39,25 +40,39 @@ def autograde(submissions: Path, out: Path, course_dir: Path | None = None, db_u
     runs student code without isolation (only where bubblewrap cannot be had): every row is flagged.
     `workers` worker processes on this machine, or the Dask cluster at `scheduler` (grading/engine.py);
     `task` replaces `worker.grade_student` there (the tests hold a student back with it).
+    The run holds the course folder from before it is prepared until the report is written (`course.hold`):
+    another run on it raises `course.CourseLockError` at once, naming this one, having changed nothing.
     """
     if sandbox:
         from .sandbox import require_bwrap
 
         require_bwrap()  # before any work: without it, say how to get it
-    out.mkdir(parents=True, exist_ok=True)
     root = course_dir or (notebooks.ROOT / "grading" / "work" / "course")
     if db_url is None and (workers > 1 or scheduler):
         raise ValueError("the SQLite gradebook allows one writer: use --workers 1, or --db with a PostgreSQL URL")
-    status = root / "status"
-    if not resume and status.exists():
-        shutil.rmtree(status)
-    with engine.cluster(workers, scheduler, warm=True) as client:  # the workers start while the course is prepared
-        course.prepare_grading_course(root, db_url, cell_timeout, isolate=sandbox, notebook_timeout=notebook_timeout)
-        results, loose = intake(Path(submissions), root, students)
-        gradable = [r.student for r in results if r.status not in ("failed", "no notebooks")]
-        records = engine.run(root, gradable, progress=progress, task=task, client=client)
-    db_url = db_url or f"sqlite:///{root / 'gradebook.db'}"
-    report(out, root, results, records, loose, db_url)
+    # one run per course folder, from before it is prepared until the report is written (raises at once,
+    # having changed nothing, if another run holds it)
+    with course.hold(root, f"autograde {submissions} --out {out}" + (" --resume" if resume else "")):
+        out.mkdir(parents=True, exist_ok=True)
+        status = root / "status"
+        if not resume and status.exists():
+            shutil.rmtree(status)
+        with engine.cluster(workers, scheduler, warm=True) as client:  # the workers start while the course is prepared
+            course.prepare_grading_course(root, db_url, cell_timeout, isolate=sandbox,
+                                          notebook_timeout=notebook_timeout)
+            prepared = course.preparation_digest(root)  # each student's grading checks it against the folder's
+            results, loose = intake(Path(submissions), root, students)
+            gradable = [r.student for r in results if r.status not in ("failed", "no notebooks")]
+            records = engine.run(root, gradable, progress=progress, client=client,
+                                 task=functools.partial(worker.graded_under, prepared, task or worker.grade_student))
+        if course.preparation_digest(root) != prepared:  # after the last student: the gradebook may be another's
+            log.error("the course folder %s changed during this run (prepared again?): every grade is flagged", root)
+            for record in records.values():
+                flags = record.setdefault("flags", [])
+                if worker.PREPARATION_CHANGED not in flags:
+                    flags.append(worker.PREPARATION_CHANGED)
+        db_url = db_url or f"sqlite:///{root / 'gradebook.db'}"
+        report(out, root, results, records, loose, db_url)
     for r in results:
         log.info("%s: %s (%.1f s)", r.student, r.status, r.seconds)
     if loose:

@@ -4,14 +4,28 @@ The repository keeps notebooks flat (`solutions/01_….ipynb`, `notebooks/01_…
 `source/<assignment>/…`. This module lays out that course directory (in a temporary or work folder),
 writes its `nbgrader_config.py` (the kit's steps are preprocessors in nbgrader's own pipelines), and
 drives nbgrader through its Python API (`api(root)`), never through a subprocess and its log.
+
+One run at a time per course folder (`hold`): a run prepares the folder, grades into it and reports from
+it, and a second run doing the same under its feet would change the hidden cases' ids and the gradebook
+mid-run. `preparation_digest` says what a run was prepared with, so that grading can tell when it changed.
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import hashlib
+import json
 import os
+import shlex
 import shutil
+import socket
 import sys
 import tempfile
+import threading
+import time
 import warnings
+from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 
 from . import notebooks
@@ -167,17 +181,118 @@ def release(dest: Path = notebooks.RELEASE, mirrors: Path | None = None) -> list
 def prepare_grading_course(root: Path, db_url: str | None = None, timeout: int = CELL_TIMEOUT,
                            isolate: bool = True, notebook_timeout: int = NOTEBOOK_TIMEOUT) -> None:
     """Lay out a course directory for autograding and record the assignment in the gradebook: the
-    source notebooks, the hidden cases' inputs for the sandboxes, and the dataset notebook 04 loads."""
+    source notebooks, the hidden cases' inputs for the sandboxes, and the dataset notebook 04 loads.
+    Holds the folder (`hold`) while it does, unless this thread already holds it (a run does)."""
     from starter.data import load_dataset
 
     from .sandbox import write_case_inputs
 
+    with hold(root, "prepare the course folder"):
+        write_config(root, db_url, timeout, isolate, notebook_timeout)
+        populate_source(root)
+        if (root / "case_inputs").exists():
+            shutil.rmtree(root / "case_inputs")
+        write_case_inputs(notebooks.HIDDEN_REFERENCES, root / "case_inputs")  # + case_inputs.json: id -> name
+        load_dataset("shapes")  # built once here: the sandboxes see the data folder read-only
+        _apis.pop(str(root), None)  # the configuration was just written
+        generate_assignment(root)
+
+
+def preparation_digest(root: Path) -> str:
+    """A digest of what grading reads from the course's preparation: its configuration, the source notebooks,
+    the hidden cases' inputs with their id map (new random ids each time the course is prepared) and the
+    hidden references the judge compares with. A different digest: the course was prepared again, or
+    something in it changed, since the digest was taken."""
+    files = [root / "nbgrader_config.py", root / "case_inputs.json",
+             *sorted((root / "case_inputs").glob("*")), *sorted((root / "source" / ASSIGNMENT).glob("*.ipynb")),
+             *sorted(notebooks.HIDDEN_REFERENCES.glob("*.h5"))]
+    digest = hashlib.sha256()
+    for path in files:
+        digest.update(str(path).encode() + b"\0")
+        try:
+            digest.update(hashlib.sha256(path.read_bytes()).digest())
+        except OSError:  # missing or unreadable: that differs from the file
+            digest.update(b"unreadable")
+    return digest.hexdigest()
+
+
+# --------------------------------------------------------------------------------------------------
+# One run per course folder
+
+LOCK_FILE = "grading.lock"  # in the course folder; says who holds it (JSON), the lock itself is flock's
+_held: dict[Path, int] = {}  # course folders this process holds -> the thread that holds each
+
+
+class CourseLockError(RuntimeError):
+    """The course folder is held by another run (or cannot be locked): nothing was changed."""
+
+
+def _holder(fd: int) -> str:
+    """Who holds the lock, from what it wrote in the lock file (it writes right after it takes the lock)."""
+    for _ in range(20):
+        raw = os.pread(fd, 4096, 0)
+        try:
+            info = json.loads(raw)
+            break
+        except ValueError:
+            time.sleep(0.05)
+    else:
+        return "its details unreadable in the lock file"
+    if not isinstance(info, dict):
+        return "its details unreadable in the lock file"
+    text = (f"pid {info.get('pid')} on {info.get('host')}, started {info.get('started')}: {info.get('run')}; "
+            f"command: {info.get('command')}")
+    return " ".join(text.split())[:500]  # one line, whatever the file holds
+
+
+def _command() -> str:
+    """This process's command line, as typed for the grading command (`python -m grading ...`)."""
+    argv = list(sys.argv)
+    if argv and Path(argv[0]).parts[-2:] == ("grading", "__main__.py"):
+        argv[0:1] = ["python", "-m", "grading"]
+    return shlex.join(argv)[:300]
+
+
+@contextlib.contextmanager
+def hold(root: Path, run: str) -> Iterator[None]:
+    """Hold the course folder `root` for `run` (what it is, e.g. "autograde SUBMISSIONS --out OUT"), or raise
+    CourseLockError at once, naming the run that holds it, before anything is changed.
+
+    An exclusive `flock` on `root`/grading.lock: the kernel drops it when the holder's process ends, killed
+    or not, so a lock is never left behind by a dead run (on NFS, once the server notices). Only the process
+    that runs the whole flow takes it: Dask workers, here or on other machines, grade inside the parent's
+    hold. A thread that holds it may enter again (autograde holds it, then prepares the course)."""
+    root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
-    write_config(root, db_url, timeout, isolate, notebook_timeout)
-    populate_source(root)
-    if (root / "case_inputs").exists():
-        shutil.rmtree(root / "case_inputs")
-    write_case_inputs(notebooks.HIDDEN_REFERENCES, root / "case_inputs")  # + case_inputs.json: id -> name
-    load_dataset("shapes")  # built once here: the sandboxes see the data folder read-only
-    _apis.pop(str(root), None)  # the configuration was just written
-    generate_assignment(root)
+    key = root.resolve()
+    if _held.get(key) == threading.get_ident():
+        yield
+        return
+    path = root / LOCK_FILE
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
+    except OSError as exc:
+        raise CourseLockError(f"cannot open the course lock {path} ({exc.strerror}): grading needs a writable "
+                              "course folder") from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise CourseLockError(f"the course folder {root} is in use by another grading run ({_holder(fd)}); "
+                                  "nothing was changed: wait for that run to end, or use another --course") from None
+        except OSError as exc:
+            raise CourseLockError(f"cannot lock {path} ({exc.strerror}): its file system has no file locks, so "
+                                  "two runs could change the course under each other; use a local course folder "
+                                  "(--course)") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, (json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
+                                   "started": datetime.now().astimezone().isoformat(timespec="seconds"),
+                                   "run": run, "command": _command()}) + "\n").encode(), 0)
+        _held[key] = threading.get_ident()
+        try:
+            yield
+        finally:
+            del _held[key]
+            os.ftruncate(fd, 0)  # nobody to name any more
+    finally:
+        os.close(fd)  # releases the lock

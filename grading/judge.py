@@ -29,6 +29,8 @@ from starter.checks import PUBLIC_DIR, CheckFailed, Diagnosis, Observation, case
 
 from . import notebooks
 
+NOT_RUN = "did not run"  # the diagnosis of a case the sandbox recorded nothing for
+
 
 @dataclass
 class CaseResult:
@@ -97,7 +99,7 @@ def judge_cell(grade_id: str, source: str, max_points: float, observations: dict
         label = name if is_public else f"hidden case {hidden}"
         obs = observations.get(name)
         if obs is None:
-            results.append(CaseResult(name, label, is_public, False, not_run, "did not run"))
+            results.append(CaseResult(name, label, is_public, False, not_run, NOT_RUN))
             continue
         try:
             found = diagnose(_reference(name, tuple(reference_dirs)), obs)

@@ -5,20 +5,26 @@ course's configuration makes nbgrader's Execute step the sandbox (grading/sandbo
 judge (grading/judge.py) before SaveAutoGrades records the scores, so this process never runs
 student code itself. The API (importing nbgrader costs seconds) is made once per worker process (`course.api`).
 The student's record goes to `status/<student>.json` as soon as it is done, for `--resume`.
+
+A run passes each task the digest of the course preparation it started with (`graded_under`); grading
+compares the course folder's with it before and after the student, so a course prepared again or changed
+under the run (another run on the folder, a hand edit) is flagged in `review`, never a silent 0.
 """
 from __future__ import annotations
 
+import contextvars
 import json
 import shutil
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from starter.notebook_loader import python_source, read_cells
 
 from . import course, sandbox
-from .judge import read_records
+from .judge import NOT_RUN, NotebookRecord, read_records
 from .notebooks import ASSIGNMENT
 from .scan import suspicious
 
@@ -33,15 +39,55 @@ def student_code(path: Path) -> str:
     return "\n\n".join(parts)
 
 
+PREPARATION_CHANGED = ("the course folder was prepared again or changed during this run (another run on it?): "
+                       "its hidden-case inputs, configuration or references differ from those the run started "
+                       "with; grade again before trusting this row")
+
+_run_preparation: contextvars.ContextVar[str | None] = contextvars.ContextVar("run_preparation", default=None)
+
+
+def graded_under(preparation: str, task: Callable[[str, str], dict], root: str, student: str) -> dict:
+    """`task(root, student)` (`grade_student`, or a test's task that calls it) for a run whose course was
+    prepared with digest `preparation` (`course.preparation_digest`), which `grade_student` checks."""
+    token = _run_preparation.set(preparation)
+    try:
+        return task(root, student)
+    finally:
+        _run_preparation.reset(token)
+
+
+def hidden_cases_not_run(rec: NotebookRecord) -> str | None:
+    """Why a notebook's score is not to be trusted when, in a sandbox run that finished, test cells ran their
+    public cases but none of their hidden ones: the hidden cases' inputs were missing in the sandbox (the
+    course folder changed under the run), or code stopped the checks; a student's own error is recorded by
+    the check, so it leaves no case unrun. None when that is not so."""
+    if rec.sandbox != "finished":  # a time-out or a dead kernel is flagged as such
+        return None
+    cells = [c.grade_id for c in rec.cells
+             if any(not k.public for k in c.cases)
+             and any(k.public and k.diagnosis != NOT_RUN for k in c.cases)
+             and all(k.diagnosis == NOT_RUN for k in c.cases if not k.public)]
+    if not cells:
+        return None
+    return (f"{rec.notebook}: no hidden case ran in {len(cells)} test cell(s) whose public case did "
+            f"({', '.join(cells[:3])}{', ...' if len(cells) > 3 else ''}): the hidden-case inputs were missing in "
+            "the sandbox (the course folder changed during the run?) or code stopped the checks; "
+            "grade again before trusting this score")
+
+
 def review_flags(root: Path, student: str) -> list[str]:
     """What an instructor should look at: sandbox runs that did not finish, unreadable results,
-    grading without the sandbox, and code that reaches for the checks (grading.scan)."""
+    hidden cases that did not run where public ones did, grading without the sandbox, and code that
+    reaches for the checks (grading.scan)."""
     flags = []
     for rec in read_records(root / "records", student):
         if not rec.isolated:
             flags.append(f"{rec.notebook}: graded without the sandbox (--no-sandbox)")
         if rec.sandbox != "finished":
             flags.append(f"{rec.notebook}: {rec.sandbox}: {rec.sandbox_message}"[:300])
+        not_run = hidden_cases_not_run(rec)
+        if not_run:
+            flags.append(not_run)
         flags += [f"{rec.notebook}: {p}" for p in rec.problems[:3]]
     for nb in sorted((root / "submitted" / student / ASSIGNMENT).glob("*.ipynb")):
         reasons = suspicious(student_code(nb))
@@ -57,6 +103,8 @@ def grade_student(root: str | Path, student: str) -> dict:
     api = course.api(root)
     start = time.perf_counter()
     record: dict[str, Any] = {"student": student, "ok": False, "notes": [], "flags": []}
+    prepared = _run_preparation.get()  # None: called outside a run (nothing to compare with)
+    changed = prepared is not None and course.preparation_digest(root) != prepared
     shutil.rmtree(root / "records" / student, ignore_errors=True)  # the judge's records of an earlier run
     try:
         with sandbox.student_session() as scope:  # one sandbox for all of this student's notebooks
@@ -73,6 +121,8 @@ def grade_student(root: str | Path, student: str) -> dict:
     except Exception as exc:
         record["error"] = f"{type(exc).__name__}: {exc}"
         record["traceback"] = traceback.format_exc()[-4000:]
+    if prepared is not None and (changed or course.preparation_digest(root) != prepared):
+        record["flags"].append(PREPARATION_CHANGED)
     record["seconds"] = round(time.perf_counter() - start, 2)
     status = root / "status"
     status.mkdir(exist_ok=True)
