@@ -338,8 +338,8 @@ class Session:
             if self._proc is None or self._proc.poll() is not None:
                 self.close()
                 self._start()
-            proc = self._proc
-            assert proc is not None and proc.stdin is not None and proc.stdout is not None  # (started above)
+            proc: subprocess.Popen = self._proc  # type: ignore[assignment]  # (started above)
+            assert proc.stdin is not None and proc.stdout is not None
             try:
                 proc.stdin.write((json.dumps(job) + "\n").encode())
                 proc.stdin.flush()

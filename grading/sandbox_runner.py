@@ -322,11 +322,11 @@ def _starter_loop(sock: socket.socket, cell_timeout: int) -> None:
             pass
         except OSError:
             _EXIT(0)
-        ready = select.select([sock, woken], [], [], 1.0)[0]
+        ready = select.select([sock.fileno(), woken], [], [], 1.0)[0]
         if woken in ready:
             with contextlib.suppress(BlockingIOError):
                 os.read(woken, 4096)
-        if sock not in ready:
+        if sock.fileno() not in ready:
             continue
         try:
             data, fds, _, _ = socket.recv_fds(sock, 4096, 2)
@@ -432,8 +432,8 @@ def run_notebook(nb: dict, folder: str, cell_timeout: int, seconds: float, start
     inbox = _Answers(answers)
     end = time.monotonic() + seconds
     stuck, stopped, timeouts, count = None, "", [], 0
-    cells = [(None, {"source": REFUSE_EXIT})] + [(i, c) for i, c in enumerate(nb.get("cells", []))
-                                                 if c.get("cell_type") == "code"]
+    cells: list[tuple[int | None, dict]] = [(None, {"source": REFUSE_EXIT})]
+    cells += [(i, c) for i, c in enumerate(nb.get("cells", [])) if c.get("cell_type") == "code"]
     for index, cell in cells:
         source = cell.get("source", "")
         sent = time.monotonic()
