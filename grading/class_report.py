@@ -18,7 +18,6 @@ results, each failure with its `diagnosis`: a known bug's name, a symptom, an ex
 from __future__ import annotations
 
 import base64
-import csv
 import hashlib
 import html
 import io
@@ -30,6 +29,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from . import notebooks
+from .spreadsheet import read_csv
 
 # Failures that name what is wrong (a misconception the class can be taught about) ...
 NO_DIAGNOSIS = ("wrong values", "did not run", "no usable output", "output missing", "unreadable result",
@@ -86,8 +86,7 @@ def _records(out: Path) -> dict[str, dict[str, dict]]:
 
 
 def _grades(out: Path) -> tuple[dict[str, float], list[dict]]:
-    with open(out / "grades.csv", newline="") as f:
-        rows = list(csv.DictReader(f))
+    rows = read_csv(out / "grades.csv")  # undoes the quote that keeps a spreadsheet from running a cell
     maxima = {k: float(v) for k, v in rows[0].items() if k not in ("student", "status", "review", "notes") and v}
     return maxima, rows[1:]
 

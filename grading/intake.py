@@ -1,11 +1,15 @@
 """Intake: a folder or zip of submissions becomes one staged folder of notebooks per student.
 
-Symbolic links are never followed; a zip member that would land outside its folder, is a link or
-is too big refuses that one student (with the reason), and the rest of the class goes on. Each
-notebook is rebuilt on the release (`grading/submission.py`). Submissions are only read.
+Symbolic links are never followed; a zip member that would land outside its folder, is a link, is
+too big or cannot be unpacked (a bad CRC, a file where the zip also has a folder of that name) refuses
+that one student (with the reason), and the rest of the class goes on; so does any error met while
+reading or rebuilding one student's files (`stage_student`). Each notebook is rebuilt on the release
+(`grading/submission.py`), malformed details (metadata of the wrong JSON type) read as absent.
+Submissions are only read.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -42,18 +46,34 @@ class StudentResult:
 MAX_MEMBER_BYTES = 256 * 2**20  # one file of a zip
 
 
+def one_line(text: str, limit: int = 300) -> str:
+    """`text` as one line of a note: control characters (a file name may hold a newline) shown escaped."""
+    return re.sub(r"[\x00-\x1f\x7f]", lambda m: f"\\x{ord(m.group()):02x}", str(text))[:limit]
+
+
+def problem(exc: BaseException) -> str:
+    """An exception as the one line a note gives it: its type and the first line of its message."""
+    first = (str(exc).splitlines() or [""])[0]
+    return one_line(f"{type(exc).__name__}: {first}" if first else type(exc).__name__, 200)
+
+
 def unpack(path: Path, into: Path) -> tuple[Path, list[tuple[str, str]]]:
     """A folder of submissions from a folder or a zip, and the zip members refused: (name, why).
 
-    Members that would land outside `into` (absolute paths, `..`), symbolic links and oversized
-    files are not extracted; the student whose folder held one is refused with the reason (the rest
-    of the class is graded)."""
+    Members that would land outside `into` (absolute paths, `..`), symbolic links, oversized files and
+    members that cannot be unpacked (a bad CRC, an encrypted or unknown compression, a file where the zip
+    also has a folder of the same name) are not extracted; the student whose folder held one is refused
+    with the reason (the rest of the class is graded)."""
     if path.is_dir():
         return path, []
     if not zipfile.is_zipfile(path):
         raise ValueError(f"{path} is neither a folder nor a zip file")
     refused = []
-    with zipfile.ZipFile(path) as zf:
+    try:
+        zf = zipfile.ZipFile(path)
+    except (zipfile.BadZipFile, OSError, ValueError) as exc:
+        raise ValueError(f"{path}: the zip file cannot be read ({problem(exc)})") from exc
+    with zf:
         total = sum(i.file_size for i in zf.infolist())
         if total > MAX_ZIP_BYTES:
             raise ValueError(f"{path} unpacks to {total / 1e9:.1f} GB; refusing")
@@ -67,13 +87,26 @@ def unpack(path: Path, into: Path) -> tuple[Path, list[tuple[str, str]]]:
                 refused.append((info.filename, "a symbolic link"))
             elif info.file_size > MAX_MEMBER_BYTES:
                 refused.append((info.filename, f"a file of {info.file_size / 2**20:.0f} MB"))
-            elif info.is_dir():
-                target.mkdir(parents=True, exist_ok=True)
             else:
-                target.parent.mkdir(parents=True, exist_ok=True)
-                with zf.open(info) as src, open(target, "wb") as dst:
-                    shutil.copyfileobj(src, dst)
+                try:
+                    _extract(zf, info, target)
+                except Exception as exc:  # one member's problem is its student's, never the class's
+                    refused.append((info.filename, f"a member that cannot be unpacked ({problem(exc)})"))
     return into, refused
+
+
+def _extract(zf: zipfile.ZipFile, info: zipfile.ZipInfo, target: Path) -> None:
+    if info.is_dir():
+        target.mkdir(parents=True, exist_ok=True)
+        return
+    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        with zf.open(info) as src, open(target, "wb") as dst:
+            shutil.copyfileobj(src, dst)
+    except BaseException:
+        if target.is_file() and not target.is_symlink():
+            target.unlink()  # half a file (a bad CRC is found at its end) is not graded
+        raise
 
 
 def submission_root(folder: Path) -> Path:
@@ -95,12 +128,12 @@ def notebook_for(filename: str, known: dict[str, str]) -> str | None:
     return known.get(m.group(1)) if m else None
 
 
-def read_submission(path: Path):
-    """(notebook, None), or (None, why it cannot be read)."""
+def read_submission(path: Path, repairs: list[str] | None = None):
+    """(notebook, None), or (None, why it cannot be read); malformed details repaired are added to `repairs`."""
     try:
-        return read_any(path), None
+        return read_any(path, repairs), None
     except Exception as exc:
-        return None, f"corrupt notebook ({type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:120]})"
+        return None, f"corrupt notebook ({problem(exc)[:160]})"
 
 
 def _files(folder: Path, result: StudentResult) -> list[Path]:
@@ -144,15 +177,23 @@ def collect(student_dir: Path, known: dict[str, str], result: StudentResult, des
             result.notes.append(f"{extra.relative_to(student_dir)}: ignored (another copy of {stem} was graded)")
         chosen = paths[0]
         rel = chosen.relative_to(student_dir)
-        nb, problem = read_submission(chosen)
-        if problem:
-            result.notes.append(f"{rel}: not graded: {problem}")
+        repairs: list[str] = []
+        nb, unreadable = read_submission(chosen, repairs)
+        if unreadable:
+            result.notes.append(f"{rel}: not graded: {unreadable}")
             continue
-        rebuilt = rebuild(nb, notebooks.read(notebooks.RELEASE / f"{stem}.ipynb"))
-        result.notes += [f"{rel}: {note}" for note in rebuilt.notes]
-        nbformat.write(rebuilt.notebook, str(dest / f"{stem}.ipynb"))
+        try:
+            rebuilt = rebuild(nb, notebooks.read(notebooks.RELEASE / f"{stem}.ipynb"))
+            nbformat.write(rebuilt.notebook, str(dest / f"{stem}.ipynb"))
+        except Exception as exc:
+            raise Refused(f"{rel}: could not be rebuilt on the release ({problem(exc)})") from exc
+        result.notes += [f"{rel}: {note}" for note in repairs + rebuilt.notes]
         result.notebooks[stem] = str(rel)
     _keep_checkpoint(checkpoints, student_dir, result, dest)
+
+
+class Refused(Exception):
+    """One student's files cannot be taken in: the message names the file and the problem, on one line."""
 
 
 def _keep_checkpoint(found: list[Path], student_dir: Path, result: StudentResult, dest: Path) -> None:
@@ -177,14 +218,39 @@ def stage_student(root: Path, student_dir: Path, known: dict[str, str]) -> Stude
     """Copy one student's gradable notebooks into the course's submitted/ folder."""
     result = StudentResult(student=student_dir.name)
     submitted = root / "submitted" / result.student / ASSIGNMENT
-    if submitted.exists():
-        shutil.rmtree(submitted)
-    collect(student_dir, known, result, submitted)
+    try:
+        if submitted.exists():
+            shutil.rmtree(submitted)
+        collect(student_dir, known, result, submitted)
+    except Exception as exc:  # this student's files, whatever is wrong with them, never stop the class
+        why = str(exc) if isinstance(exc, Refused) else _where(exc, student_dir)
+        shutil.rmtree(submitted, ignore_errors=True)  # nothing half-staged is graded
+        with contextlib.suppress(OSError):
+            submitted.parent.rmdir()  # the student's folder, if nothing else is in it
+        return StudentResult(student=result.student, status="failed", notes=result.notes + [f"refused: {why}"])
     if not result.notebooks:
         result.status = "no notebooks"
         result.notes.append("no notebook of this assignment in the folder: nothing to grade (0)")
     return result
 
+
+def _where(exc: BaseException, student_dir: Path) -> str:
+    """`file: problem` for an error met while reading a student's folder (the folder if no file is named)."""
+    name = getattr(exc, "filename", None)
+    try:
+        rel = Path(name).relative_to(student_dir) if name else None
+    except (TypeError, ValueError):
+        rel = None
+    return f"{rel if rel is not None else 'folder'}: {problem(exc)}"
+
+
+def _student_of(member: str, wrapper: tuple[str, ...]) -> str | None:
+    """The student folder a zip member belongs to, given the wrapper folders above the students' folders."""
+    parts = Path(member).parts
+    depth = len(wrapper)
+    if len(parts) <= depth + 1 or parts[:depth] != wrapper or parts[depth] in ("..", "/"):
+        return None
+    return parts[depth]
 
 
 def intake(submissions: Path, root: Path, students: list[str] | None = None) -> tuple[list[StudentResult], list[str]]:
@@ -195,7 +261,15 @@ def intake(submissions: Path, root: Path, students: list[str] | None = None) -> 
     with tempfile.TemporaryDirectory(prefix="submissions-") as tmp:
         unpacked, refused = unpack(Path(submissions), Path(tmp))
         folder = submission_root(unpacked)
+        wrapper = folder.relative_to(unpacked).parts
+        refused_of: dict[str, list[str]] = {}
         loose = [p.name for p in folder.iterdir() if p.is_file() and p.name not in JUNK]
+        for name, why in refused:
+            student = _student_of(name, wrapper)
+            if student is None:
+                loose.append(f"{name} (refused: {why})")
+            else:
+                refused_of.setdefault(student, []).append(f"{name}: {why}")
         for student_dir in sorted(p for p in folder.iterdir() if p.name not in JUNK and not p.is_file()):
             if students and student_dir.name not in students:
                 continue
@@ -203,20 +277,17 @@ def intake(submissions: Path, root: Path, students: list[str] | None = None) -> 
                 why = "a symbolic link, not a folder" if student_dir.is_symlink() else "not a usable student id"
                 results.append(StudentResult(student=student_dir.name, status="failed", notes=[f"folder: {why}"]))
                 continue
-            bad = [f"{name}: {why}" for name, why in refused if student_dir.name in Path(name).parts]
+            bad = refused_of.get(student_dir.name)
             if bad:
                 results.append(StudentResult(student=student_dir.name, status="failed",
                                              notes=["refused: the zip holds " + "; ".join(bad[:3])]))
                 continue
             results.append(stage_student(root, student_dir, known))
         # a student whose only files were refused has no folder: a row all the same
-        depth = len(folder.relative_to(unpacked).parts)
-        for name, why in refused:
-            parts = Path(name).parts
-            student = parts[depth] if len(parts) > depth + 1 and parts[depth] != ".." else None
-            if student is None:
-                loose.append(f"{name} (refused: {why})")
-            elif not any(r.student == student for r in results) and (not students or student in students):
+        for student, bad in refused_of.items():
+            if not any(r.student == student for r in results) and (not students or student in students):
                 results.append(StudentResult(student=student, status="failed",
-                                             notes=[f"refused: the zip holds {name}: {why}"]))
+                                             notes=["refused: the zip holds " + "; ".join(bad[:3])]))
+    for r in results:  # a note is one line, whatever the file names hold
+        r.notes = [one_line(note, 1000) for note in r.notes]
     return results, loose

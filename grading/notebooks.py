@@ -31,7 +31,11 @@ def solution_notebooks() -> list[Path]:
 
 
 def nbgrader_meta(cell) -> dict:
-    return cell.get("metadata", {}).get("nbgrader", {}) or {}
+    """A cell's nbgrader metadata, {} if it has none. Metadata that is not a dictionary (a hand-edited or
+    hostile notebook) counts as absent, as if an editor had stripped it."""
+    meta = cell.get("metadata") if isinstance(cell, dict) else None
+    found = meta.get("nbgrader") if isinstance(meta, dict) else None
+    return found if isinstance(found, dict) else {}
 
 
 def is_solution(cell) -> bool:
@@ -41,12 +45,12 @@ def is_solution(cell) -> bool:
 def is_written_answer(cell) -> bool:
     """A written question's answer: a Markdown cell that is both a solution and graded (by a person)."""
     meta = nbgrader_meta(cell)
-    return bool(meta.get("grade")) and bool(meta.get("solution")) and cell.cell_type == "markdown"
+    return bool(meta.get("grade")) and bool(meta.get("solution")) and cell.get("cell_type") == "markdown"
 
 
 def is_test(cell) -> bool:
     meta = nbgrader_meta(cell)
-    return bool(meta.get("grade")) and not meta.get("solution") and cell.cell_type == "code"
+    return bool(meta.get("grade")) and not meta.get("solution") and cell.get("cell_type") == "code"
 
 
 def test_cells(nb) -> Iterator:

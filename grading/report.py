@@ -4,7 +4,6 @@ Reads only what grading recorded (the gradebook, the students' records); runs no
 """
 from __future__ import annotations
 
-import csv
 import json
 import shutil
 import warnings
@@ -14,6 +13,7 @@ from pathlib import Path
 from . import class_report, notebooks
 from .intake import StudentResult
 from .notebooks import ASSIGNMENT
+from .spreadsheet import read_csv, write_csv
 
 
 def copy_feedback(root: Path, out: Path, student: str) -> None:
@@ -79,8 +79,7 @@ def write_grades(out: Path, results: list[StudentResult], db_url: str) -> Path:
 def refresh_grades(out: Path, db_url: str) -> Path:
     """Rewrite `grades.csv` of a graded run from the gradebook: written answers graded in formgrader since
     the run now count. Students, statuses, flags and notes are the run's."""
-    with open(out / "grades.csv", newline="") as f:
-        rows = [r for r in csv.DictReader(f) if r["student"] != "(max points)"]
+    rows = [r for r in read_csv(out / "grades.csv") if r["student"] != "(max points)"]
     return _write_grades(out, [(r["student"], r["status"], r["review"], r["notes"]) for r in rows], db_url,
                          same_run=True)
 
@@ -115,10 +114,7 @@ def _write_grades(out: Path, students: list[GradesRow], db_url: str, same_run: b
         totals = [sum(v for (s2, _, _), v in zip(cols, given) if s2 == s) for s in stems]
         rows.append([student, status] + ["" if v is None else v for v in per] + totals
                     + [sum(given), maximum, pending if status == "graded" else 0.0, review, notes])
-    path = out / "grades.csv"
-    with open(path, "w", newline="") as f:
-        csv.writer(f).writerows([header] + rows)
-    return path
+    return write_csv(out / "grades.csv", [header] + rows)  # no cell a spreadsheet would run (grading.spreadsheet)
 
 
 def write_failure_summary(out: Path, grades_csv: Path) -> tuple[Path, Path]:
@@ -132,8 +128,7 @@ def write_failure_summary(out: Path, grades_csv: Path) -> tuple[Path, Path]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    with open(grades_csv, newline="") as f:
-        rows = list(csv.DictReader(f))
+    rows = read_csv(grades_csv)
     maxima, students = rows[0], rows[1:]
     columns = [f"{s}:{g}" for s, g, _ in graded_columns()]  # tests only: a written answer is not a test
     report = json.loads((out / "report.json").read_text()) if (out / "report.json").exists() else {"students": []}
@@ -145,11 +140,8 @@ def write_failure_summary(out: Path, grades_csv: Path) -> tuple[Path, Path]:
         failed = [r for r in took if float(r[col] or 0) < float(maxima[col])]
         table.append((col, float(maxima[col]), len(took), len(failed), len(failed) / len(took) if took else 0.0))
     table.sort(key=lambda t: (-t[4], t[0]))
-    csv_path = out / "failures.csv"
-    with open(csv_path, "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["test", "points", "students_graded", "students_failed", "fail_rate"])
-        w.writerows([(c, p, n, k, f"{r:.3f}") for c, p, n, k, r in table])
+    csv_path = write_csv(out / "failures.csv", [["test", "points", "students_graded", "students_failed", "fail_rate"]]
+                         + [[c, p, n, k, round(r, 3)] for c, p, n, k, r in table])
     fig, ax = plt.subplots(figsize=(9, 0.35 * max(4, len(table)) + 1.2))
     labels = [c for c, *_ in table][::-1]
     ax.barh(labels, [100 * r for *_, r in table][::-1], color="tab:red")

@@ -10,12 +10,17 @@ metadata), the notebook that gets graded is the release notebook with:
   where the metadata is gone, from the Markdown cell right after its question;
 - the student's extra code cells (helpers, experiments) kept, after the cell they followed;
 
-and every other cell (text, given code, tests) exactly as released. Each repair is noted.
+and every other cell (text, given code, tests) exactly as released. Each repair is noted. Reading
+(`read_any`) takes a malformed but mostly valid notebook as well: a cell's metadata, nbgrader metadata or
+source of the wrong JSON type counts as absent (like metadata an editor stripped), noted too.
 """
 from __future__ import annotations
 
 import copy
+import json
+from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import nbformat
 
@@ -154,9 +159,73 @@ def rebuild(student, template) -> Rebuilt:
     return out
 
 
-def read_any(path) -> object:
-    """Read a notebook of any nbformat 4.x (e.g. 4.0 from Colab) and upgrade it to the current minor."""
-    nb = nbformat.read(str(path), as_version=4)
+MAX_NOTEBOOK_BYTES = 256 * 2**20  # a submitted notebook read into memory (a zip's member has the same cap)
+CELL_TYPES = ("code", "markdown", "raw", "heading")  # heading: nbformat 3
+
+
+def _tidy_cells(cells: list, counts: dict[str, int]) -> list:
+    """The cells of a submitted notebook as nbformat can read them, whatever their details: a cell that is not
+    an object is dropped; metadata, nbgrader metadata or a source of the wrong JSON type count as absent (as
+    if an editor had stripped them); outputs and attachments are dropped (the notebook is run again, and
+    nothing of them is graded or shown)."""
+    kept = []
+    for cell in cells:
+        if not isinstance(cell, dict):
+            counts["item(s) of the cell list that are not cells: dropped"] += 1
+            continue
+        if cell.get("cell_type") not in CELL_TYPES:
+            counts["cell(s) of no known type: read as raw cells"] += 1
+            cell["cell_type"] = "raw"
+        if not isinstance(cell.get("metadata", {}), dict):
+            counts["cell(s) whose metadata is not a dictionary: ignored (as if stripped)"] += 1
+            cell["metadata"] = {}
+        cell.setdefault("metadata", {})
+        if "nbgrader" in cell["metadata"] and not isinstance(cell["metadata"]["nbgrader"], dict):
+            counts["cell(s) whose nbgrader metadata is not a dictionary: ignored (as if stripped)"] += 1
+            del cell["metadata"]["nbgrader"]
+        key = "input" if "input" in cell and "source" not in cell else "source"  # nbformat 3 code cells: input
+        source = cell.get(key, "")
+        if isinstance(source, list) and all(isinstance(line, str) for line in source):
+            source = "".join(source)
+        if not isinstance(source, str):
+            counts["cell(s) whose source is not text: read as empty"] += 1
+            source = ""
+        cell[key] = source
+        cell.pop("attachments", None)
+        if cell["cell_type"] == "code":
+            cell["outputs"], cell["execution_count"] = [], None
+        else:
+            cell.pop("outputs", None)
+        kept.append(cell)
+    return kept
+
+
+def read_any(path, repairs: list[str] | None = None) -> object:
+    """Read a submitted notebook of any nbformat 4.x (e.g. 4.0 from Colab; 3 is converted) as nbformat 4,
+    malformed details repaired (`_tidy_cells`); what was repaired is appended to `repairs`, one line each.
+    Raises ValueError (or nbformat's errors) for a file that is not a notebook at all."""
+    path = Path(path)
+    size = path.stat().st_size
+    if size > MAX_NOTEBOOK_BYTES:
+        raise ValueError(f"{size / 2**20:.0f} MB, over the {MAX_NOTEBOOK_BYTES / 2**20:.0f} MB a notebook may have")
+    raw = json.loads(path.read_bytes())
+    if not isinstance(raw, dict):
+        raise ValueError("the file's JSON is not a notebook (not an object)")
+    if not isinstance(raw.get("metadata", {}), dict):
+        raw["metadata"] = {}
+        (repairs if repairs is not None else []).append("the notebook's metadata is not a dictionary: ignored")
+    counts: dict[str, int] = Counter()
+    if "cells" in raw:
+        if not isinstance(raw["cells"], list):
+            raise ValueError("the notebook's cells are not a list")
+        raw["cells"] = _tidy_cells(raw["cells"], counts)
+    worksheets = raw.get("worksheets")  # nbformat 3
+    for sheet in worksheets if isinstance(worksheets, list) else []:
+        if isinstance(sheet, dict) and isinstance(sheet.get("cells"), list):
+            sheet["cells"] = _tidy_cells(sheet["cells"], counts)
+    if repairs is not None:
+        repairs += [f"{n} {what}" for what, n in counts.items()]
+    nb = nbformat.reads(json.dumps(raw), as_version=4)
     for cell in nb.cells:  # old minors lack cell ids; nbformat adds them on validate/normalise
         cell.setdefault("metadata", {})
     return nb

@@ -147,3 +147,55 @@ def test_release_notebook_runs_in_chromium(chromium, lab):
     assert "CheckFailed" in shown and MESSAGE in shown, seen
     assert "Traceback" not in shown, f"a traceback is shown instead of the one-line message{seen}"
     assert not page_errors and not console_errors, f"JavaScript errors on the page{seen}"
+
+
+HOSTILE_PNG = ("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR4nGNgAAACAAFUok9dAAAAAElFTkSuQmCC")  # 1x1: it loads
+
+
+@pytest.mark.parametrize("template", ["classic", "lab"])
+def test_a_feedback_page_runs_nothing_a_kernel_sent(chromium, tmp_path, template):
+    """The feedback exporter on what a hostile kernel can send (any JSON) and a written answer with a
+    `javascript:` link: in Chromium no dialog opens, not even when the link is clicked, and the page raises
+    no error. The same, graded for real: tests/test_hostile_files.py."""
+    import nbformat
+
+    from grading.feedback import FeedbackHTMLExporter, RedactHiddenTests
+
+    script = "1 onload=alert('{}')//"
+    outputs = [
+        {"output_type": "display_data", "data": {"image/png": HOSTILE_PNG, "text/plain": "picture"},
+         "metadata": {"image/png": {"width": script.format("width"), "height": script.format("height")}}},
+        {"output_type": "display_data", "data": {"image/jpeg": HOSTILE_PNG}, "metadata": {"width": script.format("jpeg")}},
+        {"output_type": "display_data", "data": {"text/vnd.mermaid": "<img src=x onerror=alert('mermaid')>",
+                                                 "text/html": "<script>alert('html')</script>",
+                                                 "application/javascript": "alert('js')"}, "metadata": {}},
+        {"output_type": "execute_result", "execution_count": "<img src=x onerror=alert('count')>",
+         "data": {"image/png": HOSTILE_PNG}, "metadata": {"image/png": {"width": script.format("result")}}},
+        {"output_type": "<img src=x onerror=alert('type')>", "text": "x"},
+    ]
+    code = nbformat.v4.new_code_cell("show()")
+    code.outputs = nbformat.from_dict(outputs)
+    code.execution_count = "<img src=x onerror=alert('prompt')>"
+    answer = nbformat.v4.new_markdown_cell("[click me](javascript:alert('link')) [also](java\tscript:alert('tab'))")
+    answer.metadata["nbgrader"] = {"grade": True, "solution": True, "grade_id": "q_answer", "points": 1}
+    nb = nbformat.v4.new_notebook(metadata={"language_info": {"name": "python"}})
+    nb.cells = [code, answer]  # as nbgrader reads it: not validated
+    nb, _ = RedactHiddenTests().preprocess(nb, {})
+    page, _ = FeedbackHTMLExporter(template_name=template).from_notebook_node(nb)
+    path = tmp_path / "feedback.html"
+    path.write_text(page)
+
+    dialogs: list[str] = []
+    errors: list[str] = []
+    tab = chromium.new_page()
+    tab.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+    tab.on("pageerror", lambda e: errors.append(str(e)))
+    # errors located at a web address are the template's scripts (MathJax) failing to load offline
+    tab.on("console", lambda m: errors.append(m.text) if m.type == "error" and not m.location.get(
+        "url", "").startswith(("http://", "https://")) else None)
+    tab.goto(path.as_uri(), wait_until="load")
+    for link in ("click me", "also"):
+        tab.get_by_text(link).click()
+    tab.wait_for_timeout(500)
+    assert not dialogs and not errors, (dialogs, errors)
+    assert tab.locator("img").count() == 3  # the pictures are shown, without the sizes that were script

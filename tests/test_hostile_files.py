@@ -1,0 +1,333 @@
+"""Hostile *files*: one student's malformed notebook or zip member refuses that student only, and nothing of a
+student's making reaches a page or a spreadsheet as something that runs.
+
+Fast checks of each piece (reading, intake, the CSV cells, the feedback page's outputs), then ONE autograde run
+of a zipped class (notebook 01) that holds every case: a bad CRC, a file and a folder of the same name, nbgrader
+metadata that is a string (graded all the same), a folder whose name is a formula, a file name that is a
+formula, image outputs whose size metadata is script, a Mermaid output, and a written answer that links to
+`javascript:`. Its feedback page is opened in Chromium (no dialog, no console error) and its CSVs read raw.
+"""
+from __future__ import annotations
+
+import base64
+import csv
+import json
+import re
+import zipfile
+
+import nbformat
+import pytest
+from conftest import filled_submission, solution_sources, write_nb
+
+from grading import notebooks as nbs
+from grading.spreadsheet import FORMULA_START, from_cell, read_csv, to_cell, write_csv
+from grading.submission import read_any, rebuild
+
+NB = "01_scaled_dot_product_attention"
+PNG = base64.b64encode(bytes.fromhex(  # a 1x1 picture: it loads, so an injected onload= would run
+    "89504e470d0a1a0a0000000d4948445200000001000000010806000000"
+    "1f15c4890000000d49444154789c6360000002000154a24f5d0000000049454e44ae426082")).decode()
+FORMULA_NAME = '=HYPERLINK("example.invalid","click")'  # no slash: it names a folder and a file too
+
+
+def _raw(nb) -> dict:
+    return json.loads(nbformat.writes(nb))
+
+
+def _string_metadata() -> dict:
+    """Notebook 01, filled in, whose first answer cell's nbgrader metadata is a string and second's metadata
+    is a string (the attack that stopped the class), and other malformed details."""
+    raw = _raw(filled_submission(NB))
+    answers = [c for c in raw["cells"] if c["cell_type"] == "code" and c["metadata"].get("nbgrader", {}).get("solution")]
+    answers[0]["metadata"]["nbgrader"] = "solution"
+    answers[1]["metadata"] = "metadata"
+    answers[2]["outputs"] = "not a list"
+    raw["cells"].append(["not", "a", "cell"])
+    raw["cells"].append({"cell_type": "code", "metadata": {}, "source": {"not": "text"}, "outputs": []})
+    return raw
+
+
+# -- reading a malformed notebook ------------------------------------------------------------------------
+
+def test_malformed_metadata_is_read_as_stripped(tmp_path):
+    path = tmp_path / f"{NB}.ipynb"
+    path.write_text(json.dumps(_string_metadata()))
+    repairs: list[str] = []
+    result = rebuild(read_any(path, repairs), nbs.read(nbs.RELEASE / f"{NB}.ipynb"))
+    graded = {nbs.nbgrader_meta(c)["grade_id"]: c.source for c in result.notebook.cells if nbs.is_solution(c)}
+    assert graded == solution_sources(NB)  # every answer found, the two without metadata by their first line
+    said = " ".join(repairs)
+    for what in ("nbgrader metadata is not a dictionary", "metadata is not a dictionary", "not cells",
+                 "source is not text"):
+        assert what in said, said
+    nbformat.validate(result.notebook)
+
+
+def test_the_rebuild_reads_malformed_metadata_as_absent():
+    """Without the reading's repairs too (a notebook built in memory): metadata of the wrong type is no metadata."""
+    assert [nbs.nbgrader_meta(c) for c in ({"metadata": "x"}, {"metadata": {"nbgrader": "x"}}, {}, "cell")] == [{}] * 4
+    nb = nbformat.from_dict(_string_metadata())
+    nb.cells = [c for c in nb.cells if isinstance(c, dict) and isinstance(c.get("source"), (str, list))]
+    result = rebuild(nb, nbs.read(nbs.RELEASE / f"{NB}.ipynb"))
+    graded = {nbs.nbgrader_meta(c)["grade_id"]: c.source for c in result.notebook.cells if nbs.is_solution(c)}
+    assert graded == solution_sources(NB)
+
+
+@pytest.mark.parametrize("content, why", [
+    ('["a list"]', "not a notebook"),
+    ('{"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": "text"}', "cells are not a list"),
+    ("[" * 100_000, "RecursionError"),
+])
+def test_a_file_that_is_no_notebook_is_refused_with_its_reason(tmp_path, content, why):
+    from grading.intake import read_submission
+
+    path = tmp_path / f"{NB}.ipynb"
+    path.write_text(content)
+    nb, problem = read_submission(path)
+    assert nb is None and why in problem and "\n" not in problem, problem
+
+
+# -- intake: one student's broken files refuse that student only -----------------------------------------
+
+def _corrupt(archive, member: str) -> None:
+    """Flip a byte of `member`'s stored data: its CRC no longer matches (found when it is read to the end)."""
+    with zipfile.ZipFile(archive) as zf:
+        info = zf.getinfo(member)
+    data = bytearray(archive.read_bytes())
+    start = info.header_offset + 30 + len(info.filename.encode()) + len(info.extra)
+    data[start + info.compress_size // 2] ^= 0xFF
+    archive.write_bytes(bytes(data))
+
+
+def _zip_class(path, members: dict[str, str | bytes], corrupt: str | None = None):
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_STORED) as zf:
+        for name, content in members.items():
+            zf.writestr(name, content)
+    if corrupt:
+        _corrupt(path, corrupt)
+    return path
+
+
+def test_a_broken_zip_member_refuses_only_its_student(tmp_path):
+    from grading.intake import intake
+
+    good = nbformat.writes(filled_submission(NB))
+    archive = _zip_class(tmp_path / "class.zip", {
+        f"class/honest/{NB}.ipynb": good,
+        f"class/bad_crc/{NB}.ipynb": good,
+        f"class/file_then_folder/{NB}.ipynb": good,
+        f"class/file_then_folder/{NB}.ipynb/notes.txt": "a folder where a file is",
+        f"class/folder_then_file/{NB}.ipynb/notes.txt": "a folder where a file is",
+        f"class/folder_then_file/{NB}.ipynb": good,
+    }, corrupt=f"class/bad_crc/{NB}.ipynb")
+    results = {r.student: r for r in intake(archive, tmp_path / "course")[0]}
+    assert results["honest"].status == "pending" and results["honest"].notebooks == {NB: f"{NB}.ipynb"}
+    for student, why in (("bad_crc", "Bad CRC"), ("file_then_folder", "cannot be unpacked"),
+                         ("folder_then_file", "cannot be unpacked")):
+        notes = results[student].notes
+        assert results[student].status == "failed", (student, notes)
+        assert len(notes) == 1 and why in notes[0] and f"class/{student}/{NB}.ipynb" in notes[0], notes
+    assert not (tmp_path / "course" / "submitted" / "bad_crc").exists()
+
+
+def test_any_error_while_taking_a_student_in_refuses_only_that_student(tmp_path, monkeypatch):
+    """Whatever goes wrong with one student's files (here: the rebuild raises, as it did on string metadata)
+    refuses that student, with the file and the problem on one line, and stages nothing of theirs."""
+    from grading import intake as intake_module
+
+    def rebuild_that_breaks(student, template):
+        if any("BREAK-THE-REBUILD" in "".join(c.get("source", "")) for c in student.cells):
+            raise AttributeError("'str' object has no attribute 'get'\nsecond line")
+        return rebuild(student, template)
+
+    monkeypatch.setattr(intake_module, "rebuild", rebuild_that_breaks)
+    subs = tmp_path / "subs"
+    write_nb(filled_submission(NB), subs / "honest" / f"{NB}.ipynb")
+    breaks = filled_submission(NB)
+    breaks.cells.append(nbformat.v4.new_code_cell("# BREAK-THE-REBUILD"))
+    write_nb(breaks, subs / "breaks" / "work" / f"{NB} (1).ipynb")
+    (subs / "weird\nname").mkdir()
+    write_nb(filled_submission(NB), subs / "weird\nname" / f"{NB}.ipynb")
+    results = {r.student: r for r in intake_module.intake(subs, tmp_path / "course")[0]}
+    assert results["honest"].status == "pending" and NB in results["honest"].notebooks
+    notes = results["breaks"].notes
+    assert results["breaks"].status == "failed" and len(notes) == 1, notes
+    assert notes[0] == (f"refused: work/{NB} (1).ipynb: could not be rebuilt on the release "
+                        "(AttributeError: 'str' object has no attribute 'get')"), notes
+    assert not (tmp_path / "course" / "submitted" / "breaks").exists()
+    assert results["weird\nname"].status == "failed"
+
+
+def test_a_string_as_nbgrader_metadata_is_taken_in(tmp_path):
+    from grading.intake import intake
+
+    (tmp_path / "subs" / "string_meta").mkdir(parents=True)
+    (tmp_path / "subs" / "string_meta" / f"{NB}.ipynb").write_text(json.dumps(_string_metadata()))
+    [result], _ = intake(tmp_path / "subs", tmp_path / "course")
+    assert result.status == "pending" and NB in result.notebooks, result.notes
+    assert any("not a dictionary" in n for n in result.notes), result.notes
+
+
+# -- CSV cells -----------------------------------------------------------------------------------------------
+
+TRICKY = ["=1+1", "+1", "-1", "@SUM(A1)", "\t=1", "\r=1", "\uff1d1+1", "'=1", "''+x", "'quoted", "plain", "",
+          FORMULA_NAME, "a,b;=c", 'say "hi"', "two\nlines"]
+
+
+def test_csv_cells_never_start_a_formula_and_read_back_as_written(tmp_path):
+    path = write_csv(tmp_path / "t.csv", [["name", "score"]] + [[text, -1.5] for text in TRICKY])
+    with open(path, newline="") as f:
+        cells = [cell for row in csv.reader(f) for cell in row]
+    formulas = [c for c in cells if c.startswith(FORMULA_START) and c != "-1.5"]
+    assert not formulas, formulas
+    assert "-1.5" in path.read_text().splitlines()[1]  # a number is written unquoted: a spreadsheet's number
+    assert [(r["name"], r["score"]) for r in read_csv(path)] == [(t, "-1.5") for t in TRICKY]
+    assert [from_cell(to_cell(t)) for t in TRICKY] == TRICKY and to_cell(2.0) == 2.0
+
+
+# -- the feedback page's outputs ------------------------------------------------------------------------------
+
+def test_an_output_keeps_only_text_pictures_and_whole_number_sizes():
+    from grading.feedback import NOT_SHOWN, safe_output
+
+    hostile = {"width": "1 onload=alert(1)//", "image/png": {"height": "1 onerror=alert(2)", "width": 320,
+                                                              "unconfined": True, "filenames": {"image/png": "x"}}}
+    out = safe_output({"output_type": "display_data", "data": {"image/png": PNG, "text/plain": "fig"},
+                       "metadata": hostile, "transient": {"display_id": "x"}})
+    assert out == {"output_type": "display_data", "data": {"image/png": PNG, "text/plain": "fig"},
+                   "metadata": {"image/png": {"width": 320}}}
+    mermaid = safe_output({"output_type": "display_data", "data": {"text/vnd.mermaid": "<img onerror=x>"}})
+    assert mermaid["data"] == {"text/plain": NOT_SHOWN}
+    not_base64 = safe_output({"output_type": "display_data", "data": {"image/png": '" onload="alert(1)'}})
+    assert not_base64["data"] == {"text/plain": NOT_SHOWN}
+    forged = safe_output({"output_type": "execute_result", "data": "<script>", "execution_count": "<b>1</b>"})
+    assert forged["execution_count"] is None and forged["data"] == {"text/plain": NOT_SHOWN}
+    assert safe_output({"output_type": "<script>"})["output_type"] == "stream"
+    assert safe_output({"output_type": "stream", "name": "<x>", "text": ["a", 1, "b"]})["text"] == "ab"
+    for output in (out, mermaid, not_base64, forged):
+        nbformat.validate(nbformat.from_dict(output), ref=output["output_type"], version=4, version_minor=5)
+
+
+def test_links_that_would_run_are_defused():
+    from grading.feedback import defuse_urls
+
+    page = ('<a href="javascript:alert(1)">a</a><a href=" java\tscript:alert(2)">b</a>'
+            '<a href="&#106;avascript:alert(3)">c</a><img src="data:text/html;base64,PHNjcmlwdD4=">'
+            "<a href='vbscript:x'>d</a><a href=\"https://example.org/\">e</a><a href=\"#top\">f</a>"
+            f'<img src="data:image/png;base64,{PNG}"><a href="mailto:x@example.org">g</a>')
+    assert defuse_urls(page) == (
+        '<a href="#">a</a><a href="#">b</a><a href="#">c</a><img src="#"><a href="#">d</a>'
+        '<a href="https://example.org/">e</a><a href="#top">f</a>'
+        f'<img src="data:image/png;base64,{PNG}"><a href="mailto:x@example.org">g</a>')
+
+
+# -- one graded class that holds every case ---------------------------------------------------------------------
+
+HOSTILE_OUTPUTS = f'''
+import base64
+from IPython.display import display
+_png = "{PNG}"
+display({{"image/png": _png, "text/plain": "a picture"}}, raw=True,
+        metadata={{"image/png": {{"width": "1 onload=alert('width')//", "height": "1 onload=alert('height')//"}}}})
+display({{"image/png": _png}}, raw=True, metadata={{"width": "1 onload=alert('top-level width')//"}})
+display({{"text/vnd.mermaid": "<img src=x onerror=alert('mermaid')>", "text/plain": "m"}}, raw=True)
+display({{"application/vnd.jupyter.widget-view+json": {{"model_id": "</script><script>alert('widget')</script>"}}}},
+        raw=True)
+
+class Hostile:
+    def _repr_png_(self):
+        return base64.b64decode(_png), {{"width": "1 onload=alert('repr')//"}}
+'''
+JS_ANSWER = ("[click me](javascript:alert('link')) ![pic](javascript:alert('pic')) "
+             "<img src=x onerror=alert('answer')>")
+
+
+def _hostile_outputs():
+    nb = filled_submission(NB, {"q_scaling": JS_ANSWER})
+    nb.cells += [nbformat.v4.new_code_cell(HOSTILE_OUTPUTS), nbformat.v4.new_code_cell("Hostile()")]
+    return nb
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory, grading_db):
+    from grading.autograde import autograde
+
+    tmp = tmp_path_factory.mktemp("hostile")
+    good = nbformat.writes(filled_submission(NB))
+    archive = _zip_class(tmp / "class.zip", {
+        f"class/control/{NB}.ipynb": good,
+        f"class/hostile_outputs/{NB}.ipynb": nbformat.writes(_hostile_outputs()),
+        f"class/hostile_outputs/{FORMULA_NAME}.txt": "a file named like a formula",
+        f"class/string_metadata/{NB}.ipynb": json.dumps(_string_metadata()),
+        f"class/bad_crc/{NB}.ipynb": good,
+        f"class/file_and_folder/{NB}.ipynb": good,
+        f"class/file_and_folder/{NB}.ipynb/notes.txt": "a folder where a file is",
+        f"class/{FORMULA_NAME}/{NB}.ipynb": good,
+    }, corrupt=f"class/bad_crc/{NB}.ipynb")
+    out, course_dir = tmp / "out", tmp / "course"
+    db_url, workers = grading_db
+    results = autograde(archive, out, course_dir=course_dir, cell_timeout=10, notebook_timeout=120, db_url=db_url,
+                        workers=workers)
+    return {"results": {r.student: r for r in results}, "out": out,
+            "db_url": db_url or f"sqlite:///{course_dir / 'gradebook.db'}"}
+
+
+def test_the_class_is_graded_around_the_broken_students(graded):
+    from grading.autograde import graded_columns
+
+    full = sum(p for s, _, p in graded_columns() if s == NB)
+    rows = {r["student"]: r for r in read_csv(graded["out"] / "grades.csv")}
+    for student in ("control", "hostile_outputs", "string_metadata"):
+        assert rows[student]["status"] == "graded", rows[student]
+        assert float(rows[student][f"{NB}:total"]) == full, (student, rows[student]["notes"])
+    assert "not a dictionary" in rows["string_metadata"]["notes"]
+    for student, why in (("bad_crc", "Bad CRC"), ("file_and_folder", "cannot be unpacked"),
+                         (FORMULA_NAME, "not a usable student id")):
+        assert rows[student]["status"] == "failed" and why in rows[student]["notes"], rows[student]
+
+
+def test_no_csv_cell_starts_a_formula(graded):
+    for name in ("grades.csv", "failures.csv"):
+        with open(graded["out"] / name, newline="") as f:
+            cells = [cell for row in csv.reader(f) for cell in row]
+        assert not [c for c in cells if c.startswith(FORMULA_START)], name
+    rows = {r["student"]: r for r in read_csv(graded["out"] / "grades.csv")}  # read back as written
+    assert FORMULA_NAME in rows and rows["hostile_outputs"]["notes"].startswith(f"{FORMULA_NAME}.txt: ignored")
+
+
+def test_the_report_reads_its_own_csv_back(graded):
+    """`python -m grading report` rewrites grades.csv from what it reads, and the class report reads it."""
+    from grading import class_report
+    from grading.report import refresh_grades
+
+    before = read_csv(graded["out"] / "grades.csv")
+    refresh_grades(graded["out"], graded["db_url"])
+    assert read_csv(graded["out"] / "grades.csv") == before
+    data, _ = class_report.write(graded["out"])
+    assert json.loads(data.read_text())["totals"].keys() == {"control", "hostile_outputs", "string_metadata"}
+
+
+def test_the_feedback_page_runs_nothing_of_the_students(graded, chromium):
+    page_file = graded["out"] / "feedback" / "hostile_outputs" / f"{NB}.html"
+    html = page_file.read_text()
+    assert "a picture" in html and html.count("data:image/png;base64,") >= 3  # the outputs are there
+    dialogs, console_errors, page_errors = [], [], []
+    page = chromium.new_page()
+    page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+
+    def on_console(message):
+        # errors located at a web address are the template's scripts (MathJax) failing to load offline
+        url = message.location.get("url", "")
+        if message.type == "error" and not url.startswith(("http://", "https://")):
+            console_errors.append(f"{message.text} ({url})")
+
+    page.on("console", on_console)
+    page.on("pageerror", lambda e: page_errors.append(str(e)))
+    page.goto(page_file.as_uri(), wait_until="load")
+    page.get_by_text("click me").click()
+    page.wait_for_timeout(1000)
+    assert not dialogs, dialogs
+    assert not page_errors and not console_errors, (page_errors, console_errors)
+    tags = re.findall(r"<[a-zA-Z][^>]*>", html)  # no tag of the page carries a script of the student's
+    assert not [t for t in tags if re.search(r"\son\w+\s*=", t, re.I) or "javascript:" in t.lower()]
+    assert not [t for t in tags if t.startswith("<script") and "widget" in t]
