@@ -388,6 +388,7 @@ class Session:
         with tempfile.TemporaryDirectory(prefix="records-") as records:  # a folder of the grader's own
             dropped = _unpack_records(answer.get("results"), Path(records))
             observations, problems = read_observations(Path(records))
+        problems += [str(p)[:300] for p in answer.get("problems") or [] if isinstance(p, str)][:10]
         if dropped or answer.get("dropped"):
             problems.append(f"{int(dropped) + int(answer.get('dropped') or 0)} unreadable result file(s), not read back "
                             "(links, special files, odd names, or over the size limit)")

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import fcntl
 import importlib
 import json
 import os
@@ -289,12 +290,12 @@ class KernelStarter:
                 break
         return self.exits.pop(pid, None)
 
-    def alive(self) -> bool:
+    def alive(self, seconds: float = 5) -> bool:
         try:
             self.sock.send(b'{"ping": true}')
         except OSError:
             return False
-        return self._receive("pong", STARTER_SECONDS) is not None
+        return self._receive("pong", seconds) is not None
 
 
 STARTER_IGNORES = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2,
@@ -311,13 +312,16 @@ def _starter_loop(sock: socket.socket, cell_timeout: int) -> None:
     os.set_blocking(wake, False)
     signal.set_wakeup_fd(wake)  # a kernel's end wakes the select below
     signal.signal(signal.SIGCHLD, lambda *_: None)
+    kernels: set[int] = set()  # only these are reported: not a process a kernel made a child of this one
     while True:
         try:
             while True:
                 pid, status = os.waitpid(-1, os.WNOHANG)
                 if not pid:
                     break
-                sock.send(json.dumps({"ended": pid, "exit": os.waitstatus_to_exitcode(status)}).encode())
+                if pid in kernels:
+                    kernels.discard(pid)
+                    sock.send(json.dumps({"ended": pid, "exit": os.waitstatus_to_exitcode(status)}).encode())
         except ChildProcessError:
             pass
         except OSError:
@@ -349,14 +353,39 @@ def _starter_loop(sock: socket.socket, cell_timeout: int) -> None:
                 signal.signal(signal.SIGCHLD, signal.SIG_DFL)
                 for sig, handler in handlers.items():
                     signal.signal(sig, handler)
+                _own_open_files(keep=(0, 1, 2, *fds))
                 kernel(str(request["folder"]), cell_timeout, fds[0], fds[1])
                 code = 0
             except BaseException:
                 pass
             _EXIT(code)
+        kernels.add(pid)
         for fd in fds:
             os.close(fd)
         sock.send(json.dumps({"started": pid}).encode())
+
+
+def _own_open_files(keep: tuple[int, ...]) -> None:
+    """Give a new kernel open files of its own. What the server had open when it forked the starter (the
+    fonts Matplotlib keeps open since the warm-up) is shared by every kernel forked since, offset and locks
+    included: a channel from one student to the next. Each read-only file is opened again at the same
+    descriptor; anything else inherited is closed."""
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        if fd in keep:
+            continue
+        try:
+            path = os.readlink(f"/proc/self/fd/{fd}")
+            flags = os.O_RDONLY | (os.O_CLOEXEC if not os.get_inheritable(fd) else 0)
+            if (os.get_blocking(fd) and path.startswith("/") and os.path.isfile(path)
+                    and fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE == os.O_RDONLY):
+                fresh = os.open(path, flags)
+                os.dup2(fresh, fd, inheritable=not flags & os.O_CLOEXEC)
+                os.close(fresh)
+            else:
+                os.close(fd)
+        except OSError:  # (the listing's own descriptor, gone by now)
+            continue
 
 
 class _Answers:
@@ -405,18 +434,41 @@ def _send(fd: int, data: bytes, deadline: float) -> str:
 
 
 def _cell_outputs(answer: dict) -> list:
-    """The outputs a kernel sent for a cell, as plain JSON objects (what it sends is not trusted: the grader
-    validates the notebook again)."""
+    """The outputs a kernel sent for a cell, rebuilt as nbformat 4 outputs of the right JSON types (what the
+    kernel sends is not trusted; the grader validates the notebook again)."""
     outputs = answer.get("outputs")
-    return [out for out in outputs if isinstance(out, dict)] if isinstance(outputs, list) else []
+    clean = []
+    for out in outputs if isinstance(outputs, list) else []:
+        kind = out.get("output_type") if isinstance(out, dict) else None
+        if kind == "stream":
+            clean.append(_output("stream", {"name": "stderr" if out.get("name") == "stderr" else "stdout",
+                                            "text": str(out.get("text", ""))}))
+        elif kind == "error":
+            trace = out.get("traceback")
+            clean.append(_output("error", {"ename": str(out.get("ename", "")), "evalue": str(out.get("evalue", "")),
+                                           "traceback": [str(t) for t in trace] if isinstance(trace, list) else []}))
+        elif kind in ("display_data", "execute_result"):
+            data, meta = out.get("data"), out.get("metadata")
+            content = {"data": {k: v for k, v in data.items() if isinstance(k, str) and isinstance(v, (str, dict, list))}
+                       if isinstance(data, dict) else {}, "metadata": meta if isinstance(meta, dict) else {}}
+            clean.append(_output(kind, content))
+    return clean
 
 
-def run_notebook(nb: dict, folder: str, cell_timeout: int, seconds: float, starter: KernelStarter) -> dict:
+def _is_test(cell: dict) -> bool:
+    """An nbgrader test cell (grading.notebooks.is_test: the grader's code is not importable here)."""
+    meta = cell.get("metadata", {}).get("nbgrader") or {}
+    return isinstance(meta, dict) and bool(meta.get("grade")) and not meta.get("solution")
+
+
+def run_notebook(nb: dict, folder: str, cell_timeout: int, seconds: float, starter: KernelStarter,
+                 records: Records) -> dict:
     """Run `nb`'s code cells in a new kernel from `starter`, one at a time, each within its deadline, kept
     here by the server's own clock whatever the kernel does to its pipes or signals: a cell that does not
     answer `cell_timeout` + INTERRUPT_GRACE seconds after it was sent (the kernel's own interrupt did not stop
     it), or past the notebook's `seconds`, has its kernel killed and the notebook stops there. Fills in the
-    outputs and returns what the grader is told of how the run ended."""
+    outputs, takes the checks' records as each cell ends (`records`) and returns what the grader is told of
+    how the run ended."""
     commands_out, commands = os.pipe()
     answers, answers_in = os.pipe()
     try:
@@ -434,6 +486,7 @@ def run_notebook(nb: dict, folder: str, cell_timeout: int, seconds: float, start
     stuck, stopped, timeouts, count = None, "", [], 0
     cells: list[tuple[int | None, dict]] = [(None, {"source": REFUSE_EXIT})]
     cells += [(i, c) for i, c in enumerate(nb.get("cells", [])) if c.get("cell_type") == "code"]
+    graded = any(_is_test(c) for _, c in cells)  # else (a plain notebook, not an assignment) every cell records
     for index, cell in cells:
         source = cell.get("source", "")
         sent = time.monotonic()
@@ -442,11 +495,13 @@ def run_notebook(nb: dict, folder: str, cell_timeout: int, seconds: float, start
                               "silent": index is None}).encode() + b"\n"
         how = _send(commands, request, deadline)
         kind, line = inbox.next(deadline, MAX_ANSWER_BYTES) if how == "sent" else (how, b"")
-        if kind == "timeout":
-            stuck = index if index is not None else -1
-            break
-        if kind == "closed":
-            stopped = f"the kernel stopped answering in cell {index}"
+        if kind in ("timeout", "closed"):  # what the cell recorded before it stopped still counts
+            if index is not None:
+                records.after_cell(index, _is_test(cell) or not graded)
+            if kind == "timeout":
+                stuck = index if index is not None else -1
+            else:
+                stopped = f"the kernel stopped answering in cell {index}"
             break
         try:
             answer = json.loads(line) if kind == "line" else {}
@@ -466,6 +521,7 @@ def run_notebook(nb: dict, folder: str, cell_timeout: int, seconds: float, start
             outputs.append(_output("error", {"ename": "CellTimeoutError", "evalue":
                                              f"the cell took longer than {cell_timeout} s", "traceback": []}))
         cell["outputs"], cell["execution_count"] = outputs, count
+        records.after_cell(index, _is_test(cell) or not graded)
     os.close(commands)  # the kernel's end of the notebook: it exits
     code = None if stuck is not None else starter.exit_code(pid, 10 if not stopped else 1)
     if code is None:  # stuck, or alive without answering: killed
@@ -594,6 +650,7 @@ def reset(workdir: str, starter: KernelStarter) -> dict:
     {"clean": False, "left": [...]} if anything survived, and the grader then ends this sandbox and starts a
     new one."""
     _sweep(spare=starter.pid)
+    starter.exits.clear()
     left = [f"process {p}" for p in os.listdir("/proc") if p.isdigit() and int(p) not in (1, os.getpid(), starter.pid)]
     left += [f"file {name}" for name in _empty(workdir)]
     left += [f"ipc {name}" for name in _remove_ipc()]
@@ -621,25 +678,63 @@ def _read_regular(path: str, limit: int) -> bytes | None:
         os.close(fd)
 
 
-def _collect(folder: str) -> dict:
-    """The checks' records of a notebook's folder, for the reply itself (regular files with plain names only,
-    within MAX_RECORDS_BYTES). The grader writes them into a folder of its own; it never opens anything the
-    sandbox can change."""
-    budget = MAX_RECORDS_BYTES
-    results: dict[str, str] = {}
-    dropped = 0
-    try:
-        entries = sorted(os.scandir(os.path.join(folder, "results")), key=lambda e: e.name)
-    except OSError:
-        entries = []
-    for entry in entries:
-        data = _read_regular(entry.path, budget) if PLAIN_NAME.fullmatch(entry.name) and len(results) < MAX_FILES else None
-        if data is None:
-            dropped += 1
-            continue
-        budget -= len(data)
-        results[entry.name] = base64.b64encode(data).decode()
-    return {"results": results, "dropped": dropped}
+class Records:
+    """The checks' records of one notebook (`folder/results`), taken as each test cell ends: what a test cell
+    wrote is kept as it was then, so a later cell that rewrites, removes or adds records changes nothing the
+    judge reads; records written outside test cells are left out (they score nothing: only test cells record
+    hidden cases), and one that names a hidden case, or any change to a kept record, is reported for review.
+    Only regular files with plain names, within MAX_RECORDS_BYTES and MAX_FILES. The grader writes them into a
+    folder of its own; it never opens anything the sandbox can change."""
+
+    def __init__(self, folder: str):
+        self.folder = os.path.join(folder, "results")
+        self.kept: dict[str, tuple[bytes, tuple[int, int]]] = {}  # name -> (content, (size, mtime) when kept)
+        self.budget, self.dropped = MAX_RECORDS_BYTES, 0
+        self.outside: set[str] = set()
+        self.problems: list[str] = []
+
+    def _listing(self) -> dict[str, tuple[int, int]]:
+        try:
+            entries = list(os.scandir(self.folder))
+        except OSError:
+            return {}
+        listing = {}
+        for entry in entries:
+            with contextlib.suppress(OSError):
+                info = entry.stat(follow_symlinks=False)
+                listing[entry.name] = (info.st_size, info.st_mtime_ns)
+        return listing
+
+    def after_cell(self, index: int, is_test: bool) -> None:
+        listing = self._listing()
+        changed = sorted(n for n, (_, sig) in self.kept.items() if listing.get(n) != sig)
+        if changed:
+            self.problems.append(f"cell {index} changed or removed the checks' records of an earlier test cell "
+                                 f"({', '.join(changed[:3])}); the records as that test cell left them were used")
+            for name in changed:  # reported once
+                self.kept[name] = (self.kept[name][0], listing.get(name, (-1, -1)))
+        new = sorted(n for n in listing if n not in self.kept and n not in self.outside)
+        if not is_test:
+            self.outside.update(new)
+            hidden = [n for n in new if n.endswith(".json") and b'"hidden-' in (_read_regular(
+                os.path.join(self.folder, n), 2**20) or b"")]
+            if hidden:
+                self.problems.append(f"cell {index}, not a test cell, wrote records of hidden cases "
+                                     f"({', '.join(hidden[:3])}); they were left out")
+            return
+        for name in new:
+            data = (_read_regular(os.path.join(self.folder, name), self.budget)
+                    if PLAIN_NAME.fullmatch(name) and len(self.kept) < MAX_FILES else None)
+            if data is None:
+                self.dropped += 1
+                self.outside.add(name)
+                continue
+            self.budget -= len(data)
+            self.kept[name] = (data, listing[name])
+
+    def reply(self) -> dict:
+        return {"results": {name: base64.b64encode(data).decode() for name, (data, _) in sorted(self.kept.items())},
+                "dropped": self.dropped, "problems": self.problems[:10]}
 
 
 def _write_files(folder: str, files: dict) -> None:
@@ -678,13 +773,14 @@ def serve(cell_timeout: int, workdir: str, sweep: bool) -> int:
         os.mkdir(folder)
         _write_files(folder, job.get("files") or {})
         nb = job["notebook"]
-        ran = run_notebook(nb, folder, cell_timeout, float(job.get("seconds") or 600), starter)
+        records = Records(folder)
+        ran = run_notebook(nb, folder, cell_timeout, float(job.get("seconds") or 600), starter, records)
         if ran.get("restart"):  # the starter was killed or stopped (by a notebook before): a new sandbox
             replies.write(json.dumps({"folder": name, "restart": True}) + "\n")
             return 1
         if sweep:  # in the sandbox; without it, what the notebook started ends with the session (grading/sandbox.py)
             _sweep(spare=starter.pid)
-        reply = {"folder": name, **ran, "out": json.dumps(nb), **_collect(folder)}
+        reply = {"folder": name, **ran, "out": json.dumps(nb), **records.reply()}
         shutil.rmtree(folder, ignore_errors=True)  # the space is the next notebook's
         replies.write(json.dumps(reply) + "\n")
     return 0

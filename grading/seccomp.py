@@ -9,8 +9,9 @@ default profile does, the filter refuses (EPERM):
 - the kernel keyring: add_key, request_key, keyctl;
 - POSIX message queues: mq_open and the calls that use one;
 - new namespaces: unshare, setns, and clone with a CLONE_NEW* flag (a user namespace would give the student
-  capabilities inside it, and with them mounts of their own); clone3, whose flags a filter cannot read, says
-  ENOSYS, so the C library falls back to clone (Docker does the same);
+  capabilities inside it, and with them mounts of their own), and clone with CLONE_PARENT (a process that is
+  its parent's sibling); clone3, whose flags a filter cannot read, says ENOSYS, so the C library falls back
+  to clone (Docker does the same);
 - bpf, perf_event_open, userfaultfd and io_uring: no notebook needs them, and they are the kernel's largest
   attack surface for an unprivileged user.
 
@@ -38,7 +39,9 @@ REFUSED = {
 }
 CLONE = (56, 220)
 CLONE3 = (435, 435)
-CLONE_NEW = 0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x10000000 | 0x20000000 | 0x40000000  # CLONE_NEWNS ... NEWNET
+# CLONE_NEWNS ... CLONE_NEWNET, and CLONE_PARENT: a child of the process's parent (a kernel's is the kernel
+# starter, which would report it as one of its kernels)
+CLONE_REFUSED = 0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x10000000 | 0x20000000 | 0x40000000 | 0x00008000
 
 # classic BPF
 LD_W_ABS, JEQ_K, JGE_K, JSET_K, RET_K = 0x20, 0x15, 0x35, 0x45, 0x06
@@ -62,7 +65,7 @@ def program(machine: str | None = None) -> bytes:
     tail = [
         _insn(JEQ_K, CLONE3[col], jt=0, jf=1), _insn(RET_K, RET_ERRNO | errno.ENOSYS),
         _insn(JEQ_K, CLONE[col], jt=0, jf=2),
-        _insn(LD_W_ABS, ARG0), _insn(JSET_K, CLONE_NEW, jt=1, jf=0),
+        _insn(LD_W_ABS, ARG0), _insn(JSET_K, CLONE_REFUSED, jt=1, jf=0),
         _insn(RET_K, RET_ALLOW),
         _insn(RET_K, deny),
     ]

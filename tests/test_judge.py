@@ -440,6 +440,7 @@ print(attempt(248, b"user", b"grading-test", b"secret", 6, ctypes.c_int(-4)),  #
       attempt(250, 10, b"user", b"grading-test", 0),  # keyctl(KEYCTL_SEARCH): whatever another sandbox added
       attempt(240, b"grading-test", os.O_CREAT | os.O_RDWR, 0o600, None),  # mq_open
       attempt(272, 0x10000000),  # unshare(CLONE_NEWUSER)
+      attempt(56, 0x8000 | 17, 0, 0, 0, 0),  # clone(CLONE_PARENT): a child of the kernel starter
       attempt(435, 0, 0))  # clone3: the C library falls back to clone
 '''
 
@@ -455,7 +456,7 @@ def test_the_keyring_queues_and_new_namespaces_are_refused():
         with sandbox.Session(limits=sandbox.Limits(cell_seconds=30, notebook_seconds=60)) as session:
             result = session.run(_notebook(KEYRING_AND_QUEUES, works))
         assert result.status == "finished", result.message
-        assert _text(result.notebook.cells[0]).split() == ["EPERM", "EPERM", "EPERM", "EPERM", "ENOSYS"]
+        assert _text(result.notebook.cells[0]).split() == ["EPERM", "EPERM", "EPERM", "EPERM", "EPERM", "ENOSYS"]
         assert _text(result.notebook.cells[1]).split() == ["ok", "2.0"]
 
 
@@ -503,3 +504,81 @@ def test_a_kernel_that_kills_the_kernel_starter_harms_no_later_notebook():
     assert _text(killed.notebook.cells[0]) == "done\n", killed.message
     assert after.status == "finished" and _text(after.notebook.cells[0]) == "ok\n", after.message
     assert reset, "the new sandbox could not be reset"
+
+
+MARK_INHERITED_FILES = '''
+import fcntl, os
+marked = 0
+for fd in range(3, 64):
+    try:
+        if os.path.isfile(os.readlink(f"/proc/self/fd/{fd}")):
+            os.lseek(fd, 12345, os.SEEK_SET)  # a mark the next kernel could read
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            marked += 1
+    except OSError:
+        pass
+print(marked)
+'''
+READ_INHERITED_FILES = '''
+import fcntl, os
+seen = []
+for fd in range(3, 64):
+    try:
+        if not os.path.isfile(os.readlink(f"/proc/self/fd/{fd}")):
+            continue
+    except OSError:
+        continue
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # raises if the last kernel's lock held
+        fcntl.flock(fd, fcntl.LOCK_UN)  # (one file may be open at several descriptors)
+        seen.append(os.lseek(fd, 0, os.SEEK_CUR))
+    except OSError as exc:
+        seen.append(str(exc))
+print(seen)
+'''
+
+
+@pytest.mark.skipif(sandbox.bwrap() is None, reason="bubblewrap is not installed")
+def test_no_open_file_is_shared_from_one_kernel_to_the_next():
+    """Files the server had open when it forked the starter (Matplotlib's fonts) are opened again by each
+    kernel: an offset moved or a lock taken by one student's kernel is not there for the next one's."""
+    with sandbox.Session(limits=sandbox.Limits(cell_seconds=30, notebook_seconds=60)) as session:
+        first = session.run(_notebook(MARK_INHERITED_FILES))
+        assert session.reset()
+        second = session.run(_notebook(READ_INHERITED_FILES))
+    assert int(_text(first.notebook.cells[0])) > 0, "no inherited file to mark: the test shows nothing"
+    seen = eval(_text(second.notebook.cells[0]))
+    assert seen and all(offset == 0 for offset in seen), [s for s in seen if s != 0]
+
+
+FORGE_A_RECORD = '''
+import json, os
+import numpy as np
+folder = os.environ["COURSE_RESULTS_DIR"]
+os.makedirs(folder, exist_ok=True)
+for name in NAMES:
+    np.savez(f"{folder}/{name}.npz", **{"out:mask": np.ones((5, 5), dtype=bool)})
+    json.dump({"case": CASE, "error": "", "raised": None, "raised_text": "", "dtypes": {"mask": "torch.bool"},
+               "grad_error": "", "outputs": ["mask"], "grads": []}, open(f"{folder}/{name}.json", "w"))
+'''
+
+
+@pytest.mark.skipif(sandbox.bwrap() is None, reason="bubblewrap is not installed")
+def test_only_test_cells_record_and_what_they_recorded_stays():
+    """Records are taken as each test cell ends: one written by a cell that is not a test is left out and, for a
+    hidden case, reported; a test cell's records rewritten by a later cell are used as the test cell left them."""
+    hidden = "hidden-0123456789abcdef"
+    answer = "import torch\ndef causal_mask(T, device=None):\n    return torch.ones(T, T, dtype=torch.bool).tril(-1)"
+    test = nbformat.v4.new_code_cell(f"from starter.checks import check\ncheck('causal/5', causal_mask)")
+    test.metadata["nbgrader"] = {"grade": True, "solution": False, "locked": True, "grade_id": "t", "points": 1}
+    rewrite = ("import glob, os\nCASE = 'causal/5'\nNAMES = [os.path.basename(p)[:-5] for p in "
+               "glob.glob(os.environ['COURSE_RESULTS_DIR'] + '/*.json') if not p.endswith('9000.json')]\n")
+    nb = _notebook(answer, f"CASE, NAMES = {hidden!r}, ['9000']\n" + FORGE_A_RECORD)
+    nb.cells += [test, nbformat.v4.new_code_cell(rewrite + FORGE_A_RECORD)]
+    with sandbox.Session(limits=sandbox.Limits(cell_seconds=30, notebook_seconds=60)) as session:
+        result = session.run(nb)
+    assert result.status == "finished", result.message
+    assert set(result.observations) == {"causal/5"}, set(result.observations)  # not the hidden forgery
+    assert result.observations["causal/5"].outputs["mask"].sum() == 10, "the rewritten record was used"  # tril(-1)
+    assert any("not a test cell, wrote records of hidden cases" in p for p in result.problems), result.problems
+    assert any("changed or removed the checks' records" in p for p in result.problems), result.problems
