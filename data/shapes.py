@@ -245,7 +245,9 @@ def unseen_images(path, num: int, stream: int) -> tuple[np.ndarray, list[list[st
     """`num` new scenes drawn like the validation split of the `shapes` file at `path` (its seed, its
     held-out combinations, its PCA), from a random stream of their own (`stream`; the file's splits
     use 1 and 2), so none of them is in the file: (features (num, 49, feature_dim) float16 as stored,
-    the three captions of each scene). Grading uses them as images no student has seen."""
+    the three captions of each scene). Grading uses them as images no student has seen: stream 1 for the
+    public case, and for the hidden ones a stream kept with the grader, so no stream that code calling
+    this function can name gives the hidden scenes or their captions."""
     with h5py.File(path, "r") as f:
         seed = int(f.attrs["seed"])
     combos = split_combinations(np.random.default_rng(seed))

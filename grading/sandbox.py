@@ -583,7 +583,8 @@ def files_beside(folder: Path, stem: str) -> dict[str, bytes]:
 
 def write_case_inputs(hidden_dir: Path, dest: Path) -> dict[str, str]:
     """What the sandboxes get of the hidden cases: their inputs, under opaque ids. Expected outputs,
-    expected gradients and the outputs of known bugs are left out, and the names too (a student's code
+    expected gradients, the outputs of known bugs and which cases expect an error are left out, and the
+    names too (a student's code
     could print what it finds, and the names say what the hidden tests look for). Writes
     `dest/*.h5` and `dest.with_suffix('.json')` ({opaque id: name}, kept outside the sandbox);
     returns {name: opaque id}."""
@@ -595,7 +596,10 @@ def write_case_inputs(hidden_dir: Path, dest: Path) -> dict[str, str]:
         with h5py.File(path, "r") as src, h5py.File(dest / f"cases-{len(ids):04d}.h5", "w") as out:
             for name, group in case_groups(src):
                 ids[name] = f"hidden-{secrets.token_hex(8)}"
-                case = dataclasses.replace(read_case(group, name), name=ids[name], hint="")
+                case = read_case(group, name)
+                # that a case expects an error is the judge's to know: the sandbox runs it as any other
+                case = dataclasses.replace(case, name=ids[name], hint="",
+                                           properties=[p for p in case.properties if p[0] != "raises"])
                 write_case(out, case, arrays=("inputs", "params", "grad_weights"), variants=False)
     dest.with_suffix(".json").write_text(json.dumps({v: k for k, v in ids.items()}))
     return ids

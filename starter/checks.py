@@ -36,6 +36,8 @@ from typing import Any
 import h5py
 import numpy as np
 import torch
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from .cases import Case, case_groups, read_case
 
@@ -133,7 +135,32 @@ def load_case(name: str, dirs: list[Path] | None = None) -> Case:
 # Running the student's code
 
 class _Forbidden(Exception):
-    pass
+    """The student's code reached something its case forbids: `name` is what it called, `rule` the rule of
+    RULES it broke (None for a dotted name of `forbid`); `named` once `name` is the torch function the
+    student's code called rather than the ATen operator it ended in."""
+
+    def __init__(self, name: str, rule: str | None = None, named: bool = False):
+        super().__init__(name)
+        self.name, self.rule, self.named = name, rule, named
+
+
+# Rules a case's `forbid` may name besides dotted names: what a task is to write by hand, refused however the
+# student's code reaches it. A dotted name is swapped for a tripwire while the case runs, which an alias taken
+# before (`_mm = torch.matmul`) escapes; a rule is enforced by watching every operation torch runs for the
+# student's code (_watching), whatever name reached it. Neither sees work done outside torch (NumPy).
+MATRIX_PRODUCTS = "matrix products"  # any torch product of whole matrices: more than one dot product at once
+READY_MADE_SOFTMAX = "ready-made softmax"  # torch's softmax in any form (softmax, log_softmax, softmin, ...)
+RULES = (MATRIX_PRODUCTS, READY_MADE_SOFTMAX)
+# The ATen operators (by name) that each rule refuses: what every torch function doing that work ends in on the
+# CPU, where checks run (torch.matmul, @, mm, bmm, einsum, tensordot, F.linear, convolutions and the fused
+# attention kernels of F.scaled_dot_product_attention end in the products; F.softmax, Tensor.softmax,
+# torch.special.softmax, log_softmax and softmin in the softmaxes). A dot product of two vectors ends in
+# `dot` (or in a product whose result is one number) and is allowed.
+_PRODUCT_OPS = frozenset({"mm", "bmm", "mv", "addmm", "addmv", "addbmm", "baddbmm", "_addmm_activation", "_int_mm",
+                          "convolution", "_convolution"})
+_FUSED_ATTENTION_OPS = ("scaled_dot_product", "flash_attention", "efficient_attention")  # parts of their names
+_SOFTMAX_OPS = frozenset({"_softmax", "_log_softmax", "_safe_softmax", "_masked_softmax", "_sparse_softmax",
+                          "_sparse_log_softmax"})
 
 
 @contextlib.contextmanager
@@ -166,15 +193,15 @@ def seeded_dropout(seed: int | None):
 
 @contextlib.contextmanager
 def _tripwires(names: list[str]):
-    """Temporarily replace library functions (dotted names) with ones that raise _Forbidden. A name ending in
-    " on matrices" is refused only when one of its tensor arguments has two or more dimensions (a matrix
-    product of whole matrices, where a dot product of two vectors is allowed)."""
+    """Temporarily replace library functions (dotted names) with ones that raise _Forbidden; the rules among
+    `names` (RULES) are _watching's."""
     import importlib
 
     saved = []
     try:
-        for entry in names:
-            dotted, matrices_only = entry.removesuffix(" on matrices"), entry.endswith(" on matrices")
+        for dotted in names:
+            if dotted in RULES:
+                continue
             owner_name, attr = dotted.rsplit(".", 1)
             try:
                 owner = importlib.import_module(owner_name)
@@ -183,9 +210,7 @@ def _tripwires(names: list[str]):
                 owner = getattr(importlib.import_module(mod_name), cls_name)
             original = getattr(owner, attr)
 
-            def tripwire(*args, _name=entry, _original=original, _matrices_only=matrices_only, **kwargs):
-                if _matrices_only and not any(isinstance(a, torch.Tensor) and a.dim() >= 2 for a in args):
-                    return _original(*args, **kwargs)
+            def tripwire(*args, _name=dotted, **kwargs):
                 raise _Forbidden(_name)
 
             saved.append((owner, attr, original))
@@ -194,6 +219,76 @@ def _tripwires(names: list[str]):
     finally:
         for owner, attr, original in reversed(saved):
             setattr(owner, attr, original)
+
+
+class _RefuseOperators(TorchDispatchMode):
+    """Sees every ATen operator torch runs while it is active, whatever Python name or alias reached it, and
+    raises _Forbidden for those that `rules` refuse (a product is refused only when it yields more than one
+    number: a dot product of two vectors is fine)."""
+
+    def __init__(self, rules: list[str]):
+        super().__init__()
+        self.rules = rules
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        op = func.overloadpacket.__name__
+        if READY_MADE_SOFTMAX in self.rules and op in _SOFTMAX_OPS:
+            raise _Forbidden(f"aten.{op}", READY_MADE_SOFTMAX)
+        out = func(*args, **(kwargs or {}))
+        if MATRIX_PRODUCTS in self.rules and (op in _PRODUCT_OPS or any(p in op for p in _FUSED_ATTENTION_OPS)):
+            if not (_isinstance(out, _TB) and _TB.numel(out) <= 1):
+                raise _Forbidden(f"aten.{op}", MATRIX_PRODUCTS)
+        return out
+
+
+class _NameTheCall(TorchFunctionMode):
+    """Sees every torch function the student's code calls (the mode is off inside it, so only the outermost
+    call): when _RefuseOperators refuses an operator under it, the message names the function the student
+    wrote (`torch.matmul`, `torch.Tensor.softmax`), not the ATen operator it ended in. Without it (code that
+    switched torch functions' overrides off) the operator is named."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        try:
+            return func(*args, **(kwargs or {}))
+        except _Forbidden as exc:
+            if exc.named:
+                raise
+            raise _Forbidden(_public_name(func), exc.rule, named=True) from None
+
+
+_TORCH_NAMES: dict[Any, str] = {}
+
+
+def _public_name(func) -> str:
+    """The dotted name a student would write for a torch function (`torch.nn.functional.softmax`)."""
+    if not _TORCH_NAMES:  # built on the first refusal only: module dictionaries, nothing imported
+        tensor_attrs: dict[str, Any] = {}
+        for cls in torch.Tensor.__mro__:
+            for key, value in vars(cls).items():
+                tensor_attrs.setdefault(key, value)
+        for prefix, space in (("torch", vars(torch)), ("torch.Tensor", tensor_attrs),
+                              ("torch.nn.functional", vars(torch.nn.functional)), ("torch.linalg", vars(torch.linalg)),
+                              ("torch.special", vars(torch.special))):
+            for key, value in space.items():
+                if callable(value) and not _isinstance(value, type):
+                    with contextlib.suppress(TypeError):  # unhashable
+                        _TORCH_NAMES.setdefault(value, f"{prefix}.{key}")
+    with contextlib.suppress(TypeError):
+        if func in _TORCH_NAMES:
+            return _TORCH_NAMES[func]
+    if _isinstance(func, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
+        return f"torch.ops.{func}"
+    return f"{getattr(func, '__module__', None) or 'torch'}.{getattr(func, '__qualname__', func)}"
+
+
+@contextlib.contextmanager
+def _watching(rules: list[str]):
+    """While it lasts, the operations that `rules` forbid raise _Forbidden, whatever name reached them."""
+    if not rules:
+        yield
+        return
+    with _NameTheCall(), _RefuseOperators(rules):
+        yield
 
 
 @contextlib.contextmanager
@@ -281,16 +376,17 @@ def _call(case: Case, fn: Callable, requires_grad: bool):
     kwargs = {k: inputs[v] for k, v in case.kwargs.items()}
     kwargs.update(case.const_kwargs)
     try:
+        rules = [r for r in case.forbid if r in RULES]
         with _quiet(), _tripwires(case.forbid), seeded_dropout(case.train_seed):  # the reference's dropout masks
-            out = call(*args, **kwargs)
+            with _watching(rules):
+                out = call(*args, **kwargs)
     except CheckFailed:
         raise
     except _Forbidden as exc:
-        name = str(exc).removesuffix(" on matrices")
-        if name != str(exc):
-            raise CheckFailed(f"{what} multiplies whole matrices (`{name}`): this task asks for loops over the "
+        if exc.rule == MATRIX_PRODUCTS:
+            raise CheckFailed(f"{what} multiplies whole matrices (`{exc.name}`): this task asks for loops over the "
                               "queries and keys (a dot product of two vectors is fine).") from None
-        raise CheckFailed(f"{what} calls `{name}`: this task is to implement it yourself, not to call a "
+        raise CheckFailed(f"{what} calls `{exc.name}`: this task is to implement it yourself, not to call a "
                           "ready-made version.") from None
     except NotImplementedError as exc:
         raise _failed(_describe_exception(what, exc), exc) from None
@@ -454,8 +550,12 @@ def observe(case: Case, fn: Callable) -> Observation:
         return Observation(case.name, raised=[])
     try:
         outs, inputs, module = _call(case, fn, bool(case.grad_wrt))
-    except CheckFailed as failed:
-        return Observation(case.name, error=str(failed))
+    except CheckFailed as failed:  # what it raised is kept: a hidden case that expects an error is told apart outside
+        error = getattr(failed, "error", None)
+        if error is None or isinstance(error, NotImplementedError):
+            return Observation(case.name, error=str(failed))
+        return Observation(case.name, error=str(failed), raised=[c.__name__ for c in type(error).__mro__],
+                           raised_text=f"{type(error).__name__} ({error})")
     obs = Observation(case.name, outputs={n: _array(v) for n, v in outs.items()},
                       dtypes={n: str(_dtype_of(v)) for n, v in outs.items()})
     if case.grad_wrt:
@@ -520,9 +620,9 @@ def verdict(case: Case, obs: Observation) -> str | None:
 def diagnose(case: Case, obs: Observation) -> Diagnosis | None:
     """`verdict` with the kind of failure: None if the observation matches the case."""
     what = f"`{case.target}`"
-    if obs.error:
-        return Diagnosis(_error_kind(obs.error), obs.error)
     raises = next((p for p in case.properties if p[0] == "raises"), None)
+    if obs.error and not (raises is not None and obs.raised):
+        return Diagnosis(_error_kind(obs.error), obs.error)
     if raises is not None:
         expected, when = raises[1], (f" {raises[2]}" if len(raises) > 2 and raises[2] else "")
         if not obs.raised:

@@ -235,6 +235,70 @@ def test_the_loop_task_allows_vector_dot_products_with_the_at_operator():
     check("loop/basic", namespace["attention_loop"])
 
 
+# Vectorised attention loops that reach torch's products and softmax by another name than the one a check could
+# swap out: an alias taken before the check runs, a name imported from torch, torch.ops, other spellings.
+ALIASED_LOOPS = {
+    "alias": ("_m, _s = torch.matmul, torch.softmax\n",
+              "w = _s(_m(q, k.T) / math.sqrt(q.shape[1]), dim=-1)\n    return _m(w, v), w",
+              "multiplies whole matrices (`torch.matmul`)"),
+    "imported_softmax": ("from torch.nn.functional import softmax\n",
+                         "s = torch.stack([torch.stack([q[j] @ k[i] for i in range(len(k))]) for j in range(len(q))])\n"
+                         "    w = softmax(s / math.sqrt(q.shape[1]), dim=-1)\n"
+                         "    return torch.stack([sum(w[j, i] * v[i] for i in range(len(k))) for j in range(len(q))]), w",
+                         "calls `torch.nn.functional.softmax`"),
+    "softmax_module": ("", "s = torch.stack([torch.stack([q[j] @ k[i] for i in range(len(k))]) for j in range(len(q))])\n"
+                       "    w = torch.nn.Softmax(dim=-1)(s / math.sqrt(q.shape[1]))\n"
+                       "    return torch.stack([sum(w[j, i] * v[i] for i in range(len(k))) for j in range(len(q))]), w",
+                       "calls `torch.nn.functional.softmax`"),
+    "exp_of_log_softmax": ("", "s = torch.stack([torch.stack([q[j] @ k[i] for i in range(len(k))]) for j in range(len(q))])\n"
+                           "    w = torch.log_softmax(s / math.sqrt(q.shape[1]), -1).exp()\n"
+                           "    return torch.stack([sum(w[j, i] * v[i] for i in range(len(k))) for j in range(len(q))]), w",
+                           "calls `torch.log_softmax`"),
+    "aten_op": ("", "e = torch.exp(torch.ops.aten.mm(q, k.T) / math.sqrt(q.shape[1]))\n"
+                "    w = e / e.sum(-1, keepdim=True)\n    return torch.stack([sum(w[j, i] * v[i] for i in range(len(k))) "
+                "for j in range(len(q))]), w", "multiplies whole matrices (`torch.ops.aten.mm`)"),
+    "einsum_and_linear": ("", "e = torch.exp(torch.einsum('md,nd->mn', q, k) / math.sqrt(q.shape[1]))\n"
+                          "    w = e / e.sum(-1, keepdim=True)\n    return torch.nn.functional.linear(w, v.T), w",
+                          "multiplies whole matrices (`torch.einsum`)"),
+    "overrides_off": ("", "with torch._C.DisableTorchFunction():\n        w = torch.softmax(q @ k.T / math.sqrt(q.shape[1]), -1)\n"
+                      "    return w @ v, w", "multiplies whole matrices (`aten.mm`)"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ALIASED_LOOPS))
+def test_the_loop_rules_hold_whatever_name_reaches_torch(name):
+    """The loop task's rules watch every operation torch runs while the case runs, not the names a check could
+    swap: an alias taken before the check (`_m, _s = torch.matmul, torch.softmax`) is refused with the same line
+    as torch.matmul itself, naming what the code called, and torch's own attributes are back afterwards."""
+    before, body, words = ALIASED_LOOPS[name]
+    namespace: dict = {"torch": torch, "math": math}
+    exec(f"{before}def attention_loop(q, k, v):\n    {body}\n", namespace)
+    originals = (torch.matmul, torch.softmax, torch.Tensor.__matmul__, torch.nn.functional.softmax)
+    message = _message("loop/basic", namespace["attention_loop"])
+    assert message.startswith("loop/basic: `attention_loop` ") and words in message, message
+    assert (torch.matmul, torch.softmax, torch.Tensor.__matmul__, torch.nn.functional.softmax) == originals
+    assert torch._C._len_torch_function_stack() == 0, "the check's watch outlived the check"
+    q = torch.randn(2, 3)
+    torch.testing.assert_close(q @ q.T, torch.mm(q, q.T))  # torch works as before once the check is over
+    assert torch.softmax(q, -1).sum(-1).allclose(torch.ones(2))
+
+
+def test_the_loop_rules_let_the_written_out_loop_run_with_dot_products_of_any_spelling():
+    """The rules refuse products of whole matrices, not dot products: `torch.dot`, a vector `@` a vector, a
+    one-element einsum and a (1, D) @ (D, 1) product all pass, as exp and sum do."""
+    namespace: dict = {"torch": torch, "math": math}
+    exec("def attention_loop(q, k, v):\n"
+         "    dots = [torch.dot, lambda a, b: a @ b, lambda a, b: torch.einsum('i,i->', a, b),\n"
+         "            lambda a, b: (a[None] @ b[:, None])[0, 0]]\n"
+         "    w = torch.zeros(len(q), len(k), dtype=q.dtype)\n"
+         "    for j in range(len(q)):\n"
+         "        s = torch.stack([dots[(i + j) % 4](q[j], k[i]) for i in range(len(k))]) / math.sqrt(q.shape[1])\n"
+         "        e = torch.exp(s - s.max())\n"
+         "        w[j] = e / e.sum()\n"
+         "    return torch.stack([sum(w[j, i] * v[i] for i in range(len(k))) for j in range(len(q))]), w\n", namespace)
+    check("loop/basic", namespace["attention_loop"])
+
+
 def test_a_trained_model_is_measured_by_its_exact_captions():
     """The trained-model cases count captions that are one of their image's references, word for word up to
     <END> (any phrasing; what follows <END> does not count), against the case's mark."""

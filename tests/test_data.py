@@ -635,3 +635,53 @@ def test_unseen_images_are_drawn_like_the_validation_split(tiny_shapes):
     assert [" ".join(vocab[i] for i in row if i > 3) for row in encoded] == [c for cs in captions for c in cs]
     other, _ = shapes.unseen_images(tiny_shapes, TINY["num_val"], stream=1)
     assert other.shape == stored.shape and not np.allclose(other.astype(np.float32), stored.astype(np.float32))
+
+
+def _default_shapes() -> Path:
+    path = shapes.default_path()
+    if not path.exists():
+        shapes.build(path, progress=False)
+    return path
+
+
+def test_the_hidden_scenes_stream_is_nowhere_student_code_can_read():
+    """The trained-model cases' hidden scenes come from a random stream that only grading/ holds: student code
+    can call unseen_images, so a stream it can find (in starter/ or data/, both mounted in the sandbox and
+    published, dataset and references included) would give it the hidden scenes and their captions."""
+    from grading.cases.nb04 import HIDDEN_STREAM, PUBLIC_STREAM
+
+    assert HIDDEN_STREAM.bit_length() > 100 and HIDDEN_STREAM != PUBLIC_STREAM, "too small to be kept from a search"
+    stream = HIDDEN_STREAM + 100  # what unseen_images seeds with
+    forms = [str(n).encode() for n in (HIDDEN_STREAM, stream)] + [f"{n:x}".encode() for n in (HIDDEN_STREAM, stream)]
+    forms += [n.to_bytes(17, order).rstrip(b"\0") if order == "little" else n.to_bytes(17, order).lstrip(b"\0")
+              for n in (HIDDEN_STREAM, stream) for order in ("little", "big")]
+    root = Path(__file__).resolve().parent.parent
+    _default_shapes()  # the dataset is under data/cache unless $COURSE_DATA_DIR says otherwise: read it too
+    files = [p for folder in (root / "starter", root / "data", shapes.default_path().parent) for p in folder.rglob("*")
+             if p.is_file()]
+    assert any(p.suffix == ".h5" for p in files) and any(p.name == "shapes.py" for p in files)
+    found = [(str(p), form) for p in files for form in forms if form.lower() in p.read_bytes().lower()]
+    assert not found, found
+
+
+def test_the_trained_model_cases_are_the_scenes_of_their_streams():
+    """The public case's scenes are still unseen_images' stream 1 (what students can draw), the hidden cases'
+    come from the grader's own stream, and none of them from the stream the hidden cases once used (2)."""
+    from grading import notebooks
+    from grading.cases.nb04 import HIDDEN_STREAM, PUBLIC_STREAM
+    from starter.checks import load_case
+
+    path = _default_shapes()
+    with h5py.File(path) as f:
+        vocab = Vocab([w.decode() for w in f["vocab"][()]])
+    dirs = [notebooks.PUBLIC_REFERENCES, notebooks.HIDDEN_REFERENCES]
+    for name, stream in (("trained/new_scenes", PUBLIC_STREAM), ("trained/hidden_scenes_40", HIDDEN_STREAM)):
+        case = load_case(name, dirs=dirs)
+        features, captions = shapes.unseen_images(path, len(case.inputs["features"]), stream)
+        np.testing.assert_allclose(features.astype(np.float32), case.inputs["features"].astype(np.float32), atol=2e-3,
+                                   err_msg=name)
+        assert [vocab.decode(refs) for refs in case.expected["captions"]] == captions, name
+    hidden = load_case("trained/hidden_scenes_65", dirs=dirs).inputs["features"]
+    for stream in (1, 2):
+        old, _ = shapes.unseen_images(path, len(hidden), stream)
+        assert not np.allclose(old.astype(np.float32), hidden.astype(np.float32)), stream

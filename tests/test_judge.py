@@ -1,6 +1,7 @@
 """The pieces of grading one at a time: the sandbox's walls, the observations that cross them, the judge."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import secrets
 from pathlib import Path
@@ -569,7 +570,7 @@ def test_only_test_cells_record_and_what_they_recorded_stays():
     hidden case, reported; a test cell's records rewritten by a later cell are used as the test cell left them."""
     hidden = "hidden-0123456789abcdef"
     answer = "import torch\ndef causal_mask(T, device=None):\n    return torch.ones(T, T, dtype=torch.bool).tril(-1)"
-    test = nbformat.v4.new_code_cell(f"from starter.checks import check\ncheck('causal/5', causal_mask)")
+    test = nbformat.v4.new_code_cell("from starter.checks import check\ncheck('causal/5', causal_mask)")
     test.metadata["nbgrader"] = {"grade": True, "solution": False, "locked": True, "grade_id": "t", "points": 1}
     rewrite = ("import glob, os\nCASE = 'causal/5'\nNAMES = [os.path.basename(p)[:-5] for p in "
                "glob.glob(os.environ['COURSE_RESULTS_DIR'] + '/*.json') if not p.endswith('9000.json')]\n")
@@ -582,3 +583,32 @@ def test_only_test_cells_record_and_what_they_recorded_stays():
     assert result.observations["causal/5"].outputs["mask"].sum() == 10, "the rewritten record was used"  # tril(-1)
     assert any("not a test cell, wrote records of hidden cases" in p for p in result.problems), result.problems
     assert any("changed or removed the checks' records" in p for p in result.problems), result.problems
+
+
+def test_the_sandbox_is_not_told_which_hidden_cases_expect_an_error(tmp_path):
+    """A hidden case that expects an error is run in the sandbox like any other (its `raises` property stays with
+    the judge), so code cannot raise because the case file says so; what the code raised is recorded and the
+    judge decides."""
+    from starter.cases import case_groups, read_case
+
+    sandbox.write_case_inputs(nbs.HIDDEN_REFERENCES, tmp_path / "cases")
+    expecting = {name for path in nbs.HIDDEN_REFERENCES.glob("*.h5") for name, group in case_groups(h5py.File(path))
+                 if any(p[0] == "raises" for p in read_case(group, name).properties)}
+    assert expecting, "no hidden case expects an error: the test shows nothing"
+    for path in (tmp_path / "cases").glob("*.h5"):
+        with h5py.File(path) as f:
+            for name, group in case_groups(f):
+                assert not any(p[0] == "raises" for p in read_case(group, name).properties), name
+    # the judge's copy says it: a function that raises the expected error passes, one that returns fails
+    name = sorted(expecting)[0]
+    case = next(read_case(g, n) for path in nbs.HIDDEN_REFERENCES.glob("*.h5")
+                for n, g in case_groups(h5py.File(path)) if n == name)
+    expected = next(p for p in case.properties if p[0] == "raises")[1]
+    bare = dataclasses.replace(case, properties=[p for p in case.properties if p[0] != "raises"])
+    error = {"ValueError": ValueError, "IndexError": IndexError, "TypeError": TypeError}.get(expected, ValueError)
+
+    def raising(*args, **kwargs):
+        raise error("refused")
+
+    assert verdict(case, observe(bare, raising)) is None, verdict(case, observe(bare, raising))
+    assert verdict(case, observe(bare, lambda *a, **k: 0)) is not None

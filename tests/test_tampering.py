@@ -163,9 +163,9 @@ with open("/proc/self/mem", "rb", buffering=0) as _mem:
             _chunk = _mem.read(_end - _start)
         except (OSError, ValueError, OverflowError):
             continue
-        for _m in re.finditer(rb"def causal_mask\(T, device=None\):", _chunk):
-            _text = _chunk[_m.start():_m.start() + 2000].split(b"\\0")[0].decode("utf-8", "replace")
-            _sources.add(_text.replace("\\\\n", "\\n").replace('\\\\"', '"'))
+        for _m in re.finditer(rb"def causal_mask\\(T, device=None\\):", _chunk):
+            _text = _chunk[_m.start():_m.start() + 8000].split(b"\\0")[0].decode("utf-8", "replace")
+            _sources.add(_text.split('"]')[0].replace('\\\\n", "', "\\n").replace("\\\\n", "\\n").replace('\\\\"', '"'))
 _stolen = 0
 for _src in _sources:
     _lines = _src.split("\\n")
@@ -205,6 +205,41 @@ for _fd in os.listdir("/proc/self/fd"):
 while True:
     pass
 '''
+# records written by the student's own code (not a check) for the hidden cases, from the inputs mounted in the
+# sandbox, with outputs of the vectorised loop the task rules out and names that sort after the check's
+VECTORISED_LOOP = '''
+def attention_loop(query, keys, values):
+    weights = torch.softmax(query @ keys.T / keys.shape[-1] ** 0.5, dim=-1)
+    return weights @ values, weights
+'''
+FORGE_RECORDS = '''
+import glob, json, os, h5py, numpy as np
+_dir = os.environ["COURSE_RESULTS_DIR"]
+os.makedirs(_dir, exist_ok=True)
+_n = 0
+for _path in glob.glob("/tmp/cases/*.h5"):
+    with h5py.File(_path, "r") as _f:
+        _groups = []
+        _f.visititems(lambda _name, _o: _groups.append((_name, _o)) if isinstance(_o, h5py.Group)
+                      and _o.attrs.get("target") == "attention_loop" else None)
+        for _name, _g in _groups:
+            _q, _k, _v = (torch.from_numpy(_g["inputs"][_x][()]) for _x in ("query", "keys", "values"))
+            _out, _w = attention_loop(_q, _k, _v)
+            np.savez(f"{_dir}/9{_n:03d}.npz", **{"out:output": _out.numpy(), "out:weights": _w.numpy()})
+            json.dump({"case": _name.split("/")[-1], "error": "", "raised": None, "raised_text": "",
+                       "dtypes": {"output": str(_out.dtype), "weights": str(_w.dtype)}, "grad_error": "",
+                       "outputs": ["output", "weights"], "grads": []}, open(f"{_dir}/9{_n:03d}.json", "w"))
+            _n += 1
+print("forged", _n)
+'''
+
+
+def _after_answer(nb, grade_id: str, code: str):
+    idx = next(i for i, c in enumerate(nb.cells) if nbs.nbgrader_meta(c).get("grade_id") == grade_id)
+    nb.cells.insert(idx + 1, nbformat.v4.new_code_cell(code))
+    return nb
+
+
 IGNORE_SIGNALS_FOREVER = '''
 import signal
 for _s in (signal.SIGINT, signal.SIGALRM, signal.SIGTERM):
@@ -232,6 +267,15 @@ WRONG_LOOP = '''
 def attention_loop(query, keys, values):
     weights = torch.softmax(query @ keys.T * 1.7, dim=-1)  # the wrong scale
     return weights @ values, weights
+'''
+# a vectorised attention_loop (what the task rules out) through aliases taken before any check could swap
+# torch's attributes: the rule is enforced on what torch runs, whatever name reached it
+ALIASED_LOOP = '''
+_m, _s = torch.matmul, torch.softmax
+
+def attention_loop(query, keys, values):
+    weights = _s(_m(query, keys.T) / math.sqrt(query.shape[1]), dim=-1)
+    return _m(weights, values), weights
 '''
 FORGE_BOOLEANS = '''
 from pathlib import Path
@@ -282,12 +326,18 @@ STUDENTS = {
     "reads_freed_memory": (_wrong(READ_FREED_MEMORY), HONEST_WRONG, None),
     "keyring_and_queues": (_wrong(KEYRING_AND_QUEUES), HONEST_WRONG, None),
     "closes_its_pipes": (_at_end(CLOSES_ITS_PIPES), HONEST_WRONG, "closed its connection"),
+    # records are taken from test cells only: the forged ones are left out, and listed in review
+    "forges_records": (_after_answer(filled_submission(NB, {"attention_loop": VECTORISED_LOOP}), "attention_loop",
+                                     FORGE_RECORDS), {"test_attention_loop": 0}, "wrote records of hidden cases"),
     "prints_secrets": (_at_end(PRINT_SECRETS), HONEST_WRONG, None),
-    "fifo_in_results": (_at_end(FIFO_RESULT), HONEST_WRONG, "unreadable result"),
-    # forged results gain nothing (the wrong attention_loop stays at 0) and spoil the right ones
+    # a FIFO among the records, made by a cell that is not a test: never opened, left out with the cell's records
+    "fifo_in_results": (_at_end(FIFO_RESULT), HONEST_WRONG, None),
+    # records rewritten after their test cells change nothing: the wrong attention_loop stays at 0, the right
+    # answers keep their points; listed in review
     "forges_booleans": (_at_end_of(filled_submission(NB, {"attention_loop": WRONG_LOOP}), FORGE_BOOLEANS),
-                        {"test_attention_loop": 0, "test_sdpa": 0, "test_sdpa_mask": 0, "test_self_attention": 0},
-                        None),
+                        {"test_attention_loop": 0}, "changed or removed the checks' records"),
+    # a vectorised loop earns nothing under the loop task's rule, by any name
+    "aliases_torch": (filled_submission(NB, {"attention_loop": ALIASED_LOOP}), {"test_attention_loop": 0}, None),
     # sabotaging the recording can only cost the student: the tests after it record nothing, earn nothing
     "sabotages_recording": (_wrong(SABOTAGE_RECORDING), {"test_causal_mask": 0, "test_self_attention": 0},
                             "reaches for the checks"),
@@ -467,3 +517,84 @@ def test_a_checkpoint_that_carries_code_is_refused(tmp_path, grading_db, trained
     assert "weights_only" in html.replace("Weights only", "weights_only"), "torch's reason is shown"
     notes = " ".join(results["hoarder"].notes)
     assert "not kept" in notes and "64 MB" in notes, notes
+
+
+# notebook 04's greedy_decode that, on the trained-model cases, looks the images up among the scenes it draws
+# itself with the kit's unseen_images on the stream the hidden cases once used (2), with their captions
+LOOKS_UP_SCENES = '''
+import numpy as np
+
+def _greedy(model, features, max_len, start_idx, end_idx, null_idx):
+    B = features.shape[0]
+    words = torch.full((B, 1), start_idx, dtype=torch.long)
+    out = torch.full((B, max_len), null_idx, dtype=torch.long)
+    finished = torch.zeros(B, dtype=torch.bool)
+    for t in range(max_len):
+        next_word = model(features, words)[:, -1].argmax(dim=-1).masked_fill(finished, null_idx)
+        out[:, t] = next_word
+        finished = finished | (next_word == end_idx)
+        if finished.all():
+            break
+        words = torch.cat([words, next_word[:, None]], dim=1)
+    return out
+
+_table = {}
+
+def _looked_up(features, max_len, null_idx):
+    """The captions of `features` when they are scenes that unseen_images draws on stream 2, else None."""
+    from data import shapes
+    from data.common import encode_captions
+    if features.shape[1:] != (49, 64):
+        return None
+    if not _table:
+        words = torch.load("runs/04_captioning_transformer.pt", weights_only=True)["vocab"]  # the model's indices
+        drawn, captions = shapes.unseen_images(shapes.default_path(), 100, stream=2)
+        index = {w: i for i, w in enumerate(words)}
+        _table["features"] = torch.from_numpy(drawn.astype(np.float32)).flatten(1)
+        _table["captions"] = [encode_captions(c, index, shapes.MAX_LEN)[0, 1:] for c in captions]
+    differences = [(_table["features"] - row).abs().amax(dim=1) for row in features.float().flatten(1)]
+    distance, nearest = torch.stack(differences).min(dim=1)
+    if not bool((distance < 1e-2).all()):
+        return None
+    out = torch.full((len(features), max_len), null_idx, dtype=torch.long)
+    for row, j in enumerate(nearest.tolist()):
+        caption = torch.as_tensor(_table["captions"][j][:max_len], dtype=torch.long)
+        out[row, :len(caption)] = caption
+    return out
+
+def greedy_decode(model, features, max_len, start_idx=1, end_idx=2, null_idx=0):
+    found = _looked_up(features, max_len, null_idx)
+    return found if found is not None else _greedy(model, features, max_len, start_idx, end_idx, null_idx)
+'''
+
+
+def test_hidden_scenes_cannot_be_drawn_again_in_the_sandbox(tmp_path, grading_db, trained_model_file):
+    """Notebook 04's trained model is measured on hidden scenes that no code in the sandbox can draw: a
+    greedy_decode that draws the scenes of unseen_images' streams itself and looks the images up earns what
+    its one-step model earns (nothing), like the same model decoded honestly; a classmate's trained model in
+    the same run earns the full mark, and their files are untouched."""
+    nb04 = "04_captioning_transformer"
+    subs = tmp_path / "subs"
+    one_step = nbs.trained_checkpoint(tmp_path / "one_step.pt", steps=1)
+    for student, overrides, checkpoint in (("looks_up_scenes", {"greedy_decode": LOOKS_UP_SCENES}, one_step),
+                                           ("one_step", {}, one_step), ("trained", {}, trained_model_file)):
+        write_nb(filled_submission(nb04, overrides), subs / student / f"{nb04}.ipynb")
+        for stem in ("02_positional_encoding", "03_multi_head_attention"):  # the layers the models are built with
+            write_nb(filled_submission(stem), subs / student / f"{stem}.ipynb")
+        (subs / student / "runs").mkdir()
+        (subs / student / nbs.CHECKPOINT_04).write_bytes(checkpoint.read_bytes())
+    before = {p: p.read_bytes() for p in (subs / "trained").rglob("*") if p.is_file()}
+    db_url, workers = grading_db
+    autograde(subs, tmp_path / "out", course_dir=tmp_path / "course", db_url=db_url, workers=workers)
+    with open(tmp_path / "out" / "grades.csv") as f:
+        rows = {r["student"]: r for r in csv.DictReader(f)}
+    points = {g: p for s, g, p in graded_columns() if s == nb04}
+    for student, trained_points in (("looks_up_scenes", 0.0), ("one_step", 0.0), ("trained", points["test_trained_model"])):
+        row = rows[student]
+        assert row["status"] == "graded", (student, row["notes"])
+        got = {g: float(row[f"{nb04}:{g}"]) for g in points}
+        assert got == {**points, "test_trained_model": trained_points}, (student, row["review"], row["notes"])
+    for student in ("looks_up_scenes", "one_step"):  # the model loaded and captioned: it is what fell short
+        html = (tmp_path / "out" / "feedback" / student / f"{nb04}.html").read_text()
+        assert "images exactly right" in html and "this case asks for 40%" in html, student
+    assert before == {p: p.read_bytes() for p in (subs / "trained").rglob("*") if p.is_file()}
