@@ -19,6 +19,7 @@ import zipfile
 import nbformat
 import pytest
 from conftest import filled_submission, write_nb
+from test_judge import CLOSE_THE_PIPES  # no signal reaches the cell, its pipes to the server closed
 
 from grading import notebooks as nbs
 from grading.autograde import autograde, graded_columns
@@ -191,20 +192,6 @@ def _try(*call):
 print("add_key", _try(248, b"user", b"tampering", b"secret", 6, ctypes.c_int(-4)))  # the user keyring
 print("mq_open", _try(240, b"tampering", os.O_CREAT | os.O_RDWR, 0o600, None))
 '''
-# the cell deadline without the kernel's help: no signal reaches the cell, and the pipes to the server are closed
-CLOSES_ITS_PIPES = '''
-import os, signal
-for _s in (signal.SIGINT, signal.SIGALRM, signal.SIGTERM):
-    signal.signal(_s, signal.SIG_IGN)
-for _fd in os.listdir("/proc/self/fd"):
-    try:
-        if int(_fd) > 2 and os.readlink(f"/proc/self/fd/{_fd}").startswith("pipe:"):
-            os.close(int(_fd))
-    except OSError:  # the listing's own descriptor
-        pass
-while True:
-    pass
-'''
 # records written by the student's own code (not a check) for the hidden cases, from the inputs mounted in the
 # sandbox, with outputs of the vectorised loop the task rules out and names that sort after the check's
 VECTORISED_LOOP = '''
@@ -325,7 +312,7 @@ STUDENTS = {
     "ignores_signals": (_at_end(IGNORE_SIGNALS_FOREVER), HONEST_WRONG, "timed out"),
     "reads_freed_memory": (_wrong(READ_FREED_MEMORY), HONEST_WRONG, None),
     "keyring_and_queues": (_wrong(KEYRING_AND_QUEUES), HONEST_WRONG, None),
-    "closes_its_pipes": (_at_end(CLOSES_ITS_PIPES), HONEST_WRONG, "closed its connection"),
+    "closes_its_pipes": (_at_end(CLOSE_THE_PIPES), HONEST_WRONG, "closed its connection"),
     # records are taken from test cells only: the forged ones are left out, and listed in review
     "forges_records": (_after_answer(filled_submission(NB, {"attention_loop": VECTORISED_LOOP}), "attention_loop",
                                      FORGE_RECORDS), {"test_attention_loop": 0}, "wrote records of hidden cases"),
