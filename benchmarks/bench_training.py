@@ -1,14 +1,17 @@
 """Train notebook 04's reference model on the default dataset and print training time and val scores.
 
     python benchmarks/bench_training.py [--layers torch|mine] [--steps N] [--threads N] [--seed S] [--lr LR] [--dropout P]
-                                        [--label-smoothing EPS] [--data split kit yours]
+                                        [--label-smoothing EPS] [--data split stored yours]
 
 Uses the solution notebook's definitions and its "shapes" configuration (the CONFIGS cell). `--data`
 names the data paths to train with, one after the other in this run, same seed:
-- split: the kit's in-memory sampler (``Split.sample_batch``) and its own training step;
-- kit: the kit's ``FeatureCaptions`` Dataset and ``pad_collate`` in a DataLoader, its own step;
+- split: the dataset's in-memory sampler (``Split.sample_batch``);
+- stored: the stored captions in ``StoredBatches``, what notebook 04 trains on while a student's Dataset or
+  collate function does not pass (every caption padded to the dataset's length);
 - yours: notebook 04's pipeline as the solution writes it (build_vocab, encode_captions, CaptionFeatures,
-  collate_captions in a DataLoader, train_step, lr_at_step), as the notebook runs it.
+  collate_captions in a DataLoader), as the notebook runs it.
+Each trains with the solution's training pieces (fit, train_step, lr_at_step, validation_loss) and is
+scored with its evaluate_captions.
 `--label-smoothing EPS` trains on PyTorch's cross-entropy with label smoothing instead of the notebook's
 loss (the target word gets 1 - EPS of the probability, the rest is spread over the vocabulary; <NULL>
 targets ignored): compare its val scores with a run without it (its val loss is the smoothed one).
@@ -27,11 +30,9 @@ import torch
 from torch.utils.data import DataLoader
 
 from grading import notebooks as nbs
-from starter.data import FeatureCaptions, Vocab, load_dataset, pad_collate
-from starter.metrics import evaluate_captioner, format_scores
+from starter.data import StoredBatches, Vocab, load_dataset
+from starter.metrics import format_scores
 from starter.training import seed_everything, train
-
-NOTEBOOK = nbs.SOLUTIONS / "04_captioning_transformer.ipynb"
 
 
 def smoothed_loss(eps: float, null_idx: int):
@@ -52,13 +53,13 @@ def main() -> None:
     ap.add_argument("--dropout", type=float, default=None, help="the model's dropout (default: the notebook's)")
     ap.add_argument("--seed", type=int, default=0, help="seed of the model, the batches and dropout (the notebook: 0)")
     ap.add_argument("--label-smoothing", type=float, default=0.0, help="train with label smoothing EPS (default 0)")
-    ap.add_argument("--data", nargs="+", default=["split", "kit", "yours"], choices=["split", "kit", "yours"])
+    ap.add_argument("--data", nargs="+", default=["split", "stored", "yours"], choices=["split", "stored", "yours"])
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.layers == "mine":
         os.environ.setdefault("COURSE_NOTEBOOKS_DIR", str(nbs.SOLUTIONS))
-    ns = nbs.execute_definitions(NOTEBOOK)
+    ns = nbs.solution("04_captioning_transformer")
     cfg = nbs.shapes_config()
     targs = dict(cfg["train"])
     if args.steps:
@@ -73,23 +74,22 @@ def main() -> None:
     print(f"shapes, layers={args.layers}, {torch.get_num_threads()} threads, batch {batch_size}, {targs}")
     base = None
     for data in args.data:
-        vocab, step = ds.vocab, {}
+        vocab = ds.vocab
         if data == "split":
             source, val = train_split, val_split
+        elif data == "stored":
+            source = StoredBatches(train_split, train_split.captions, batch_size, shuffle=True, drop_last=True,
+                                   seed=args.seed)
+            val = StoredBatches(val_split, val_split.captions, batch_size, shuffle=False)
         else:
-            caps = {"train": train_split.captions, "val": val_split.captions}
-            dataset, collate = FeatureCaptions, pad_collate
-            if data == "yours":
-                vocab = Vocab(ns["build_vocab"](train_split.texts()))
-                caps = {name: ns["encode_captions"](split.texts(), vocab.word_to_idx, ds.max_length)
-                        for name, split in (("train", train_split), ("val", val_split))}
-                dataset, collate = ns["CaptionFeatures"], ns["collate_captions"]
-                step = dict(step_fn=ns["train_step"], lr_fn=ns["lr_at_step"])
+            vocab = Vocab(ns["build_vocab"](train_split.texts()))
+            caps = {name: ns["encode_captions"](split.texts(), vocab.word_to_idx, ds.max_length)
+                    for name, split in (("train", train_split), ("val", val_split))}
 
-            def loader(split, name, shuffle, dataset=dataset, caps=caps, collate=collate):
-                return DataLoader(dataset(*split.features_file, caps[name], split.image_idxs), batch_size=batch_size,
-                                  shuffle=shuffle, collate_fn=collate, drop_last=shuffle,
-                                  generator=torch.Generator().manual_seed(args.seed))
+            def loader(split, name, shuffle, caps=caps):
+                return DataLoader(ns["CaptionFeatures"](*split.features_file, caps[name], split.image_idxs),
+                                  batch_size=batch_size, shuffle=shuffle, collate_fn=ns["collate_captions"],
+                                  drop_last=shuffle, generator=torch.Generator().manual_seed(args.seed))
             source, val = loader(train_split, "train", True), loader(val_split, "val", False)
         seed_everything(args.seed)
         model = ns["CaptioningTransformer"](vocab_size=len(vocab), feature_dim=ds.feature_dim,
@@ -98,9 +98,9 @@ def main() -> None:
         loss_fn = ns["teacher_forcing_loss"] if not args.label_smoothing else smoothed_loss(args.label_smoothing,
                                                                                                vocab.null_idx)
         hist = train(model, loss_fn, source, val_split=val, seed=args.seed, progress=False,
-                     batch_size=batch_size, **targs, **step)
+                     batch_size=batch_size, **targs, **nbs.solution_training(ns))
         base = base or hist["seconds"]
-        scores, _, _ = evaluate_captioner(model, ns["greedy_decode"], val_split, vocab, max_len=ds.max_length - 1)
+        scores, _ = ns["evaluate_captions"](model, ns["greedy_decode"], val_split, vocab, max_len=ds.max_length - 1)
         print(f"{data:>5}: {hist['steps_done']} steps in {hist['seconds']:5.1f} s ({hist['seconds'] / base:.2f}x the "
               f"first), {hist['seconds'] / hist['steps_done'] * 1000:.0f} ms/step, val loss {hist['val_loss'][-1]:.3f}"
               f" | all {val_split.num_images} val images, greedy: {format_scores(scores)}, "

@@ -1,6 +1,7 @@
 """Where the notebooks are, and how to read their cells."""
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -81,6 +82,19 @@ def execute_definitions(path: Path) -> dict:
     return namespace
 
 
+@functools.cache
+def solution(stem: str) -> dict:
+    """The namespace of solution notebook `stem` (set-up and solution cells run once per process): the
+    kit's implementation of every graded task, for instructor-side code (references, trained checkpoints,
+    benchmarks, tests). Students never get it: the student copy holds no implementation of a graded task."""
+    return execute_definitions(SOLUTIONS / f"{stem}.ipynb")
+
+
+def solution_training(ns: dict) -> dict:
+    """The training pieces of notebook 04 (a solution namespace) as `starter.training.train` takes them."""
+    return dict(fit_fn=ns["fit"], step_fn=ns["train_step"], lr_fn=ns["lr_at_step"], val_fn=ns["validation_loss"])
+
+
 def strip_solution_markers(source: str) -> str:
     """The solution code as a student would have typed it (markers removed, code kept)."""
     return "\n".join(line for line in source.splitlines()
@@ -128,7 +142,7 @@ def trained_checkpoint(path: Path, steps: int | None = None, layers: str = "mine
     from starter.layers import layers_from
     from starter.training import save_checkpoint, seed_everything, train
 
-    ns = execute_definitions(SOLUTIONS / "04_captioning_transformer.ipynb")
+    ns = solution("04_captioning_transformer")
     cfg = shapes_config()
     train_args = dict(cfg["train"], time_limit=None, progress=False)
     if steps:
@@ -140,6 +154,6 @@ def trained_checkpoint(path: Path, steps: int | None = None, layers: str = "mine
     with layers_from(SOLUTIONS):  # layers="mine": the solution's notebooks 02-03
         model = ns["CaptioningTransformer"](**config)
     history = train(model, ns["teacher_forcing_loss"], ds.split("train"), val_split=ds.split("val"), seed=0,
-                    **train_args)
+                    **solution_training(ns), **train_args)
     with torch.no_grad():
         return save_checkpoint(path, model, config, ds.vocab, history=history, dataset="shapes")

@@ -698,6 +698,20 @@ def diagnose(case: Case, obs: Observation) -> Diagnosis | None:
     return None
 
 
+def share_exactly_right(words, captions: np.ndarray, references: np.ndarray) -> float:
+    """The share of images whose caption (row i of `captions`, indices into `words`) is word for word one of
+    its references (`references[i]`: rows of indices), read up to <END>; an index outside the vocabulary
+    reads as <UNK>. How a trained-model case counts."""
+    from .data import Vocab
+
+    vocab = Vocab(words)
+
+    def text(rows: np.ndarray) -> list[str]:
+        return vocab.decode(np.where((rows >= 0) & (rows < len(vocab)), rows, vocab.unk_idx))
+
+    return float(np.mean([caption in text(refs) for caption, refs in zip(text(captions), references)]))
+
+
 def _exact_match(case: Case, obs: Observation, out: str, need: float) -> Diagnosis | None:
     """A trained model's outcome: enough of its captions must be exactly right (case.expected[out] holds the
     references of each image; the model's captions are case.outputs' `out`)."""
@@ -705,15 +719,8 @@ def _exact_match(case: Case, obs: Observation, out: str, need: float) -> Diagnos
     if got is None or got.ndim != 2 or len(got) != len(refs) or got.dtype.kind not in "iu":
         shape = None if got is None else got.shape
         return Diagnosis("wrong shape", f"`{case.target}`: expected ({len(refs)}, words) integer captions, got {shape}.")
-    from .data import Vocab
-    from .metrics import exact_match
-
-    vocab = Vocab(case.const_args[0])  # the words the captions index (trained_captioner's `words`)
-
-    def text(rows: np.ndarray) -> list[str]:  # up to <END>; an index outside the vocabulary reads as <UNK>
-        return vocab.decode(np.where((rows >= 0) & (rows < len(vocab)), rows, vocab.unk_idx))
-
-    share = exact_match(dict(enumerate(text(r) for r in refs)), dict(enumerate(text(got))))
+    # the words the captions index (trained_captioner's `words`)
+    share = share_exactly_right(case.const_args[0], got, refs)
     if share >= need:
         return None
     return Diagnosis("trained model below its mark", (

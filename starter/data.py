@@ -34,7 +34,7 @@ import torch
 from data import coco_cs231n, coco_grid, shapes
 from data.common import FORMAT_NAME, SPECIAL_TOKENS, default_data_dir
 
-__all__ = ["DatasetError", "Vocab", "Split", "CaptionDataset", "FeatureCaptions", "pad_collate", "load_dataset",
+__all__ = ["DatasetError", "Vocab", "Split", "CaptionDataset", "StoredBatches", "load_dataset",
            "write_caption_file", "default_data_dir"]
 
 COCO_URL = "http://images.cocodataset.org/{folder}/COCO_{folder}_{id:012d}.jpg"
@@ -62,19 +62,6 @@ class Vocab:
 
     def __repr__(self):
         return f"Vocab({len(self)} words: {' '.join(self.idx_to_word[4:14])} ...)"
-
-    def encode(self, sentence: str, max_len: int | None = None) -> list[int]:
-        """"a red circle" -> [<START>, a, red, circle, <END>] (+ <NULL> padding up to max_len).
-        Lower-cases, drops punctuation; unknown words become <UNK>."""
-        from data.common import tokenize
-
-        ids = [self.start_idx] + [self.word_to_idx.get(w, self.unk_idx) for w in tokenize(sentence)]
-        ids.append(self.end_idx)
-        if max_len is not None:
-            if len(ids) > max_len:
-                ids = ids[: max_len - 1] + [self.end_idx]
-            ids += [self.null_idx] * (max_len - len(ids))
-        return ids
 
     def decode(self, ids):
         """Indices -> sentence, skipping <NULL>/<START> and stopping at <END>.
@@ -402,71 +389,33 @@ class CaptionDataset:
         return "\n".join(lines)
 
 
-# ------------------------------------------------------------------------- PyTorch's data idiom
-def caption_length(caption) -> int:
-    """Number of tokens of a <START> ... <END> <NULL>... caption up to and including <END> (all of it
-    when there is no <END>)."""
-    ends = np.flatnonzero(np.asarray(caption) == Vocab.end_idx)
-    return int(ends[0]) + 1 if ends.size else len(caption)
+# ------------------------------------------------------------------------- stored batches
+class StoredBatches:
+    """Batches of a split's captions (`captions`: (M, T), row i a caption of image ``split.image_idxs[i]``,
+    e.g. the split's stored ones) with their images' features, as a DataLoader of notebook 04 yields them:
+    (features (B, R, D) float32, captions (B, T) int64, every row padded to T). What notebook 04 trains on
+    while your `CaptionFeatures` or `collate_captions` does not pass yet. Each iteration is one epoch over
+    every caption (`shuffle`: a new order each epoch, drawn with `generator`, which `train` seeds as it
+    seeds a DataLoader's; `drop_last` as DataLoader's)."""
 
-
-class FeatureCaptions(torch.utils.data.Dataset):
-    """The kit's dataset of (features, caption) pairs: item i is the caption in row i of `captions` and
-    the features of its image, row ``image_idxs[i]`` of the HDF5 dataset `key` in the file `path`.
-
-    Returns (features (R, D) float32, caption (L,) int64 up to and including <END>, padding removed).
-    The file is opened on first use, in the process that reads (so each DataLoader worker opens its own);
-    features that fit in `preload_bytes` are then read into memory at once (faster than reading the file
-    item by item); larger ones are read a row per item from the opened array.
-    """
-
-    def __init__(self, path, key, captions, image_idxs, preload_bytes: int = PRELOAD_BYTES):
-        self.path, self.key = str(path), key
-        self.captions = torch.as_tensor(np.asarray(captions), dtype=torch.long)
-        self.image_idxs = torch.as_tensor(np.asarray(image_idxs), dtype=torch.long)
-        if self.captions.ndim != 2 or self.image_idxs.shape != (len(self.captions),):
-            raise ValueError(f"captions must be (M, T) and image_idxs (M,), got {tuple(self.captions.shape)} "
-                             f"and {tuple(self.image_idxs.shape)}")
-        if not Path(self.path).is_file():
-            raise DatasetError(f"missing file {self.path}")
-        self.preload_bytes = preload_bytes
-        ends = (self.captions == Vocab.end_idx).any(dim=1)
-        if not bool(ends.all()):
-            row = int((~ends).nonzero()[0])
-            raise DatasetError(f"caption row {row} has no <END> ({self.captions[row].tolist()}): captions must be "
-                               "encoded <START> ... <END> <NULL>...")
-        self.lengths = [caption_length(c) for c in self.captions.numpy()]
-        self._features = None
-
-    def _open(self):
-        f = _open_h5(Path(self.path))
-        if self.key not in f:
-            f.close()
-            raise DatasetError(f"{self.path}: missing key {self.key!r}")
-        d = f[self.key]
-        n = d.shape[0]
-        if len(self.image_idxs) and int(self.image_idxs.max()) >= n:
-            f.close()
-            raise DatasetError(f"{self.path}: image_idxs reach {int(self.image_idxs.max())} but {self.key!r} "
-                               f"holds {n} images")
-        self._features = _read(f, self.key, self.path) if d.size * d.dtype.itemsize <= self.preload_bytes else d
+    def __init__(self, split: Split, captions, batch_size: int, shuffle: bool, drop_last: bool = False,
+                 seed: int = 0):
+        self.split, self.batch_size, self.shuffle, self.drop_last = split, batch_size, shuffle, drop_last
+        self.captions = torch.as_tensor(captions, dtype=torch.long)
+        if self.captions.ndim != 2 or len(self.captions) != len(split):
+            raise ValueError(f"captions must be ({len(split)}, T), one row per caption of the {split.name} split, "
+                             f"got {tuple(self.captions.shape)}")
+        self.generator = torch.Generator().manual_seed(seed)
 
     def __len__(self):
-        return len(self.captions)
+        return self.split.num_batches(self.batch_size, self.drop_last)
 
-    def __getitem__(self, i):
-        if self._features is None:
-            self._open()
-        feats = np.asarray(self._features[int(self.image_idxs[i])], dtype=np.float32)
-        return torch.from_numpy(feats.reshape(-1, feats.shape[-1])), self.captions[i, : self.lengths[i]]
-
-
-def pad_collate(batch, null_idx: int = Vocab.null_idx):
-    """The kit's collate function: [(features (R, D), caption (L_i,)), ...] ->
-    (features (B, R, D), captions (B, max L_i) padded with `null_idx`)."""
-    features, captions = zip(*batch)
-    padded = torch.nn.utils.rnn.pad_sequence(list(captions), batch_first=True, padding_value=null_idx)
-    return torch.stack(features), padded
+    def __iter__(self):
+        n = len(self.captions)
+        order = torch.randperm(n, generator=self.generator) if self.shuffle else torch.arange(n)
+        for start in range(0, len(self) * self.batch_size, self.batch_size):
+            rows = order[start: start + self.batch_size]
+            yield self.split.features(self.split.image_idxs[rows]), self.captions[rows]
 
 
 def write_caption_file(path, name: str, vocab, grid_shape, splits: dict, description: str = "") -> Path:

@@ -1,8 +1,7 @@
 """Caption metrics with pycocoevalcap: BLEU-1..4, CIDEr, ROUGE-L (no Java needed).
 
-    from starter.metrics import caption_scores, evaluate_captioner
+    from starter.metrics import caption_scores
     caption_scores({0: ["a red circle", "a red circle on the left"]}, {0: "a red circle"})
-    scores, generated = evaluate_captioner(model, greedy_decode, ds.split("val"), ds.vocab, max_len=15)
 
 pycocoevalcap's own ``PTBTokenizer`` runs a Java program; we tokenize in Python instead (lower case,
 words and numbers only, punctuation dropped), which is what the PTB tokenizer amounts to for
@@ -15,11 +14,8 @@ from __future__ import annotations
 import contextlib
 import io
 import re
-import time
 
-import torch
-
-__all__ = ["tokenize", "caption_scores", "exact_match", "evaluate_captioner", "format_scores", "shapes_error",
+__all__ = ["tokenize", "caption_scores", "format_scores", "shapes_error",
            "SHAPES_ERRORS"]
 
 _WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
@@ -63,41 +59,8 @@ def caption_scores(references, generated) -> dict[str, float]:
     return scores
 
 
-def exact_match(references, generated) -> float:
-    """Fraction of images whose generated caption equals one of their references, word for word
-    (after `tokenize`)."""
-    hits = [tokenize(generated[k]) in {tokenize(r) for r in refs} for k, refs in references.items()]
-    return sum(hits) / len(hits)
-
-
 def format_scores(scores: dict[str, float]) -> str:
     return "  ".join(f"{k} {scores[k]:.3f}" for k in METRICS if k in scores)
-
-
-@torch.no_grad()
-def evaluate_captioner(model, decode_fn, split, vocab, max_len: int, num_images: int | None = None,
-                       batch_size: int = 250, device=None, **decode_kwargs):
-    """Caption the first `num_images` images of `split` (all by default) with
-    ``decode_fn(model, features, max_len, **decode_kwargs)`` and score them against all their references.
-
-    Returns (scores dict: caption_scores' plus "exact_match", generated captions list of str, image
-    indices). The model is put in eval mode.
-    """
-    device = device if device is not None else next(model.parameters()).device
-    model.eval()
-    n = split.num_images if num_images is None else min(num_images, split.num_images)
-    generated = []
-    t0 = time.perf_counter()
-    for start in range(0, n, batch_size):
-        idx = list(range(start, min(n, start + batch_size)))
-        feats = split.features(idx).to(device)
-        tokens = decode_fn(model, feats, max_len=max_len, **decode_kwargs)
-        generated += vocab.decode(tokens.cpu())
-    refs = {i: split.references(i) for i in range(n)}
-    scores = caption_scores(refs, dict(enumerate(generated)))
-    scores["exact_match"] = exact_match(refs, dict(enumerate(generated)))
-    scores["seconds"] = time.perf_counter() - t0
-    return scores, generated, list(range(n))
 
 
 # ---------------------------------------------------------------------- what is wrong with a caption

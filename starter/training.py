@@ -25,8 +25,8 @@ import torch
 
 from .runtime import OneLineError, missing_checkpoint
 
-__all__ = ["GRADING", "pick_device", "seed_everything", "train", "TrainingPlan", "default_fit", "default_step", "warmup_cosine", "mean_loss", "save_checkpoint",
-           "load_checkpoint", "overfit_small_batch", "count_parameters"]
+__all__ = ["GRADING", "pick_device", "seed_everything", "train", "TrainingPlan", "save_checkpoint", "load_checkpoint",
+           "overfit_small_batch", "count_parameters"]
 
 GRADING = bool(os.environ.get("NBGRADER_EXECUTION"))
 
@@ -75,37 +75,6 @@ def count_parameters(model) -> int:
 _clock = time.perf_counter  # the clock of the time budget (tests replace it by a fake, deterministic one)
 
 
-def _lr_factor(step: float, steps: int, warmup: int) -> float:
-    """Linear warm-up for `warmup` steps, then cosine decay to 10% of the peak at `steps`.
-
-    `step` may be fractional: when a time budget binds, `train` passes its "schedule step" (see there)."""
-    if warmup and step < warmup:
-        return min(1.0, (step + 1) / warmup)  # (the min only matters for a fractional step)
-    progress = (step - warmup) / max(1, steps - warmup)
-    return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
-
-
-def warmup_cosine(step: float, total_steps: int, warmup_steps: int, peak_lr: float) -> float:
-    """The kit's learning-rate schedule (notebook 04 asks you to write your own): `peak_lr` times the
-    linear warm-up and cosine decay of `_lr_factor`."""
-    return peak_lr * _lr_factor(step, total_steps, warmup_steps)
-
-
-def default_step(model, loss_fn, optimizer, features, captions, lr: float, grad_clip: float | None = 1.0) -> float:
-    """The kit's training step (notebook 04 asks you to write your own): set the learning rate, clear the
-    gradients, compute the loss, backpropagate, clip the gradient norm, update. Returns the loss."""
-    for group in optimizer.param_groups:
-        group["lr"] = lr
-    model.train()
-    optimizer.zero_grad(set_to_none=True)
-    loss = loss_fn(model, features, captions)
-    loss.backward()
-    if grad_clip:
-        torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
-    optimizer.step()
-    return loss.item()
-
-
 def _as_pair(batch, device):
     """(features, captions) on `device` from a DataLoader batch (features, captions) or from
     Split.sample_batch's (captions, features, image_idxs)."""
@@ -151,18 +120,6 @@ def _fixed_batches(source, batch_size: int, count: int, device) -> list:
         if len(out) == count:
             break
     return out
-
-
-def mean_loss(model, loss_fn, batches) -> float:
-    """The kit's validation loss (notebook 04 asks you to write your own, `validation_loss`): the mean of
-    `loss_fn` over `batches` of (features, captions), in eval mode and without gradients; the model's
-    mode is restored afterwards."""
-    was_training = model.training
-    model.eval()
-    with torch.no_grad():
-        total = sum(float(loss_fn(model, feats, caps)) for feats, caps in batches) / len(batches)
-    model.train(was_training)
-    return total
 
 
 HISTORY_KEYS = ("step", "loss", "lr", "val_step", "val_loss")  # what a training loop records
@@ -243,52 +200,22 @@ class TrainingPlan:
             self._bar = None
 
 
-def default_fit(model, loss_fn, optimizer, loader, plan, val_batches, val_every, step_fn, val_fn, device) -> dict:
-    """The kit's training loop (notebook 04 asks you to write your own, `fit`): one `step_fn` per
-    (step, lr) of `plan`, on batches drawn from `loader` epoch after epoch and moved to `device`; the
-    validation loss every `val_every` steps and after the last one."""
-    history: dict = {key: [] for key in HISTORY_KEYS}
-    batches = iter(loader)
-    for step, lr in plan:
-        batch = next(batches, None)
-        if batch is None:  # the end of an epoch: start the next one (a DataLoader shuffles anew)
-            batches = iter(loader)
-            batch = next(batches, None)
-            if batch is None:
-                raise ValueError("the training loader yields no batches (is its dataset empty, or smaller than "
-                                 "batch_size with drop_last=True?)")
-        features, captions = batch
-        loss = step_fn(model, loss_fn, optimizer, features.to(device), captions.to(device), lr)
-        history["step"].append(step + 1)
-        history["loss"].append(loss)
-        history["lr"].append(lr)
-        if (step + 1) % val_every == 0:
-            history["val_step"].append(step + 1)
-            history["val_loss"].append(val_fn(model, loss_fn, val_batches))
-    if history["step"] and history["val_step"][-1:] != history["step"][-1:]:
-        history["val_step"].append(history["step"][-1])
-        history["val_loss"].append(val_fn(model, loss_fn, val_batches))
-    return history
-
-
 def train(model, loss_fn, split, steps: int, batch_size: int = 64, lr: float = 2e-3, weight_decay: float = 0.01,
           warmup: int = 50, grad_clip: float | None = 1.0, device=None, seed: int = 0, val_split=None,
           val_every: int | None = None, val_batches: int = 4, time_limit: float | None = None,
-          progress: bool = True, history: dict | None = None, step_fn=None, lr_fn=None, val_fn=None,
-          fit_fn=None) -> dict:
+          progress: bool = True, history: dict | None = None, *, fit_fn, step_fn, lr_fn, val_fn) -> dict:
     """Train `model` with AdamW on minibatches of `split` for `steps` steps, or fewer if `time_limit` binds.
 
     `split`: a Split (batches from ``split.sample_batch``, a new shuffle each epoch) or a DataLoader of
     (features, captions) batches (`batch_size` is then the loader's); either way seeded by `seed`, so the
-    same seed gives the same batches. The loop is ``fit_fn(model, loss_fn, optimizer, loader, plan,
-    val_batches, val_every, step_fn, val_fn, device)`` (default: the kit's `default_fit`; notebook 04
-    passes your `fit`) over a `TrainingPlan` (the steps, their learning rates ``lr_fn(step, steps, warmup,
-    lr)``, the time budget and the progress bar). Each step is ``step_fn(model, loss_fn, optimizer,
-    features, captions, lr, grad_clip)`` (default: the kit's `default_step`; notebook 04 passes your
-    `train_step`); `lr_fn` defaults to the kit's `warmup_cosine` (notebook 04: your `lr_at_step`).
+    same seed gives the same batches. The pieces are notebook 04's, yours (the kit has no version of them):
+    the loop is ``fit_fn(model, loss_fn, optimizer, loader, plan, val_batches, val_every, step_fn, val_fn,
+    device)`` (your `fit`) over a `TrainingPlan` (the steps, their learning rates ``lr_fn(step, steps,
+    warmup, lr)`` from your `lr_at_step`, the time budget and the progress bar). Each step is
+    ``step_fn(model, loss_fn, optimizer, features, captions, lr, grad_clip)`` (your `train_step`).
     Every `val_every` steps (default: 10 times per run) and after the last step, the loss on `val_batches`
     fixed batches of `val_split` (a Split, or an unshuffled DataLoader) is recorded, as
-    ``val_fn(model, loss_fn, batches)`` (default: the kit's `mean_loss`; notebook 04: your `validation_loss`).
+    ``val_fn(model, loss_fn, batches)`` (your `validation_loss`).
     The time budget is `TrainingPlan`'s: a machine too slow for `steps` steps in `time_limit` seconds
     trains fewer, with the whole schedule compressed into them.
 
@@ -298,13 +225,18 @@ def train(model, loss_fn, split, steps: int, batch_size: int = 64, lr: float = 2
     the time budget shortened the run), "summary" (that line). Pass it back in as `history` to continue
     a run's curve: steps and seconds add up.
     """
+    missing = [name for name, fn in (("fit_fn", fit_fn), ("step_fn", step_fn), ("lr_fn", lr_fn), ("val_fn", val_fn))
+               if not callable(fn)]
+    if missing:
+        raise TypeError(f"train needs your training pieces as functions: {', '.join(missing)} "
+                        f"{'is' if len(missing) == 1 else 'are'} not (fit_fn=fit, step_fn=train_step, "
+                        "lr_fn=lr_at_step, val_fn=validation_loss)")
     device = torch.device(device) if device is not None else next(model.parameters()).device
-    plan = TrainingPlan(steps, lr_fn or warmup_cosine, warmup, lr, time_limit=time_limit, progress=progress)
+    plan = TrainingPlan(steps, lr_fn, warmup, lr, time_limit=time_limit, progress=progress)
     seed_everything(seed)
     model.to(device).train()
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
     fixed_val = [] if val_split is None else _fixed_batches(val_split, batch_size, val_batches, device)
-    step_fn, val_fn = step_fn or default_step, val_fn or mean_loss
 
     def step(model, loss_fn, optimizer, features, captions, lr):
         loss = float(step_fn(model, loss_fn, optimizer, features, captions, lr, grad_clip))
@@ -322,8 +254,8 @@ def train(model, loss_fn, split, steps: int, batch_size: int = 64, lr: float = 2
         plan.show(val=value)
         return value
 
-    run = (fit_fn or default_fit)(model, loss_fn, opt, _loader_for(split, batch_size, seed), plan, fixed_val,
-                                  val_every or max(1, steps // 10), step, validate, device)
+    run = fit_fn(model, loss_fn, opt, _loader_for(split, batch_size, seed), plan, fixed_val,
+                 val_every or max(1, steps // 10), step, validate, device)
     model.eval()
     if not (isinstance(run, dict) and all(isinstance(run.get(k), list) for k in HISTORY_KEYS)):
         raise TypeError(f"the training loop must return a dict of lists with the keys {', '.join(HISTORY_KEYS)}")
@@ -403,10 +335,11 @@ def load_checkpoint(path, model_class, device="cpu"):
 
 
 # ------------------------------------------------------------------------------- sanity check
-def overfit_small_batch(model, loss_fn, split, batch_size: int = 8, steps: int = 150, lr: float = 3e-3,
+def overfit_small_batch(model, loss_fn, split, step_fn, batch_size: int = 8, steps: int = 150, lr: float = 3e-3,
                         target: float = 0.1, device=None, seed: int = 0) -> dict:
-    """Train a copy of `model` (dropout off) on ONE fixed batch; a correct model and loss drive the loss
-    close to zero. Prints one line and returns {"losses", "passed", "seconds"}; the model is untouched.
+    """Train a copy of `model` (dropout off) on ONE fixed batch with Adam and ``step_fn`` (your `train_step`,
+    at the constant rate `lr`); a correct model and loss drive the loss close to zero. Prints one line and
+    returns {"losses", "passed", "seconds"}; the model is untouched.
 
     If the loss stalls, the model cannot even memorise one batch: typically a forward pass that ignores the
     image or the words, or a loss that compares the wrong positions. Passing is no proof: a causal mask that
@@ -429,11 +362,7 @@ def overfit_small_batch(model, loss_fn, split, batch_size: int = 8, steps: int =
     losses = []
     t0 = _clock()
     for _ in range(steps):
-        loss = loss_fn(probe, features, captions)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
+        losses.append(float(step_fn(probe, loss_fn, opt, features, captions, lr, 1.0)))
     seconds = _clock() - t0
     passed = bool(np.isfinite(losses[-1]) and losses[-1] < target)
     verdict = "✓ passed" if passed else f"✗ did not get below {target}"

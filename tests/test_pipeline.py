@@ -1,6 +1,9 @@
-"""The kit's side of notebook 04's data pipeline: the Dataset and collate function, seeded loaders in the
-training loop, the fallback to the kit's version of an unfinished piece, and clear errors on bad files."""
+"""The kit's side of notebook 04's data pipeline: the stored batches the notebook trains on while a student's
+Dataset or collate function does not pass, seeded loaders in the training loop, the switch that uses a
+piece only once it passes, and clear errors."""
 from __future__ import annotations
+
+import re
 
 import h5py
 import numpy as np
@@ -8,10 +11,17 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from starter.data import DatasetError, FeatureCaptions, pad_collate
+from grading import notebooks
+from starter.data import StoredBatches, load_dataset, write_caption_file
 from starter.layers import ToyCaptioner
-from starter.pipeline import KIT_VERSIONS, yours_or_kit
+from starter.pipeline import PUBLIC_CASES, yours_if_it_passes
 from starter.training import train
+
+WORDS = ["<NULL>", "<START>", "<END>", "<UNK>", "a", "b", "c", "d", "e"]
+
+
+def _solution() -> dict:
+    return notebooks.solution("04_captioning_transformer")
 
 
 def _file(tmp_path, n=6, r=3, d=4):
@@ -30,23 +40,41 @@ def _captions(m=10, t=7, seed=0):
     return caps
 
 
-def test_dataset_items_and_collate(tmp_path):
-    caps, idxs = _captions(), torch.arange(10) % 6
-    data = FeatureCaptions(_file(tmp_path), "train/features", caps, idxs)
-    feats, cap = data[3]
-    assert feats.dtype == torch.float32 and feats.shape == (3, 4)
-    assert torch.equal(feats, torch.arange(72, dtype=torch.float32).reshape(6, 3, 4)[3])
-    assert cap[-1] == 2 and len(cap) == int((caps[3] == 2).nonzero()[0]) + 1
-    f, c = pad_collate([data[i] for i in range(4)], null_idx=0)
-    assert f.shape == (4, 3, 4) and c.shape == (4, max(len(data[i][1]) for i in range(4)))
+def _split(tmp_path, n=6, r=3, d=4):
+    """The train split of a small course-format file: n images, 10 captions (caption i of image i % n)."""
+    feats = np.arange(n * r * d, dtype=np.float32).reshape(n, r, d)
+    parts = {name: (feats, _captions(), np.arange(10) % n) for name in ("train", "val")}
+    return load_dataset(write_caption_file(tmp_path / "tiny.h5", "tiny", WORDS, (1, r), parts)).split("train")
 
 
-def test_same_seed_same_batches_in_the_training_loop(tmp_path):
-    """A DataLoader's generator is re-seeded by train(): two runs with one seed see the same batches and end
+def test_stored_batches_give_every_caption_once_an_epoch_with_its_images_features(tmp_path):
+    split = _split(tmp_path)
+    captions = split.captions.flip(0)  # any captions, one row per caption of the split
+    seen = []
+    for features, caps in StoredBatches(split, captions, batch_size=3, shuffle=True):
+        assert features.dtype == torch.float32 and features.shape == (len(caps), 3, 4) and caps.shape[1] == 7
+        for f, c in zip(features, caps):
+            row = next(i for i in range(len(captions)) if torch.equal(captions[i], c) and i not in seen)
+            seen.append(row)
+            assert torch.equal(f, split.features([int(split.image_idxs[row])])[0]), row
+    assert sorted(seen) == list(range(10))
+    assert len(list(StoredBatches(split, captions, 3, shuffle=True, drop_last=True))) == 3
+    with pytest.raises(ValueError, match=r"one row per caption"):
+        StoredBatches(split, captions[:4], 3, shuffle=False)
+
+
+@pytest.mark.parametrize("loader_kind", ["DataLoader", "StoredBatches"])
+def test_same_seed_same_batches_in_the_training_loop(tmp_path, loader_kind):
+    """A loader's generator is re-seeded by train(): two runs with one seed see the same batches and end
     with the same weights; another seed sees other batches."""
-    data = FeatureCaptions(_file(tmp_path), "train/features", _captions(), torch.arange(10) % 6)
-    loader = DataLoader(data, batch_size=3, shuffle=True, collate_fn=pad_collate, drop_last=True,
-                        generator=torch.Generator().manual_seed(123))
+    ns = _solution()
+    if loader_kind == "DataLoader":
+        data = ns["CaptionFeatures"](_file(tmp_path), "train/features", _captions(), torch.arange(10) % 6)
+        loader = DataLoader(data, batch_size=3, shuffle=True, collate_fn=ns["collate_captions"], drop_last=True,
+                            generator=torch.Generator().manual_seed(123))
+    else:
+        split = _split(tmp_path)
+        loader = StoredBatches(split, split.captions, 3, shuffle=True, drop_last=True, seed=123)
     runs = []
     for seed in (0, 0, 1):
         batches = []
@@ -58,75 +86,38 @@ def test_same_seed_same_batches_in_the_training_loop(tmp_path):
 
         torch.manual_seed(0)
         model = ToyCaptioner(9, 4, hidden=8, max_len=16)
-        train(model, loss_fn, loader, steps=7, warmup=2, seed=seed, progress=False)  # 7 steps: over two epochs
+        train(model, loss_fn, loader, steps=7, warmup=2, seed=seed, progress=False,  # 7 steps: over two epochs
+              **notebooks.solution_training(ns))
         runs.append((batches, torch.cat([p.detach().reshape(-1) for p in model.parameters()])))
     (b0, w0), (b1, w1), (b2, _) = runs
     assert all(torch.equal(x, y) for x, y in zip(b0, b1)) and torch.equal(w0, w1)
     assert not all(x.shape == y.shape and torch.equal(x, y) for x, y in zip(b0, b2))
 
 
-def test_unfinished_piece_falls_back_to_the_kits_version(capsys):
+def test_an_unfinished_piece_is_not_used_and_one_line_says_what_happens_instead(capsys):
     def build_vocab(captions, min_count=1):
         raise NotImplementedError()
 
-    fn = yours_or_kit("build_vocab", build_vocab)
+    assert yours_if_it_passes("build_vocab", build_vocab, instead="the stored vocabulary is used") is None
     out = capsys.readouterr().out
-    assert fn is not build_vocab and fn(["a b", "b"])[:6] == ["<NULL>", "<START>", "<END>", "<UNK>", "b", "a"]
-    assert out.count("\n") == 1 and "using the kit's build_vocab" in out and "vocab/basic" in out
+    assert out.count("\n") == 1 and "build_vocab: yours does not pass vocab/basic yet" in out
+    assert out.rstrip().endswith("; the stored vocabulary is used")
 
 
-def test_handing_in_the_kits_version_is_refused(capsys):
-    """The kit's versions exist so that an unfinished notebook still runs; an answer that calls one (looked up
-    when called, as `data.common.build_vocab(...)`) is refused by its check. (The kit's versions are compared
-    with the stored answers in test_references_nb04.)"""
-    import data.common
-    import starter.data
-    import starter.metrics
-    import starter.pipeline
-    import starter.training
-
-    delegates = {
-        "extract_grid_features": lambda *a, **k: starter.pipeline._kit_extract(*a, **k),
-        "build_vocab": lambda captions, min_count=1: data.common.build_vocab(captions, min_count),
-        "encode_captions": lambda c, w, n: torch.from_numpy(data.common.encode_captions(c, w, n)).long(),
-        "CaptionFeatures": type("Mine", (starter.data.FeatureCaptions,), {
-            "__getitem__": lambda self, i: starter.data.FeatureCaptions.__getitem__(self, i)}),
-        "collate_captions": lambda batch, null_idx=0: starter.data.pad_collate(batch, null_idx),
-        "lr_at_step": lambda *a: starter.training.warmup_cosine(*a),
-        "train_step": lambda *a: starter.training.default_step(*a),
-        "validation_loss": lambda *a: starter.training.mean_loss(*a),
-        "fit": lambda *a: starter.training.default_fit(*a),
-        "evaluate_captions": lambda *a, **k: starter.metrics.evaluate_captioner(*a, **k)[:2],
-    }
-    assert set(delegates) == set(KIT_VERSIONS)
-    for name, answer in delegates.items():
-        yours_or_kit(name, answer)
-        out = capsys.readouterr().out
-        assert "ready-made version" in out and "using the kit's" in out, (name, out)
+def test_every_finished_piece_is_used(capsys):
+    """Each piece of the solution passes its public case and is handed back as it is."""
+    ns = _solution()
+    for name in PUBLIC_CASES:
+        assert yours_if_it_passes(name, ns[name], instead="-") is ns[name], name
+        assert capsys.readouterr().out == f"using your {name}\n"
 
 
-@pytest.mark.parametrize("problem", ["missing", "not_hdf5", "wrong_key", "too_few_images"])
-def test_bad_feature_files_give_one_line_naming_the_file(tmp_path, problem):
-    path = _file(tmp_path)
-    key, idxs = "train/features", torch.arange(10) % 6
-    if problem == "missing":
-        path = tmp_path / "nothing.h5"
-    elif problem == "not_hdf5":
-        path.write_bytes(b"not an hdf5 file" * 10)
-    elif problem == "wrong_key":
-        key = "val/features"
-    else:
-        idxs = torch.arange(10)
-    with pytest.raises(DatasetError) as err:
-        FeatureCaptions(path, key, _captions(), idxs)[0]
-    assert str(path) in str(err.value) and len(str(err.value).splitlines()) <= 2
-
-
-def test_a_caption_without_end_is_an_error_naming_its_row(tmp_path):
-    caps = _captions()
-    caps[4] = 0  # an empty caption
-    with pytest.raises(DatasetError, match="caption row 4 has no <END>"):
-        FeatureCaptions(_file(tmp_path), "train/features", caps, torch.arange(10) % 6)
+def test_train_needs_the_students_training_pieces():
+    """The kit has no training step, schedule, validation loss or loop: train() names what is missing."""
+    model = ToyCaptioner(9, 4, hidden=8, max_len=16)
+    pieces = notebooks.solution_training(_solution())
+    with pytest.raises(TypeError, match=r"step_fn is not \(fit_fn=fit, step_fn=train_step"):
+        train(model, lambda *a: None, [], steps=2, progress=False, **dict(pieces, step_fn=None))
 
 
 def test_bad_input_cases_fail_a_pipeline_that_does_not_check_its_input(hidden_references):
@@ -173,7 +164,8 @@ def test_a_loop_that_returns_no_history_is_a_clear_error():
         return model(features, captions[:, :-1]).square().mean()
 
     with pytest.raises(TypeError, match="must return a dict of lists"):
-        train(model, loss_fn, loader, steps=2, warmup=1, progress=False, fit_fn=lambda *a: None)
+        train(model, loss_fn, loader, steps=2, warmup=1, progress=False,
+              **dict(notebooks.solution_training(_solution()), fit_fn=lambda *a: None))
 
 
 def test_readme_points_table_matches_the_notebooks():
@@ -189,3 +181,35 @@ def test_readme_points_table_matches_the_notebooks():
         total, text = table[path.name[:2]]
         assert total == sum(p for _, p in graded), path.name
         assert re.findall(r"(\w+) (\d+)", text) == [(g, str(p)) for g, p in graded], path.name
+
+
+PIPELINE_PIECES = list(PUBLIC_CASES)  # every piece notebook 04 uses only once it passes
+
+
+def test_notebook_04_runs_to_the_end_without_the_pipeline_pieces(tmp_path, monkeypatch):
+    """A student who wrote the model, its loss and the decoders but none of the pipeline pieces (their answer
+    cells as released): every cell that is not a test cell runs, each piece is reported once per use in one
+    line, the notebook goes on with the dataset's stored vocabulary, captions, features and batches, trains
+    nothing and saves nothing. (Run as nbgrader runs it: NBGRADER_EXECUTION set, a short budget.)"""
+    from nbclient import NotebookClient
+
+    release = {notebooks.nbgrader_meta(c)["grade_id"]: c.source
+               for c in notebooks.read(notebooks.RELEASE / "04_captioning_transformer.ipynb").cells
+               if notebooks.is_solution(c)}
+    nb = notebooks.filled_submission("04_captioning_transformer", {k: release[k] for k in PIPELINE_PIECES})
+    monkeypatch.setenv("NBGRADER_EXECUTION", "validate")
+    NotebookClient(nb, timeout=300, kernel_name="python3", allow_errors=True,
+                   resources={"metadata": {"path": str(tmp_path)}}).execute()
+    printed = ""
+    for index, cell in enumerate(nb.cells):
+        errors = [o for o in cell.get("outputs", []) if o.output_type == "error"]
+        if notebooks.nbgrader_meta(cell).get("grade"):
+            continue  # the pieces' test cells fail, as they should
+        assert not errors, f"cell {index} ({notebooks.nbgrader_meta(cell).get('grade_id')}): {errors[0].ename}: " \
+                           f"{errors[0].evalue[:300]}"
+        printed += "".join(o.get("text", "") for o in cell.get("outputs", []) if o.output_type == "stream")
+    for piece in PIPELINE_PIECES:
+        assert f"{piece}: yours does not pass {PUBLIC_CASES[piece][0]} yet" in printed, piece
+    assert "using your" not in printed
+    assert "not trained: the training pieces above do not all pass yet" in printed
+    assert not re.search(r"^saved ", printed, re.M), "a model the student did not train was saved"

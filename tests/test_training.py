@@ -38,7 +38,12 @@ class TinySplit:
 
 @pytest.fixture(scope="module")
 def ns():
-    return nbs.execute_definitions(nbs.SOLUTIONS / "04_captioning_transformer.ipynb")
+    return nbs.solution("04_captioning_transformer")
+
+
+def _train(*args, **kwargs):
+    """starter.training.train with the solution's training pieces (the kit has none of its own)."""
+    return training.train(*args, **nbs.solution_training(nbs.solution("04_captioning_transformer")), **kwargs)
 
 
 def _model(ns, **kw):
@@ -87,12 +92,12 @@ def test_get_layers(monkeypatch):
 def test_training_reduces_loss_and_overfit_check(ns, capsys):
     split = TinySplit()
     model = _model(ns, layers="torch")
-    hist = training.train(model, ns["teacher_forcing_loss"], split, steps=40, batch_size=8, lr=3e-3, warmup=5,
+    hist = _train(model, ns["teacher_forcing_loss"], split, steps=40, batch_size=8, lr=3e-3, warmup=5,
                           val_split=split, val_every=20, progress=False)
     assert hist["steps_done"] == 40 and len(hist["loss"]) == 40 and len(hist["val_loss"]) == 2
     assert np.mean(hist["loss"][-5:]) < np.mean(hist["loss"][:5])
-    res = training.overfit_small_batch(_model(ns), ns["teacher_forcing_loss"], split, batch_size=4, steps=80,
-                                       target=0.2)
+    res = training.overfit_small_batch(_model(ns), ns["teacher_forcing_loss"], split, ns["train_step"], batch_size=4,
+                                       steps=80, target=0.2)
     assert res["passed"] and "passed" in capsys.readouterr().out
 
 
@@ -133,7 +138,7 @@ def test_binding_time_budget_completes_the_schedule_in_fewer_steps(monkeypatch, 
     monkeypatch.setattr(training, "_clock", clock)
     split = TinySplit()
     steps, warmup, lr = 100, 8, 1e-2
-    hist = training.train(_linear(), clock.loss_fn, split, steps=steps, batch_size=8, lr=lr, warmup=warmup,
+    hist = _train(_linear(), clock.loss_fn, split, steps=steps, batch_size=8, lr=lr, warmup=warmup,
                           time_limit=40, val_split=split, progress=True)
     out, err = capsys.readouterr()
     assert hist["steps_done"] == len(hist["lr"]) == 40 and hist["planned_steps"] == 100
@@ -155,13 +160,13 @@ def test_binding_time_budget_completes_the_schedule_in_fewer_steps(monkeypatch, 
     assert bar_updates and all(part.startswith("training") for part in bar_updates)  # only the bar on stderr
     assert bar_updates[-1].startswith("training (time budget): 100%") and "40/40" in bar_updates[-1]  # ends full
     with pytest.raises(ValueError, match="time_limit"):
-        training.train(_linear(), clock.loss_fn, split, steps=5, time_limit=0, progress=False)
+        _train(_linear(), clock.loss_fn, split, steps=5, time_limit=0, progress=False)
 
 
 def test_time_budget_that_does_not_bind_changes_nothing(monkeypatch):
     split = TinySplit()
     steps, warmup, lr = 100, 10, 1e-2
-    reference = training.train(_linear(), SlowMachine(0.0).loss_fn, split, steps=steps, batch_size=8, lr=lr,
+    reference = _train(_linear(), SlowMachine(0.0).loss_fn, split, steps=steps, batch_size=8, lr=lr,
                                warmup=warmup, val_split=split, progress=False)
     expected = [_expected_lr(k, steps, warmup, lr) for k in range(steps)]
     assert reference["lr"] == expected  # exactly the step-based schedule
@@ -170,7 +175,7 @@ def test_time_budget_that_does_not_bind_changes_nothing(monkeypatch):
     # (0.5 s per step): all steps, the same learning rates and the same losses as without a budget
     clock = SlowMachine(per_step=0.5, first=5.0)
     monkeypatch.setattr(training, "_clock", clock)
-    hist = training.train(_linear(), clock.loss_fn, split, steps=steps, batch_size=8, lr=lr, warmup=warmup,
+    hist = _train(_linear(), clock.loss_fn, split, steps=steps, batch_size=8, lr=lr, warmup=warmup,
                           time_limit=100, val_split=split, progress=False)
     assert hist["steps_done"] == hist["planned_steps"] == steps and hist["shortened"] is False
     assert hist["seconds"] == pytest.approx(54.5)
@@ -184,10 +189,11 @@ def test_lambdalr_applies_the_same_schedule_step_by_step():
     applies the rates of the training loop (on whole steps: the time budget needs fractional ones)."""
     split = TinySplit()
     steps, warmup, lr = 30, 5, 1e-2
-    hist = training.train(_linear(), SlowMachine(0.0).loss_fn, split, steps=steps, batch_size=8, lr=lr,
+    hist = _train(_linear(), SlowMachine(0.0).loss_fn, split, steps=steps, batch_size=8, lr=lr,
                           warmup=warmup, progress=False)
     opt = torch.optim.SGD(_linear().parameters(), lr=lr)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: training.warmup_cosine(s, steps, warmup, lr) / lr)
+    lr_at_step = nbs.solution("04_captioning_transformer")["lr_at_step"]
+    scheduler = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_at_step(s, steps, warmup, lr) / lr)
     rates = []
     for _ in range(steps):
         rates.append(opt.param_groups[0]["lr"])
@@ -198,13 +204,13 @@ def test_lambdalr_applies_the_same_schedule_step_by_step():
 
 def test_summary_names_the_device_and_pick_device_order(monkeypatch, capsys):
     split = TinySplit()
-    hist = training.train(_linear(), SlowMachine(0.0).loss_fn, split, steps=3, batch_size=4, warmup=1,
+    hist = _train(_linear(), SlowMachine(0.0).loss_fn, split, steps=3, batch_size=4, warmup=1,
                           device="cpu", progress=True)
     out = capsys.readouterr().out
     assert out == hist["summary"] + "\n"
     assert out.startswith(f"training on cpu (CPU, {torch.get_num_threads()} threads): 3 steps in ")
     assert hist["device"] == f"cpu (CPU, {torch.get_num_threads()} threads)"
-    assert training.train(_linear(), SlowMachine(0.0).loss_fn, split, steps=2, progress=False)["summary"]
+    assert _train(_linear(), SlowMachine(0.0).loss_fn, split, steps=2, progress=False)["summary"]
     assert capsys.readouterr() == ("", "")  # progress=False: silent
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)

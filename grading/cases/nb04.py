@@ -689,12 +689,10 @@ def trained_shares(checkpoint) -> dict[str, float]:
     """The share of each stored trained-model case's images (public and hidden) that the model saved at
     `checkpoint` captions exactly right, decoded by the solution's greedy_decode and counted as the check counts."""
     from grading import notebooks
-    from starter.checks import case_groups, load_case, observe
-    from starter.data import Vocab
+    from starter.checks import case_groups, load_case, observe, share_exactly_right
     from starter.layers import layers_from, trained_captioner
-    from starter.metrics import exact_match
 
-    ns = notebooks.execute_definitions(notebooks.SOLUTIONS / "04_captioning_transformer.ipynb")
+    ns = notebooks.solution("04_captioning_transformer")
     stem = "04_captioning_transformer.h5"
     names = []
     for folder in (notebooks.PUBLIC_REFERENCES, notebooks.HIDDEN_REFERENCES):
@@ -707,10 +705,7 @@ def trained_shares(checkpoint) -> dict[str, float]:
             obs = observe(case, trained_captioner(ns["CaptioningTransformer"], ns["greedy_decode"], path=checkpoint))
             if obs.error:
                 raise RuntimeError(f"{name}: {obs.error}")
-            vocab = Vocab(case.const_args[0])
-            refs, got = case.expected["captions"], obs.outputs["captions"]
-            shares[name] = exact_match(dict(enumerate(vocab.decode(r) for r in refs)),
-                                       dict(enumerate(vocab.decode(got))))
+            shares[name] = share_exactly_right(case.const_args[0], obs.outputs["captions"], case.expected["captions"])
     return shares
 
 
@@ -1105,8 +1100,7 @@ def _vocab_spec(c: VocabCase) -> CaseSpec:
         name=c.name, target="with_probe_words(build_vocab)", args=[], inputs={},
         const_kwargs={"captions": c.captions, "min_count": c.min_count, "probe": probe},
         outputs=["size", "positions"], variants=_variants(VOCAB_BUGS, _vocab_bug, with_probe_words),
-        public=c.public, hint="SPECIAL_TOKENS + the words with count >= min_count, sorted by (-count, word).",
-        forbid=["data.common.build_vocab"])
+        public=c.public, hint="SPECIAL_TOKENS + the words with count >= min_count, sorted by (-count, word).")
 
 
 def _encode_spec(c: EncodeCase) -> CaseSpec:
@@ -1115,8 +1109,7 @@ def _encode_spec(c: EncodeCase) -> CaseSpec:
         const_kwargs={"captions": c.captions, "word_to_idx": {w: i for i, w in enumerate(ENCODE_WORDS)},
                       "max_len": c.max_len}, outputs=["captions"],
         variants=_variants(ENCODE_BUGS, _encode_bug, with_long_output), public=c.public,
-        hint="<START>, the first max_len - 2 words (unknown -> <UNK>), <END>, then <NULL>.",
-        forbid=["data.common.encode_captions", "starter.data.Vocab.encode"])
+        hint="<START>, the first max_len - 2 words (unknown -> <UNK>), <END>, then <NULL>.")
 
 
 def _dataset_spec(c: DatasetCase, g: torch.Generator) -> CaseSpec:
@@ -1129,8 +1122,7 @@ def _dataset_spec(c: DatasetCase, g: torch.Generator) -> CaseSpec:
                 "image_idxs": idxs},
         outputs=["item_features", "item_captions", "item_lengths"],
         variants=_variants(DATASET_BUGS, _dataset_bug, with_h5_file), public=c.public,
-        hint="item i: (features of image image_idxs[i] as float32, captions[i] up to and including <END>).",
-        forbid=["starter.data.FeatureCaptions.__getitem__"])
+        hint="item i: (features of image image_idxs[i] as float32, captions[i] up to and including <END>).")
 
 
 def _collate_spec(c: CollateCase, g: torch.Generator) -> CaseSpec:
@@ -1142,7 +1134,7 @@ def _collate_spec(c: CollateCase, g: torch.Generator) -> CaseSpec:
                 "lengths": torch.tensor([n + 2 for n in c.lengths])},
         outputs=["features", "captions"], variants=_variants(COLLATE_BUGS, _collate_bug, with_items),
         public=c.public, hint="torch.stack the features; pad the captions at the end with null_idx to the "
-                              "longest caption of the batch.", forbid=["starter.data.pad_collate"])
+                              "longest caption of the batch.")
 
 
 def _schedule_spec(c: ScheduleCase) -> CaseSpec:
@@ -1151,8 +1143,7 @@ def _schedule_spec(c: ScheduleCase) -> CaseSpec:
         const_kwargs={"total_steps": c.total_steps, "warmup_steps": c.warmup_steps, "peak_lr": c.peak_lr},
         inputs={"steps": torch.tensor(c.steps, dtype=torch.float64)}, outputs=["lr"], atol=1e-9, rtol=1e-6,
         variants=_variants(SCHEDULE_BUGS, _schedule_bug, over_steps), public=c.public,
-        hint="warm-up peak * min(1, (step + 1) / warmup); then peak * (0.1 + 0.45 (1 + cos(pi p))).",
-        forbid=["starter.training.warmup_cosine", "starter.training._lr_factor"])
+        hint="warm-up peak * min(1, (step + 1) / warmup); then peak * (0.1 + 0.45 (1 + cos(pi p))).")
 
 
 def _step_spec(c: StepCase, g: torch.Generator) -> CaseSpec:
@@ -1162,7 +1153,7 @@ def _step_spec(c: StepCase, g: torch.Generator) -> CaseSpec:
         inputs=_toy_batch(c.lengths, g), outputs=["losses", "parameters"], atol=1e-5, rtol=1e-4,
         variants=_variants(STEP_BUGS, _step_bug, with_optimizer), public=c.public,
         hint="set lr; model.train(); zero_grad(); loss = loss_fn(...); backward(); clip_grad_norm_; step(); "
-             "return loss.item().", forbid=["starter.training.default_step"])
+             "return loss.item().")
 
 
 def _evaluate_spec(c: EvaluateCase, g: torch.Generator) -> CaseSpec:
@@ -1190,8 +1181,7 @@ def _evaluate_spec(c: EvaluateCase, g: torch.Generator) -> CaseSpec:
         inputs={"tokens": tokens}, outputs=["scores"], atol=1e-6, rtol=1e-5,
         variants=_variants(EVALUATE_BUGS, _evaluate_bug, with_split), public=c.public,
         hint="model.eval(); torch.no_grad(); decode every batch; words up to <END> without <NULL>/<START>; "
-             "caption_scores against all references; exact_match as a fraction.",
-        forbid=["starter.metrics.evaluate_captioner", "starter.metrics.exact_match"])
+             "caption_scores against all references; exact_match as a fraction.")
 
 
 def pipeline_cases(ns) -> list[CaseSpec]:
@@ -1342,8 +1332,7 @@ def feature_cases(ns) -> list[CaseSpec]:
             inputs={"images": torch.randint(0, 256, c.images, generator=g, dtype=torch.uint8)},
             outputs=["features"], atol=1e-4, rtol=1e-4, variants=_variants(EXTRACT_BUGS, _extract_bug, with_cnn),
             public=c.public, hint="eval mode, no_grad; permute to (B, 3, H, W), / 255, bilinear antialiased resize, "
-                                  "(x - mean) / std; (B, C, h, w) -> (B, h*w, C).",
-            forbid=["starter.pipeline._kit_extract"]))
+                                  "(x - mean) / std; (B, C, h, w) -> (B, h*w, C)."))
     for c in [
         FeatureCase(name="features/rgba_images", images=(2, 16, 16, 4), size=16),
         FeatureCase(name="features/grayscale_images", images=(2, 16, 16), size=16),
@@ -1412,8 +1401,7 @@ def validation_cases(ns) -> list[CaseSpec]:
             inputs=_toy_batch(_random_lengths(sum(c.sizes), g), g), outputs=["loss_and_modes"], atol=1e-5,
             variants=_variants(VALIDATION_BUGS, _validation_bug, with_batches), public=c.public,
             hint="[loss, share of calls in train mode, share with gradients, back in train mode]: "
-                 "model.eval(); torch.no_grad(); mean of the batches' losses; model.train(was).",
-            forbid=["starter.training.mean_loss"]))
+                 "model.eval(); torch.no_grad(); mean of the batches' losses; model.train(was)."))
     return out
 
 
@@ -1509,5 +1497,5 @@ def fit_cases(ns) -> list[CaseSpec]:
             variants=_variants(FIT_BUGS, _fit_bug, with_loader), public=c.public,
             hint="for step, lr in plan: next batch (a new iter(loader) when it runs out); loss = step_fn(...); "
                  "record; validate when (step + 1) % val_every == 0, and after the last step.",
-            forbid=["starter.training.default_fit", "starter.training.train"]))
+            forbid=["starter.training.train"]))
     return out

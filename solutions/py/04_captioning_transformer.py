@@ -12,7 +12,7 @@
 # - **the training script**: the learning-rate schedule `lr_at_step`, one optimisation step `train_step` and the validation loss `validation_loss`;
 # - **generation and the evaluation script**: `greedy_decode`, `evaluate_captions` and `beam_search`.
 #
-# Given: the loop that calls your training step and validation loss (`starter.training.train`: batches from your `DataLoader`, device moves, a progress bar, a time budget), the metric implementations (BLEU, CIDEr, ROUGE-L from `pycocoevalcap`, in `starter/metrics.py`) and the plots. Each piece of the pipeline you write is then **used**: the model trains on your vocabulary, your `Dataset` and `collate_captions`, with your schedule and training step, and is scored by your evaluation function. A piece whose public check does not pass yet is replaced by the kit's version, with one line saying so, so the rest of the notebook still runs.
+# Given: the loop that calls your training step and validation loss (`starter.training.train`: batches from your `DataLoader`, device moves, a progress bar, a time budget), the metric implementations (BLEU, CIDEr, ROUGE-L from `pycocoevalcap`, in `starter/metrics.py`) and the plots. Each piece of the pipeline you write is then **used**: the model trains on your vocabulary, your `Dataset` and `collate_captions`, with your schedule and training step, and is scored by your evaluation function. The kit has no version of these pieces: while one does not pass its public check yet, the notebook says so in one line and goes on without it, with the data the dataset file stores (its vocabulary, encoded captions and features) where that can stand in, and otherwise skipping what needs the piece (training, the scores).
 #
 # **How to work.** Fill in the cells marked `# YOUR CODE HERE` (delete the `raise NotImplementedError()` line) and run the test cell below each one: it prints `✓ … passed` or one line naming the likely bug. The graded version of each test cell also runs hidden cases. Don't edit or delete test cells, and keep the layers declared in the given part of `__init__` as they are: the checks load stored weights into them by name. The checks never use your layers from notebooks 02–03 (they build the model with PyTorch's layers), so your grade here does not depend on those notebooks.
 
@@ -52,10 +52,10 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
 from starter.checks import check
-from starter.data import Vocab, load_dataset
+from starter.data import StoredBatches, Vocab, load_dataset
 from starter.layers import get_layers, with_attention, with_model
-from starter.metrics import caption_scores, evaluate_captioner, format_scores
-from starter.pipeline import yours_or_kit
+from starter.metrics import caption_scores, format_scores
+from starter.pipeline import yours_if_it_passes
 from starter.plotting import plot_losses, show_attention, show_captions
 from starter.training import (GRADING, count_parameters, load_checkpoint, overfit_small_batch, pick_device,
                               save_checkpoint, seed_everything, train)
@@ -174,20 +174,24 @@ check("features/grayscale_images", with_cnn(extract_grid_features))
 
 # %% nbgrader={"grade": false, "grade_id": "code_feat_4", "locked": true, "schema_version": 3, "solution": false, "task": false}
 if DATASET == "shapes":
-    from data.shapes import GridBackbone, project
-    cnn = GridBackbone()   # on the CPU: a few seconds for 200 small images
-    extract = yours_or_kit("extract_grid_features", extract_grid_features)
     some = list(range(20 if GRADING else 200))
-    images = np.stack([val_split.image(i) for i in some])          # (N, 112, 112, 3) uint8
-    t0 = time.perf_counter()
-    raw = extract(cnn, images, size=112)                            # (N, 49, 112)
-    mine = project(raw.numpy(), ds.path)                            # (N, 49, 64), the stored PCA
     stored = val_split.features(some).numpy()
-    print(f"{len(some)} images -> features {tuple(raw.shape)} in {time.perf_counter() - t0:.1f} s; after the PCA "
-          f"{mine.shape}; largest difference to the stored features {abs(mine - stored).max():.3f} "
-          f"(their typical size {abs(stored).mean():.2f})")
+    extract = yours_if_it_passes("extract_grid_features", extract_grid_features,
+                                 instead="the features stored in the file are used below")
+    mine = stored
+    if extract is not None:
+        from data.shapes import GridBackbone, project
+        cnn = GridBackbone()   # on the CPU: a few seconds for 200 small images
+        images = np.stack([val_split.image(i) for i in some])          # (N, 112, 112, 3) uint8
+        t0 = time.perf_counter()
+        raw = extract(cnn, images, size=112)                            # (N, 49, 112)
+        mine = project(raw.numpy(), ds.path)                            # (N, 49, 64), the stored PCA
+        print(f"{len(some)} images -> features {tuple(raw.shape)} in {time.perf_counter() - t0:.1f} s; after the PCA "
+              f"{mine.shape}; largest difference to the stored features {abs(mine - stored).max():.3f} "
+              f"(their typical size {abs(stored).mean():.2f})")
 else:
     print("this step runs on the shapes images (COCO grid features are built by python -m data.coco_grid)")
+
 
 # %% nbgrader={"grade": false, "grade_id": "code_prep_2", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["setup"]
 SPECIAL_TOKENS = ["<NULL>", "<START>", "<END>", "<UNK>"]
@@ -283,12 +287,18 @@ check("encode/exact_fit", with_long_output(encode_captions))
 # Your vocabulary and encoding, used: the model of this notebook is trained on the vocabulary you build from the training captions, and on your encoding of both splits.
 
 # %% nbgrader={"grade": false, "grade_id": "code_prep_6", "locked": true, "schema_version": 3, "solution": false, "task": false}
-vocab = Vocab(yours_or_kit("build_vocab", build_vocab)(texts["train"], min_count=1))
-encode = yours_or_kit("encode_captions", encode_captions)
-encoded = {name: encode(texts[name], vocab.word_to_idx, ds.max_length) for name in texts}
+stored = "the dataset's stored vocabulary and encoded captions are used (the two go together)"
+vocab_fn = yours_if_it_passes("build_vocab", build_vocab, instead=stored)
+encode = yours_if_it_passes("encode_captions", encode_captions, instead=stored)
+if vocab_fn is not None and encode is not None:
+    vocab = Vocab(vocab_fn(texts["train"], min_count=1))
+    encoded = {name: encode(texts[name], vocab.word_to_idx, ds.max_length) for name in texts}
+else:
+    vocab, encoded = ds.vocab, {name: ds.split(name).captions for name in texts}
 print(vocab)
 print(f"{texts['train'][0]!r} -> {encoded['train'][0].tolist()}")
 print("captions:", {name: tuple(e.shape) for name, e in encoded.items()})
+
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_prep_write", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # Your features and your encoded captions together make a dataset file: written in the kit's format (`write_caption_file`: float16 features, one HDF5 chunk per image, written to a temporary file and renamed when complete, so an interrupted write leaves nothing behind), it is read back by the same `load_dataset` as the kit's own files. Here, with the images above split into a small training and validation part:
@@ -297,7 +307,7 @@ print("captions:", {name: tuple(e.shape) for name, e in encoded.items()})
 if DATASET == "shapes":
     from starter.data import write_caption_file
     rows = [r for i in some for r in val_split.caption_rows(i)]          # the captions of those images
-    caps = encode([texts["val"][r] for r in rows], vocab.word_to_idx, ds.max_length)
+    caps = encoded["val"][rows]
     img = val_split.image_idxs[rows]
     half = len(some) // 2
     parts = {"train": (mine[:half], caps[img < half], img[img < half]),
@@ -393,19 +403,22 @@ check("collate/one_item", with_items(collate_captions))
 # The loaders. `shuffle=True` draws a new order every epoch from the loader's `generator`: seeded, the same seed gives the same batches (the training loop re-seeds it at the start of each run, so a re-run repeats). The validation loader keeps its order, so the validation loss is always measured on the same captions.
 
 # %% nbgrader={"grade": false, "grade_id": "code_prep_10", "locked": true, "schema_version": 3, "solution": false, "task": false}
-FeatureDataset = yours_or_kit("CaptionFeatures", CaptionFeatures)
-collate = yours_or_kit("collate_captions", collate_captions)
-train_data = FeatureDataset(*train_split.features_file, encoded["train"], train_split.image_idxs)
-val_data = FeatureDataset(*val_split.features_file, encoded["val"], val_split.image_idxs)
+stored = "the loaders give the stored batches, padded to the dataset's caption length (StoredBatches)"
+FeatureDataset = yours_if_it_passes("CaptionFeatures", CaptionFeatures, instead=stored)
+collate = yours_if_it_passes("collate_captions", collate_captions, instead=stored)
 
-def make_loader(data, batch_size, shuffle, seed=0):
+def make_loader(split, batch_size, shuffle, seed=0):
+    """Batches of (features, captions) of `split`'s captions as encoded above."""
+    if FeatureDataset is None or collate is None:
+        return StoredBatches(split, encoded[split.name], batch_size, shuffle, drop_last=shuffle, seed=seed)
+    data = FeatureDataset(*split.features_file, encoded[split.name], split.image_idxs)
     return DataLoader(data, batch_size=batch_size, shuffle=shuffle, collate_fn=collate, drop_last=shuffle,
                       generator=torch.Generator().manual_seed(seed))
 
-first = [next(iter(make_loader(train_data, 4, shuffle=True)))[1] for _ in range(2)]
-print(f"{len(train_data)} training items; item 0: features {tuple(train_data[0][0].shape)}, caption {train_data[0][1].tolist()}")
-print(f"a batch of 4: captions {tuple(first[0].shape)} (padded to its longest caption)\n{first[0]}")
+first = [next(iter(make_loader(train_split, 4, shuffle=True)))[1] for _ in range(2)]
+print(f"a batch of 4: captions {tuple(first[0].shape)}\n{first[0]}")
 print("same seed, same batch:", torch.equal(first[0], first[1]))
+
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_07", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ## 3 · Your layers, or PyTorch's
@@ -545,11 +558,12 @@ print("self-attention per layer", [tuple(w.shape) for w in att["self"]], "| cros
 
 # %% nbgrader={"grade": false, "grade_id": "code_pad_share", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # how much of a batch is padding: target positions (captions[:, 1:]) that hold <NULL>
-padded = [caps[:, 1:] for _, (_, caps) in zip(range(20), make_loader(train_data, 64, shuffle=True))]
+padded = [caps[:, 1:] for _, (_, caps) in zip(range(20), make_loader(train_split, 64, shuffle=True))]
 share = sum(int((t == vocab.null_idx).sum()) for t in padded) / sum(t.numel() for t in padded)
 full = float((encoded["train"][:, 1:] == vocab.null_idx).float().mean())
-print(f"{DATASET}: {share:.0%} of the target positions of 20 batches of 64 are padding (each batch padded to its "
-      f"longest caption); {full:.0%} if every caption were padded to T = {encoded['train'].shape[1]}")
+padding = "each batch padded to its longest caption" if collate is not None else "the stored batches, full length"
+print(f"{DATASET}: {share:.0%} of the target positions of 20 batches of 64 are padding ({padding}); "
+      f"{full:.0%} if every caption were padded to T = {encoded['train'].shape[1]}")
 
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_12b", "locked": true, "schema_version": 3, "solution": false, "task": false}
@@ -669,12 +683,13 @@ check("schedule/no_warmup", over_steps(lr_at_step))
 ### END HIDDEN TESTS
 
 # %% nbgrader={"grade": false, "grade_id": "code_sched_plot", "locked": true, "schema_version": 3, "solution": false, "task": false}
-schedule = yours_or_kit("lr_at_step", lr_at_step)
-steps = list(range(700))
-plt.figure(figsize=(6, 2.5))
-plt.plot(steps, [schedule(s, 700, 50, 2e-3) for s in steps])
-plt.xlabel("step"); plt.ylabel("learning rate"); plt.title("warm-up (50 steps), then cosine decay to 10 %")
-plt.tight_layout(); plt.show()
+schedule = yours_if_it_passes("lr_at_step", lr_at_step, instead="no plot until it passes")
+if schedule is not None:
+    steps = list(range(700))
+    plt.figure(figsize=(6, 2.5))
+    plt.plot(steps, [schedule(s, 700, 50, 2e-3) for s in steps])
+    plt.xlabel("step"); plt.ylabel("learning rate"); plt.title("warm-up (50 steps), then cosine decay to 10 %")
+    plt.tight_layout(); plt.show()
 
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_step_1", "locked": true, "schema_version": 3, "solution": false, "task": false}
@@ -818,7 +833,7 @@ check("fit/every_step", with_loader(fit))
 ### END HIDDEN TESTS
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_fit_2", "locked": true, "schema_version": 3, "solution": false, "task": false}
-# *How this check works:* `with_loader(fit)` runs your loop for a few steps on a tiny stand-in model with stored weights, with a stand-in loader (three or so batches per epoch, in an order that changes each epoch, as a shuffling loader's does) and a stand-in plan of stored learning rates, using the kit's training step and validation loss. It compares the history and the weights afterwards with the stored ones, so it tests your loop alone, whatever your `train_step` does.
+# *How this check works:* `with_loader(fit)` runs your loop for a few steps on a tiny stand-in model with stored weights, with a stand-in loader (three or so batches per epoch, in an order that changes each epoch, as a shuffling loader's does) and a stand-in plan of stored learning rates, and with stand-ins for the step and the validation loss that do not train: the step returns the batch's loss and moves every weight by an amount that depends on the batch and the rate, the validation reads the weights. It compares the history and the weights afterwards with the stored ones, so it tests your loop alone (which batches, in which order, at which rates, validated when), whatever your `train_step` does.
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_step_2", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # **Settings.** One configuration per dataset. On `shapes`, a small model (2 layers, $d_{model} = 64$, 4 heads, about 0.15 M parameters) trains 700 steps in about 15 s on a 2-core CPU. It trains without dropout: 700 steps of 64 captions see each of the 9000 training captions about 5 times, too few to overfit (the validation loss still falls at the end, see the curve below), so dropout would only slow learning down (measured with `benchmarks/bench_training.py`: with dropout 0.1 the same 700 steps score lower, and each step takes about 1.4 times as long). The COCO configurations, with far more parameters per caption, keep it. `time_limit` is a 3-minute budget: a machine too busy or too slow for 700 steps in that time trains fewer steps, with the learning-rate warm-up and cosine decay compressed to fit, so the run still ends with a complete schedule; the line under the progress bar says so. When nbgrader runs this notebook, `GRADING` is True and training is cut to a few steps: the graded tests don't depend on training at all.
@@ -841,8 +856,8 @@ train_args = dict(config["train"])
 if GRADING:  # nbgrader is running the notebook: a tiny budget, the graded tests don't need a trained model
     train_args.update(steps=30, time_limit=10)
 batch_size = train_args.pop("batch_size")
-train_loader = make_loader(train_data, batch_size, shuffle=True)   # your Dataset and collate function
-val_loader = make_loader(val_data, batch_size, shuffle=False)
+train_loader = make_loader(train_split, batch_size, shuffle=True)   # your Dataset and collate function
+val_loader = make_loader(val_split, batch_size, shuffle=False)
 
 RUN_DIR = Path("runs")   # where checkpoints go, in the course folder (notebook 05 looks there)
 if GRADING:
@@ -855,10 +870,20 @@ model_config = dict(vocab_size=len(vocab), feature_dim=ds.feature_dim, num_regio
                     max_len=ds.max_length, layers=LAYERS, **config["model"])
 model = CaptioningTransformer(**model_config).to(device)
 print(f"{count_parameters(model):,} parameters; batch size {batch_size}; training: {train_args}")
+untrained = "the model stays untrained and nothing is saved (the cells that need a trained model say so)"
+yours = dict(fit_fn=yours_if_it_passes("fit", fit, instead=untrained),
+             step_fn=yours_if_it_passes("train_step", train_step, instead=untrained),
+             lr_fn=yours_if_it_passes("lr_at_step", lr_at_step, instead=untrained),
+             val_fn=yours_if_it_passes("validation_loss", validation_loss, instead=untrained))
+can_train = all(fn is not None for fn in yours.values())
 
 # %% nbgrader={"grade": false, "grade_id": "code_16", "locked": true, "schema_version": 3, "solution": false, "task": false}
-overfit = overfit_small_batch(model, teacher_forcing_loss, train_loader, batch_size=8,
-                              steps=60 if GRADING else 150)
+if yours["step_fn"] is not None:
+    overfit = overfit_small_batch(model, teacher_forcing_loss, train_loader, yours["step_fn"], batch_size=8,
+                                  steps=60 if GRADING else 150)
+else:
+    print("no overfit check: it trains with your train_step")
+
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_17", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # Now the real run, with your loader, training loop, schedule, training step and validation loss (under a minute on a laptop CPU for `shapes`; on a slower machine the 3-minute `time_limit` shortens it to the steps that fit, with a complete learning-rate schedule). It ends with one line naming the device and the time taken. Re-running the cell starts over from the same seed; the model is saved to `CHECKPOINT` at the end with its configuration and **your vocabulary**, and notebook 05 loads it from there.
@@ -866,17 +891,22 @@ overfit = overfit_small_batch(model, teacher_forcing_loss, train_loader, batch_s
 # %% nbgrader={"grade": false, "grade_id": "code_18", "locked": true, "schema_version": 3, "solution": false, "task": false}
 seed_everything(0)
 model = CaptioningTransformer(**model_config).to(device)
-yours = dict(fit_fn=yours_or_kit("fit", fit), step_fn=yours_or_kit("train_step", train_step),
-             lr_fn=yours_or_kit("lr_at_step", lr_at_step), val_fn=yours_or_kit("validation_loss", validation_loss))
-history = train(model, teacher_forcing_loss, train_loader, val_split=val_loader, device=device, seed=0, **yours,
-                **train_args)
-print(f"final validation loss {history['val_loss'][-1]:.3f}")
-save_checkpoint(CHECKPOINT, model, model_config, vocab, history=history, dataset=DATASET)
-print("saved", CHECKPOINT)
+history = None
+if can_train:
+    history = train(model, teacher_forcing_loss, train_loader, val_split=val_loader, device=device, seed=0, **yours,
+                    **train_args)
+    print(f"final validation loss {history['val_loss'][-1]:.3f}")
+    save_checkpoint(CHECKPOINT, model, model_config, vocab, history=history, dataset=DATASET)
+    print("saved", CHECKPOINT)
+else:
+    print("not trained: the training pieces above do not all pass yet")
+
 
 # %% nbgrader={"grade": false, "grade_id": "code_19", "locked": true, "schema_version": 3, "solution": false, "task": false}
-plot_losses(history, title=f"training on {DATASET}")
-plt.show()
+if history is not None:
+    plot_losses(history, title=f"training on {DATASET}")
+    plt.show()
+
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_20", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # The loss is per real word, in nats: $\log V$ for a model that guesses uniformly (printed below). It cannot reach zero on `shapes`: each image has its three phrasings among its captions, and a caption is fully determined by the image once its phrasing is chosen, so the model must guess which phrasing it is writing, $\ln 3 \approx 1.10$ nats per caption. Spread over the words of a caption, that is the floor printed below, next to your final validation loss.
@@ -886,7 +916,7 @@ plt.show()
 targets = encoded["train"][:, 1:]
 words_per_caption = float((targets != vocab.null_idx).sum(1).float().mean())   # real target words, <END> included
 print(f"uniform guess: log V = log {len(vocab)} = {math.log(len(vocab)):.2f} nats per word")
-if DATASET == "shapes":
+if DATASET == "shapes" and history is not None:
     print(f"phrasing floor: ln 3 / {words_per_caption:.1f} words per caption = {math.log(3) / words_per_caption:.3f} nats per word; "
           f"your final validation loss: {history['val_loss'][-1]:.3f}")
 
@@ -894,11 +924,12 @@ if DATASET == "shapes":
 # A checkpoint holds the weights, the constructor arguments and the vocabulary, so a model can be rebuilt without this notebook's variables:
 
 # %% nbgrader={"grade": false, "grade_id": "code_21", "locked": true, "schema_version": 3, "solution": false, "task": false}
-restored, info = load_checkpoint(CHECKPOINT, CaptioningTransformer, device=device)
-features, captions = next(iter(val_loader))
-with torch.no_grad():
-    same = torch.allclose(restored(features.to(device), captions.to(device)), model.eval()(features.to(device), captions.to(device)))
-print("restored model gives the same logits:", same, "| vocabulary of", len(info["vocab"]), "words")
+if history is not None:
+    restored, info = load_checkpoint(CHECKPOINT, CaptioningTransformer, device=device)
+    features, captions = next(iter(val_loader))
+    with torch.no_grad():
+        same = torch.allclose(restored(features.to(device), captions.to(device)), model.eval()(features.to(device), captions.to(device)))
+    print("restored model gives the same logits:", same, "| vocabulary of", len(info["vocab"]), "words")
 
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_22", "locked": true, "schema_version": 3, "solution": false, "task": false}
@@ -1021,21 +1052,26 @@ check("evaluate/one_batch", with_split(evaluate_captions))
 # Your evaluation of the trained model, with greedy decoding, on the validation images (all of them for `shapes`, the first 5000 for COCO). BLEU-4 alone hides failures: on `shapes` a caption with the two objects swapped still shares most of its 4-grams with the references, so the exact-match rate, the share of captions that are *fully* right, is printed too.
 
 # %% nbgrader={"grade": false, "grade_id": "code_24", "locked": true, "schema_version": 3, "solution": false, "task": false}
+evaluate = yours_if_it_passes("evaluate_captions", evaluate_captions,
+                              instead="no scores and no generated captions until it passes")
 eval_images = 100 if GRADING else (None if DATASET == "shapes" else 5000)
 eval_split = val_split if eval_images is None else val_split.head(eval_images)
-t0 = time.perf_counter()
-scores, generated = yours_or_kit("evaluate_captions", evaluate_captions)(model, greedy_decode, eval_split, vocab,
-                                                                         max_len=ds.max_length - 1)
-print(f"greedy, {len(generated)} validation images ({time.perf_counter() - t0:.1f} s):")
-print(format_scores(scores))
-print(f"exact match: {scores['exact_match']:.1%} of the captions equal one of their image's references")
+generated = None
+if evaluate is not None:
+    t0 = time.perf_counter()
+    scores, generated = evaluate(model, greedy_decode, eval_split, vocab, max_len=ds.max_length - 1)
+    print(f"greedy, {len(generated)} validation images ({time.perf_counter() - t0:.1f} s):")
+    print(format_scores(scores))
+    print(f"exact match: {scores['exact_match']:.1%} of the captions equal one of their image's references")
+
 
 # %% nbgrader={"grade": false, "grade_id": "code_25", "locked": true, "schema_version": 3, "solution": false, "task": false}
-show = [0, 1, 2, 3, 4, 5]
-images = [val_split.image(i) for i in show] if DATASET != "coco-fc7" else None
-show_captions(images, [generated[i] for i in show], [val_split.references(i) for i in show],
-              title="validation images: generated caption (bold) and the ground truth")
-plt.show()
+if generated is not None:
+    show = [0, 1, 2, 3, 4, 5]
+    images = [val_split.image(i) for i in show] if DATASET != "coco-fc7" else None
+    show_captions(images, [generated[i] for i in show], [val_split.references(i) for i in show],
+                  title="validation images: generated caption (bold) and the ground truth")
+    plt.show()
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_error_kinds", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ### What kind of mistakes?
@@ -1043,7 +1079,7 @@ plt.show()
 # BLEU-4 and exact match say how often the captions are wrong; on `shapes` we can also say *how*. Each wrong caption is compared with its image's references (`starter.metrics.shapes_error`): the relation between two objects reversed, a wrong colour, shape, size or position (of a single object), several of these at once, or other wording. The counts are printed and plotted, with one wrong caption of each kind that occurs.
 
 # %% nbgrader={"grade": false, "grade_id": "code_error_kinds", "locked": true, "schema_version": 3, "solution": false, "task": false}
-if DATASET == "shapes":
+if DATASET == "shapes" and generated is not None:
     from starter.metrics import SHAPES_ERRORS, shapes_error
     kinds = [shapes_error(generated[i], eval_split.references(i)) for i in range(len(generated))]
     counts = Counter(kinds)
@@ -1186,13 +1222,22 @@ check("beam/end_in_length", with_model(beam_search))
 
 # %% nbgrader={"grade": false, "grade_id": "code_30", "locked": true, "schema_version": 3, "solution": false, "task": false}
 n_compare = 20 if GRADING else 100
-greedy_scores, _, _ = evaluate_captioner(model, greedy_decode, val_split, vocab, max_len=ds.max_length - 1,
-                                         num_images=n_compare, device=device)
-beam_scores, beam_captions, _ = evaluate_captioner(model, beam_search, val_split, vocab, max_len=ds.max_length - 1,
-                                                   num_images=n_compare, device=device, beam_width=3)
-print(f"first {n_compare} validation images")
-for name, s in (("greedy", greedy_scores), ("beam, k = 3", beam_scores)):
-    print(f"{name:11} ({s['seconds']:4.1f} s): {format_scores(s)}  exact match {s['exact_match']:.1%}")
+compare_split = val_split.head(n_compare)
+
+
+def timed_evaluation(decode_fn):
+    """(scores with the seconds it took, generated captions) of your evaluate_captions on the first n_compare images."""
+    t0 = time.perf_counter()
+    scores, captions = evaluate(model, decode_fn, compare_split, vocab, max_len=ds.max_length - 1)
+    return dict(scores, seconds=time.perf_counter() - t0), captions
+
+
+if evaluate is not None:
+    greedy_scores, _ = timed_evaluation(greedy_decode)
+    beam_scores, beam_captions = timed_evaluation(lambda m, f, n: beam_search(m, f, 3, n))
+    print(f"first {n_compare} validation images")
+    for name, s in (("greedy", greedy_scores), ("beam, k = 3", beam_scores)):
+        print(f"{name:11} ({s['seconds']:4.1f} s): {format_scores(s)}  exact match {s['exact_match']:.1%}")
 
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_sampling", "locked": true, "schema_version": 3, "solution": false, "task": false}
@@ -1220,24 +1265,26 @@ def sample_decode(model, features, max_len, temperature=1.0, generator=None, sta
     return out
 
 
-g = torch.Generator().manual_seed(0)
-temperatures, accuracy, diversity = [0.5, 1.0, 1.5, 2.0], [], []
-for tau in temperatures:
-    runs = [evaluate_captioner(model, sample_decode, val_split, vocab, max_len=ds.max_length - 1, num_images=n_compare,
-                               device=device, temperature=tau, generator=g) for _ in range(3)]
-    accuracy.append(sum(s["exact_match"] for s, _, _ in runs) / 3)
-    diversity.append(sum(len(set(caps)) for caps in zip(*(c for _, c, _ in runs))) / n_compare)
-    print(f"sampling, temperature {tau}: exact match {accuracy[-1]:.1%}, {diversity[-1]:.2f} different captions "
-          f"in 3 samples per image")
-plt.figure(figsize=(5.5, 3.6))
-plt.plot(accuracy, diversity, "o-", label="sampling")
-for tau, a, d in zip(temperatures, accuracy, diversity):
-    plt.annotate(f"τ = {tau}", (a, d), textcoords="offset points", xytext=(6, 4))
-plt.plot([greedy_scores["exact_match"]], [1.0], "s", label="greedy")
-plt.plot([beam_scores["exact_match"]], [1.0], "^", label="beam, k = 3")
-plt.xlabel("exact match"); plt.ylabel("different captions per 3 samples"); plt.ylim(0.9, 3.1)
-plt.title(f"accuracy against diversity, first {n_compare} validation images"); plt.legend()
-plt.show()
+if evaluate is not None:
+    g = torch.Generator().manual_seed(0)
+    temperatures, accuracy, diversity = [0.5, 1.0, 1.5, 2.0], [], []
+    for tau in temperatures:
+        def sample(m, f, n, tau=tau):
+            return sample_decode(m, f, n, temperature=tau, generator=g)
+        runs = [timed_evaluation(sample) for _ in range(3)]
+        accuracy.append(sum(s["exact_match"] for s, _ in runs) / 3)
+        diversity.append(sum(len(set(caps)) for caps in zip(*(c for _, c in runs))) / n_compare)
+        print(f"sampling, temperature {tau}: exact match {accuracy[-1]:.1%}, {diversity[-1]:.2f} different captions "
+              f"in 3 samples per image")
+    plt.figure(figsize=(5.5, 3.6))
+    plt.plot(accuracy, diversity, "o-", label="sampling")
+    for tau, a, d in zip(temperatures, accuracy, diversity):
+        plt.annotate(f"τ = {tau}", (a, d), textcoords="offset points", xytext=(6, 4))
+    plt.plot([greedy_scores["exact_match"]], [1.0], "s", label="greedy")
+    plt.plot([beam_scores["exact_match"]], [1.0], "^", label="beam, k = 3")
+    plt.xlabel("exact match"); plt.ylabel("different captions per 3 samples"); plt.ylim(0.9, 3.1)
+    plt.title(f"accuracy against diversity, first {n_compare} validation images"); plt.legend()
+    plt.show()
 
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_q_decoding", "locked": true, "schema_version": 3, "solution": false, "task": false}
@@ -1270,17 +1317,19 @@ class LeakyCaptioner(CaptioningTransformer):
         return self.vocab_head(self.final_norm(x))
 
 
-seed_everything(0)
-leaky = LeakyCaptioner(**model_config).to(device)
-leaky_history = train(leaky, teacher_forcing_loss, train_loader, val_split=val_loader, device=device, seed=0,
-                      **dict(train_args, steps=min(300, train_args["steps"])))
-leaky_scores, leaky_captions, _ = evaluate_captioner(leaky, greedy_decode, val_split, vocab, max_len=ds.max_length - 1,
-                                                     num_images=n_compare, device=device)
-print(f"your model ({len(history['val_loss'])} validations): teacher-forced val loss {history['val_loss'][-1]:.4f}, "
-      f"greedy exact match {greedy_scores['exact_match']:.1%}")
-print(f"leaky mask ({len(leaky_history['step'])} steps):      teacher-forced val loss {leaky_history['val_loss'][-1]:.4f}, "
-      f"greedy exact match {leaky_scores['exact_match']:.1%}")
-print("leaky model's first captions:", leaky_captions[:3])
+if history is not None and evaluate is not None:
+    seed_everything(0)
+    leaky = LeakyCaptioner(**model_config).to(device)
+    leaky_history = train(leaky, teacher_forcing_loss, train_loader, val_split=val_loader, device=device, seed=0,
+                          **yours, **dict(train_args, steps=min(300, train_args["steps"])))
+    leaky_scores, leaky_captions = evaluate(leaky, greedy_decode, compare_split, vocab, max_len=ds.max_length - 1)
+    print(f"your model ({len(history['val_loss'])} validations): teacher-forced val loss {history['val_loss'][-1]:.4f}, "
+          f"greedy exact match {greedy_scores['exact_match']:.1%}")
+    print(f"leaky mask ({len(leaky_history['step'])} steps):      teacher-forced val loss {leaky_history['val_loss'][-1]:.4f}, "
+          f"greedy exact match {leaky_scores['exact_match']:.1%}")
+    print("leaky model's first captions:", leaky_captions[:3])
+else:
+    print("skipped: it trains and evaluates with your training pieces and evaluate_captions")
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_q_causal_mask", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # **Question 6 (2 points).** Explain the two numbers of the leaky model printed above: (a) why its teacher-forced validation loss is what it is, compared with your model's (look at the teacher-forcing table of section 6: which input word does position $t$ have to predict?), and (b) why its generated captions are what they are.
