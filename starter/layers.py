@@ -129,10 +129,10 @@ class LearnedPositionalEncoding(nn.Module):
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x):
-        T = x.shape[1]
-        if T > self.max_len:
-            raise ValueError(f"sequence of length {T} is longer than max_len={self.max_len}")
-        return self.dropout(x + self.embedding.weight[:T].to(x.dtype))
+        positions = torch.arange(x.shape[1], device=x.device)
+        if len(positions) > self.max_len:  # a lookup past the table would fail on a GPU without a message
+            raise ValueError(f"sequence of length {len(positions)} is longer than max_len={self.max_len}")
+        return self.dropout(x + self.embedding(positions).to(x.dtype))
 
 
 # ------------------------------------------------------------------------------------ the switch
