@@ -13,8 +13,11 @@ image in float16; `--arch resnet18` gives 512 channels; `--arch efficientnet-lit
 shipped in a PyPI wheel). Features are stored float16, chunked per image, in the course format of
 `data/common.py`, with the COCO image ids and file names so that images can be shown later.
 
-The vocabulary is built from the training captions (words seen >= `--min-count` times) plus the
-special tokens <NULL> <START> <END> <UNK>; captions are cut to `--max-words` words.
+The vocabulary and the encoded captions are made by *your* `build_vocab` and `encode_captions` from
+notebook 04 (finish and pass their checks first; the command reads them from that notebook in the course
+folder, or from `--notebook PATH`, e.g. the solution notebook for an instructor who builds the file for a
+class): the training captions' words seen >= `--min-count` times plus the special tokens <NULL> <START>
+<END> <UNK>; captions are cut to `--max-words` words.
 
 Resumable: progress is kept in a hidden `.<out>.partial` file (which records which images are done);
 rerunning the same command continues where it stopped. The output appears under its final name only
@@ -36,7 +39,7 @@ import torch
 from PIL import Image
 from tqdm.auto import tqdm
 
-from data.common import build_vocab, default_data_dir, encode_captions, write_header
+from data.common import SPECIAL_TOKENS, default_data_dir, write_header
 
 FILE_NAME = "coco_grid.h5"
 # The COCO 2014 zips: URL, size in bytes and SHA-256, as recorded by TensorFlow Datasets
@@ -148,10 +151,30 @@ class _Images(torch.utils.data.Dataset):
         return (x - self.mean) / self.std
 
 
-def build(out, train_annotations, train_images, val_annotations, val_images, max_images=None,
-          max_val_images=None, arch="resnet50", weights="DEFAULT", image_size=224, min_count=5,
-          max_words=16, batch_size=32, num_workers=2, device=None, progress=True) -> Path:
-    """Build the grid-feature HDF5 at `out` (resuming a previous partial run); return `out`."""
+def _vocabulary(build_vocab, captions, min_count) -> list[str]:
+    vocab = build_vocab(captions, min_count)
+    if list(vocab[:len(SPECIAL_TOKENS)]) != list(SPECIAL_TOKENS) or not all(isinstance(w, str) for w in vocab):
+        raise BuildError(f"build_vocab must return a list of strings that starts with {list(SPECIAL_TOKENS)}")
+    return list(vocab)
+
+
+def _encoded(encode_captions, captions, word_to_idx, max_len) -> np.ndarray:
+    rows = np.asarray(encode_captions(captions, word_to_idx, max_len))
+    if rows.shape != (len(captions), max_len) or rows.dtype.kind not in "iu":
+        raise BuildError(f"encode_captions must return an ({len(captions)}, {max_len}) integer array or tensor, "
+                         f"got {rows.dtype} {rows.shape}")
+    return rows.astype(np.int32)
+
+
+def build(out, train_annotations, train_images, val_annotations, val_images, *, build_vocab,
+          encode_captions, max_images=None, max_val_images=None, arch="resnet50", weights="DEFAULT",
+          image_size=224, min_count=5, max_words=16, batch_size=32, num_workers=2, device=None,
+          progress=True) -> Path:
+    """Build the grid-feature HDF5 at `out` (resuming a previous partial run); return `out`.
+
+    `build_vocab(captions, min_count)` and `encode_captions(captions, word_to_idx, max_len)` are notebook
+    04's (the dataset stores what they return: the vocabulary, and the captions as indices).
+    """
     out = Path(out)
     partial = out.with_name(f".{out.name}.partial")
     if max_val_images is None and max_images is not None:
@@ -177,8 +200,10 @@ def build(out, train_annotations, train_images, val_annotations, val_images, max
         if not same:
             partial.unlink()
     if not partial.exists():
-        vocab = build_vocab((c for caps in data["train"][2] for c in caps), min_count)
+        vocab = _vocabulary(build_vocab, [c for caps in data["train"][2] for c in caps], min_count)
         w2i = {w: i for i, w in enumerate(vocab)}
+        captions = {split: _encoded(encode_captions, [c for cs in caps for c in cs], w2i, max_words + 2)
+                    for split, (_, _, caps) in data.items()}
         tmp = partial.with_name(partial.name + ".new")
         with h5py.File(tmp, "w") as f:
             write_header(f, "coco-grid", (gh, gw), dim, vocab,
@@ -187,8 +212,7 @@ def build(out, train_annotations, train_images, val_annotations, val_images, max
             f.attrs["coco_folders"] = [roots["train"].name, roots["val"].name]
             for split, (ids, names, caps) in data.items():
                 g = f.create_group(split)
-                flat = [c for cs in caps for c in cs]
-                g.create_dataset("captions", data=encode_captions(flat, w2i, max_words + 2))
+                g.create_dataset("captions", data=captions[split])
                 g.create_dataset("image_idxs", data=np.repeat(np.arange(len(ids), dtype=np.int32),
                                                               [len(cs) for cs in caps]))
                 g.create_dataset("image_ids", data=ids)
@@ -228,6 +252,31 @@ def build(out, train_annotations, train_images, val_annotations, val_images, max
     return out
 
 
+def notebook_pieces(notebook=None) -> dict | None:
+    """build_vocab and encode_captions from notebook 04 (`notebook`, else the course folder's), each once
+    it passes its public check; None, after saying why on stderr, if that notebook does not have them yet.
+    """
+    # The course kit is imported here, where it is needed, so that `starter` can import `data` freely.
+    from starter.notebook_loader import NotebookLoadError, load_definitions
+    from starter.pipeline import yours_if_it_passes
+
+    names = ["build_vocab", "encode_captions"]
+    try:
+        if notebook is None:
+            found = load_definitions("04_captioning_transformer.ipynb", names)
+        else:
+            found = load_definitions(Path(notebook).name, names, folder=Path(notebook).resolve().parent)
+    except NotebookLoadError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return None
+    pieces = {n: yours_if_it_passes(n, found[n], instead="finish it in notebook 04 first") for n in names}
+    if any(p is None for p in pieces.values()):
+        print("error: the dataset's vocabulary and captions are made by your notebook 04's build_vocab and "
+              "encode_captions, and not all of them pass their checks yet", file=sys.stderr)
+        return None
+    return pieces
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description="Build COCO grid features (HDF5) for captioning.")
     p.add_argument("--coco-dir", type=Path, help="folder with annotations/, train2014/, val2014/")
@@ -247,6 +296,9 @@ def main(argv=None) -> int:
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--num-workers", type=int, default=2)
     p.add_argument("--device", default=None)
+    p.add_argument("--notebook", type=Path, default=None,
+                   help="the notebook 04 whose build_vocab and encode_captions make the vocabulary and "
+                        "the encoded captions (default: yours, in the course folder)")
     a = p.parse_args(argv)
     if a.coco_dir:
         if a.download:
@@ -259,10 +311,14 @@ def main(argv=None) -> int:
         p.error("give --coco-dir, or all of --train-annotations --train-images --val-annotations --val-images")
     weights = None if a.weights.lower() == "none" else a.weights
     t = time.time()
+    pieces = notebook_pieces(a.notebook)
+    if pieces is None:
+        return 1
     try:
-        out = build(a.out, a.train_annotations, a.train_images, a.val_annotations, a.val_images,
-                    a.max_images, a.max_val_images, a.arch, weights, a.image_size, a.min_count,
-                    a.max_words, a.batch_size, a.num_workers, a.device)
+        out = build(a.out, a.train_annotations, a.train_images, a.val_annotations, a.val_images, **pieces,
+                    max_images=a.max_images, max_val_images=a.max_val_images, arch=a.arch, weights=weights,
+                    image_size=a.image_size, min_count=a.min_count, max_words=a.max_words,
+                    batch_size=a.batch_size, num_workers=a.num_workers, device=a.device)
     except BuildError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

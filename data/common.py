@@ -1,5 +1,5 @@
-"""Pieces shared by the dataset builders: special tokens, tokenising, vocabularies, the data folder,
-atomic output files, and the HDF5 layout ("course format") that `starter.data` reads.
+"""Pieces shared by the dataset builders: special tokens, the data folder, atomic output files, and the
+HDF5 layout ("course format") that `starter.data` reads.
 
 Course format (one HDF5 file, written by `data.shapes` and `data.coco_grid`)::
 
@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
-from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -42,32 +40,6 @@ def default_data_dir() -> Path:
     if (REPO_ROOT / "pyproject.toml").exists() and (REPO_ROOT / "data" / "__init__.py").exists():
         return REPO_ROOT / "data" / "cache"
     return Path.home() / ".cache" / "attention-course"
-
-
-_WORD = re.compile(r"[a-z0-9]+")
-
-
-def tokenize(sentence: str) -> list[str]:
-    """Lower-case words, punctuation dropped: "A dog, running." -> ["a", "dog", "running"]."""
-    return _WORD.findall(sentence.lower())
-
-
-def build_vocab(sentences, min_count: int = 1) -> list[str]:
-    """idx_to_word: the four special tokens, then words seen >= min_count times (most frequent first,
-    ties alphabetical, so the result is deterministic)."""
-    counts = Counter(w for s in sentences for w in tokenize(s))
-    words = sorted((w for w, c in counts.items() if c >= min_count), key=lambda w: (-counts[w], w))
-    return list(SPECIAL_TOKENS) + [w for w in words if w not in SPECIAL_TOKENS]
-
-
-def encode_captions(sentences, word_to_idx: dict, max_len: int) -> np.ndarray:
-    """(M, max_len) int32 array of <START> words <END> <NULL>...; words beyond max_len-2 are cut,
-    unknown words become <UNK>."""
-    out = np.full((len(sentences), max_len), NULL, dtype=np.int32)
-    for i, s in enumerate(sentences):
-        ids = [word_to_idx.get(w, UNK) for w in tokenize(s)][: max_len - 2]
-        out[i, : len(ids) + 2] = [START, *ids, END]
-    return out
 
 
 @contextlib.contextmanager

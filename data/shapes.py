@@ -39,7 +39,6 @@ function of the seed and the sizes. The file is written to a temporary name and 
 from __future__ import annotations
 
 import argparse
-import itertools
 import sys
 import time
 from pathlib import Path
@@ -50,7 +49,7 @@ import torch
 from PIL import Image, ImageDraw
 from tqdm.auto import tqdm
 
-from data.common import atomic_output, build_vocab, default_data_dir, encode_captions, write_header
+from data.common import END, SPECIAL_TOKENS, START, atomic_output, default_data_dir, write_header
 
 COLOURS = {"red": (220, 45, 45), "green": (50, 175, 70), "blue": (50, 95, 230),
            "yellow": (235, 215, 50), "purple": (160, 70, 200)}
@@ -71,6 +70,13 @@ DEFAULTS = dict(num_train=3000, num_val=500, seed=0, feature_dim=64)
 FILE_NAME = "shapes_v1.h5"
 
 OBJECT_TYPES = [(s, c, sh) for s in SIZES for c in COLOURS for sh in SHAPES]  # 40
+# Every word of the grammar, most frequent first in the default build's captions (ties alphabetical),
+# which is the list notebook 04's build_vocab makes of them; tests/test_data.py checks that. Stored as
+# the dataset's vocabulary, whatever the build's size, so every shapes file numbers its words alike.
+VOCABULARY = SPECIAL_TOKENS + (
+    "a", "large", "small", "the", "is", "there", "square", "cross", "circle", "triangle", "green",
+    "purple", "red", "blue", "yellow", "in", "of", "to", "and", "right", "left", "above", "below", "top",
+    "center", "bottom", "middle")
 
 
 def default_path() -> Path:
@@ -95,6 +101,20 @@ def captions_for(objects, relation) -> list[str]:
     a, b = (_words(o) for o in objects)
     fwd, back = ("to the left of", "to the right of") if relation == "horizontal" else ("above", "below")
     return [f"a {a} {fwd} a {b}", f"a {b} {back} a {a}", f"there is a {a} and a {b}"]
+
+
+def caption_indices(captions) -> np.ndarray:
+    """(M, MAX_LEN) int32 rows: <START>, each word's place in VOCABULARY, <END>, then zeros (<NULL>).
+
+    The grammar's captions are lower-case words separated by spaces, all in VOCABULARY, and fit."""
+    place = {w: i for i, w in enumerate(VOCABULARY)}
+    rows = np.zeros((len(captions), MAX_LEN), np.int32)
+    for row, caption in zip(rows, captions):
+        tokens = [START, *(place[w] for w in caption.split(" ")), END]
+        if len(tokens) > MAX_LEN:
+            raise ValueError(f"caption longer than MAX_LEN={MAX_LEN} tokens: {caption!r}")
+        row[:len(tokens)] = tokens
+    return rows
 
 
 def scene_combinations():
@@ -267,9 +287,6 @@ def build(out=None, num_train: int = DEFAULTS["num_train"], num_val: int = DEFAU
     out = Path(out) if out else default_path()
     scenes = generate_scenes(num_train, num_val, seed)
     sentences = {s: [captions_for(o, r) for o, r, _, _ in scenes[s]] for s in scenes}
-    vocab = build_vocab(itertools.chain.from_iterable(
-        sum((sentences[s] for s in scenes), [])))
-    word_to_idx = {w: i for i, w in enumerate(vocab)}
     run = _backbone()
     total = num_train + num_val
     raw, thumbs = {}, {}
@@ -289,7 +306,7 @@ def build(out=None, num_train: int = DEFAULTS["num_train"], num_val: int = DEFAU
     pick = np.random.default_rng([seed, 99]).permutation(len(train_rows))[:50000]
     mean, comps, scale = fit_pca(train_rows[np.sort(pick)], feature_dim)
     with atomic_output(out) as tmp, h5py.File(tmp, "w") as f:
-        write_header(f, "shapes", (GRID, GRID), feature_dim, vocab,
+        write_header(f, "shapes", (GRID, GRID), feature_dim, list(VOCABULARY),
                      "Generated scenes of coloured shapes; EfficientNet-Lite0 block-10 7x7 features at 112 px, "
                      f"PCA to {feature_dim}; see data/shapes.py")
         f.attrs.update(seed=seed, num_train=num_train, num_val=num_val, thumb_size=THUMB_SIZE,
@@ -301,7 +318,7 @@ def build(out=None, num_train: int = DEFAULTS["num_train"], num_val: int = DEFAU
             g = f.create_group(split)
             n = len(scenes[split])
             caps = [c for cs in sentences[split] for c in cs]
-            g.create_dataset("captions", data=encode_captions(caps, word_to_idx, MAX_LEN))
+            g.create_dataset("captions", data=caption_indices(caps))
             g.create_dataset("image_idxs", data=np.repeat(np.arange(n, dtype=np.int32), 3))
             feats = ((raw[split] - mean) @ comps.T / scale).astype(np.float16)
             g.create_dataset("features", data=feats.reshape(n, GRID * GRID, feature_dim),

@@ -299,25 +299,26 @@ def test_beam_lookalikes_are_named(bug, hidden_references):
 
 # ---- the data pipeline, training step and evaluation: each stored answer against another implementation ----
 
-def test_vocab_references_match_the_dataset_builders_vocab():
-    """Stored positions = where data.common.build_vocab (the shapes builder's own) puts each probe word."""
-    from data.common import build_vocab
+def test_vocab_references_match_a_counter():
+    """Stored positions = where a plain Counter, sorted by (-count, word) after the special tokens, puts each
+    probe word."""
     for name in _names("vocab"):
         case = load_case(name)
         kw = case.const_kwargs
-        words = build_vocab(kw["captions"], kw["min_count"])
+        counts = Counter(w for c in kw["captions"] for w in _tok(c))
+        kept = sorted((w for w, n in counts.items() if n >= kw["min_count"]), key=lambda w: (-counts[w], w))
+        words = ["<NULL>", "<START>", "<END>", "<UNK>", *kept]
         assert case.expected["size"] == len(words), name
         want = [words.index(w) if w in words else -1 for w in kw["probe"]]
         np.testing.assert_array_equal(case.expected["positions"], want, err_msg=name)
 
 
-def test_encode_references_match_the_dataset_builders_encoder():
-    from data.common import encode_captions
+def test_encode_references_match_a_hand_written_encoder():
     for name in _names("encode"):
         case = load_case(name)
         kw = case.const_kwargs
         np.testing.assert_array_equal(case.expected["captions"],
-                                      encode_captions(kw["captions"], kw["word_to_idx"], kw["max_len"]), err_msg=name)
+                                      _encode_with()(kw["captions"], kw["word_to_idx"], kw["max_len"]), err_msg=name)
         assert case.expected["captions"].dtype == np.int64
 
 

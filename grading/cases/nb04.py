@@ -21,7 +21,6 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from data.common import encode_captions
 from grading.references import CaseSpec, Row, build_case, randn, with_forward
 from starter.layers import with_attention, with_model
 from starter.pipeline import (
@@ -665,7 +664,6 @@ def trained_cases() -> list[CaseSpec]:
         shapes.build(path)
     with h5py.File(path, "r") as f:
         words = [w.decode() if isinstance(w, bytes) else str(w) for w in f["vocab"][()]]
-    index = {w: i for i, w in enumerate(words)}
     out = []
     for c in [
         TrainedCase(name="trained/new_scenes", images=100, stream=PUBLIC_STREAM, share=0.65, public=True),
@@ -674,7 +672,7 @@ def trained_cases() -> list[CaseSpec]:
         TrainedCase(name="trained/hidden_scenes_65", images=100, stream=HIDDEN_STREAM, share=0.65),
     ]:
         features, captions = shapes.unseen_images(path, c.images, c.stream)
-        references = torch.tensor(np.stack([encode_captions(cs, index, shapes.MAX_LEN)[:, 1:] for cs in captions]),
+        references = torch.tensor(np.stack([shapes.caption_indices(cs)[:, 1:] for cs in captions]),
                                   dtype=torch.int64)  # (N, 3, MAX_LEN - 1): no <START>, as decoders return
         out.append(CaseSpec(
             name=c.name, target=TRAINED_TARGET, args=["features"], const_args=[words],
