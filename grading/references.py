@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from starter.cases import Case, write_case
-from starter.checks import _close, seeded_dropout  # the check's own tolerance rule and dropout masks
+from starter.checks import _close, value_dropout  # the check's own tolerance rule and dropout
 
 from . import notebooks
 
@@ -82,7 +82,7 @@ def _run(spec: CaseSpec, obj, params: dict[str, torch.Tensor] | None, dtype64: b
         fn = module
     else:
         fn = obj
-    with seeded_dropout(spec.train_seed):
+    with value_dropout(spec.train_seed):
         out = fn(*[inputs[k] for k in spec.args], *spec.const_args, **{k: inputs[v] for k, v in spec.kwargs.items()},
                  **spec.const_kwargs)
     if len(spec.outputs) == 1:

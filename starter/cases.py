@@ -36,9 +36,8 @@ class Case:
     grad_wrt: inputs or parameters whose gradient of sum(output * grad_weights) is compared with `grads`;
     variants: {bug: (message, outputs of that bug)}; properties: generic checks, e.g. ["raises",
     "ValueError", "when ..."] for a case of bad input; forbid: library functions the answer must not call;
-    train_seed: None, or (module cases) run the module in train mode with the random generator seeded with
-    it just before the call, so that dropout draws the same masks as it did for the reference (a mask
-    depends only on the seed and the shape of the tensor dropped, not on its dtype); stand_ins: (module
+    train_seed: None, or (module cases) run the module in train mode, its dropout a function of each value
+    (`starter.checks.value_dropout`) and the random generator seeded with it just before the call; stand_ins: (module
     cases) class names of submodules that run as the kit's PyTorch-backed version while the case runs
     (`starter.layers.STAND_INS`), so that a mistake in them is charged to their own test, not to this one.
     """

@@ -116,11 +116,17 @@ ALTERNATIVES = {
             (BUFFER, 'self.register_buffer("pe", sinusoidal_encoding(max_len, d_model))'),
             (RETURN_PE, "return nn.functional.dropout(self.pe[:T].to(x.dtype) + x, self.dropout.p, self.training)")]}),
     "mha: einsum, and dropout on a transposed view of the weights": (
-        # the weights dropped through a non-contiguous view: the same values in another memory layout must get
-        # the same dropout mask (starter.checks.seeded_dropout)
+        # the weights dropped through a non-contiguous view: the same values in another memory layout must be
+        # dropped alike (starter.checks.value_dropout)
         MHA, {"MultiHeadAttention", "TransformerDecoderLayer"}, {"MultiHeadAttention": [(
             DROP_WEIGHTS, "dropped = F.dropout(weights.transpose(-1, -2).contiguous().transpose(-1, -2), "
                           "self.dropout.p, self.training)\n        out = torch.einsum('bhts,bhsd->bhtd', dropped, v)")]}),
+    "mha: a loop over the heads, each head's weights dropped on their own": (
+        # as many dropout calls as heads, each on a (B, T_q, T_k) slice: a random mask drawn per call would
+        # differ from the reference's everywhere, though the answer is right
+        MHA, {"MultiHeadAttention", "TransformerDecoderLayer"}, {"MultiHeadAttention": [(
+            DROP_WEIGHTS, "out = torch.stack([nn.Dropout(self.dropout.p).train(self.training)(weights[:, i]) "
+                          "@ v[:, i] for i in range(self.num_heads)], dim=1)")]}),
     "decoder: the sublayers as helper methods, one Dropout per use": (
         MHA, {"TransformerDecoderLayer"}, {"TransformerDecoderLayer": [(SELF_ADD, (
             "        attended, self_weights = self.self_attn(h, h, h, attn_mask=tgt_mask, key_padding_mask=tgt_key_padding_mask)\n"

@@ -16,7 +16,7 @@ import torch
 from conftest import case_names, load_any_case
 from torch import nn
 
-from starter.checks import seeded_dropout
+from starter.checks import value_dropout
 
 STEM = "03_multi_head_attention"
 
@@ -92,7 +92,7 @@ def _run_mha(case, inputs):
                    attn_mask=_torch_attn_mask(inputs.get("attn_mask"), b, h),
                    key_padding_mask=inputs.get("key_padding_mask"), need_weights=True, average_attn_weights=False)
 
-    out, w = _seeded(ref, case, run)
+    out, w = _as_the_case_runs(ref, case, run)
     if case.train_seed is not None:  # PyTorch returns the weights after dropout; ours are those before it
         w = ref.eval()(inputs["query"], inputs["key"], inputs["value"], attn_mask=_torch_attn_mask(
             inputs.get("attn_mask"), b, h), key_padding_mask=inputs.get("key_padding_mask"), need_weights=True,
@@ -100,12 +100,11 @@ def _run_mha(case, inputs):
     return ref, [out, w]
 
 
-def _seeded(ref, case, run):
-    """Run `ref` in eval mode, or, for a case about dropout, in train mode from the case's seed: PyTorch's
-    own layers then draw the same dropout masks as the reference did (one mask per dropped tensor, in the
-    order of the formula, each a function of the seed and the tensor's shape)."""
+def _as_the_case_runs(ref, case, run):
+    """Run `ref` in eval mode, or, for a case about dropout, in train mode with the check's dropout (a
+    function of each value, starter.checks.value_dropout), which PyTorch's own layers then use too."""
     ref.train(case.train_seed is not None)
-    with seeded_dropout(case.train_seed):
+    with value_dropout(case.train_seed):
         return run()
 
 
@@ -119,12 +118,14 @@ def _run_decoder(case, inputs):
     def record(key):
         def hook(module, args, kwargs):
             calls[key] = (args, dict(kwargs))
+            # the path that computes the weights drops them with F.dropout (the check's); the fused one would not
+            return args, {**kwargs, "need_weights": True}
         return hook
 
     handles = [ref.self_attn.register_forward_pre_hook(record("self"), with_kwargs=True),
                ref.multihead_attn.register_forward_pre_hook(record("cross"), with_kwargs=True)]
     b = inputs["tgt"].shape[0]
-    out = _seeded(ref, case, lambda: ref(inputs["tgt"], inputs["memory"],
+    out = _as_the_case_runs(ref, case, lambda: ref(inputs["tgt"], inputs["memory"],
                                          tgt_mask=_torch_attn_mask(inputs.get("tgt_mask"), b, h),
                                          tgt_key_padding_mask=inputs.get("tgt_key_padding_mask"),
                                          memory_key_padding_mask=inputs.get("memory_key_padding_mask")))

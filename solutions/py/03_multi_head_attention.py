@@ -142,7 +142,7 @@ print("merge(split(x)) == x:", torch.equal(merge_heads(parts), x))
 #
 # ## 3 · Dropout on the attention weights, and what we return
 #
-# Transformers regularise attention by applying dropout to the **attention weights, after the softmax and before they multiply the values**: $\text{out} = \mathrm{dropout}(\mathrm{softmax}(\cdot))\,V$. In training mode, dropout zeroes random weights and scales the rest by $1/(1-p)$ (so rows sum to 1 only on average); in `eval()` mode it does nothing. The checks run your layers in eval mode, except the `train_dropout` cases: they run them in training mode from a fixed seed, so they see where the dropout goes (the reference's masks, drawn for the same tensors in the same order).
+# Transformers regularise attention by applying dropout to the **attention weights, after the softmax and before they multiply the values**: $\text{out} = \mathrm{dropout}(\mathrm{softmax}(\cdot))\,V$. In training mode, dropout zeroes random weights and scales the rest by $1/(1-p)$ (so rows sum to 1 only on average); in `eval()` mode it does nothing. The checks run your layers in eval mode, except the `train_dropout` cases: they run them in training mode with a dropout that scales each value by a fixed function of that value instead of a random mask, so they see where the dropout goes whether you call it once or once per head.
 #
 # The layer returns two things: the output `(B, T_q, d_model)`, and the **per-head weights `(B, h, T_q, T_k)` as computed by the softmax, before dropout**, so that visualising them (notebook 05) shows what the model computes, not dropout noise. (`torch.nn.MultiheadAttention` averages the heads by default; we keep them apart.)
 #
