@@ -81,10 +81,14 @@ class TinyCNN(nn.Module):
 
 def with_cnn(extract):
     """``extract(cnn, images, size)`` on the stand-in CNN, handed over in train mode (as a freshly built
-    torchvision model is): (B, R, C) features."""
+    torchvision model is): (B, R, C) features, which must not record gradients."""
     def features(images, size):
         _require(extract)
-        return extract(TinyCNN().train(), images.clone(), size=size)
+        out = extract(TinyCNN().train(), images.clone(), size=size)
+        if isinstance(out, torch.Tensor) and out.requires_grad:
+            raise TypeError("extract_grid_features returned features that record gradients (requires_grad=True): "
+                            "run the CNN under torch.no_grad(), nothing is trained here")
+        return out
     return _named(features, extract)
 
 
@@ -185,13 +189,18 @@ def _toy_loss(model, features, captions):
 
 def with_optimizer(train_step, model_class=ToyCaptioner):
     """``train_step(model, loss_fn, optimizer, features, captions, lr, grad_clip)`` called once per entry
-    of `lrs` on a ``model_class`` with the stored weights. Returns (the losses it returned, every
+    of `lrs` on a ``model_class`` with the stored weights; `optimizer`: "sgd", "adamw", or "sgd_two_groups"
+    (two parameter groups, each of which must get `lr`). Returns (the losses it returned, every
     parameter afterwards, flattened and concatenated)."""
     def run(self, features, captions, optimizer, lrs, grad_clip):
         _require(train_step)
         params = list(self.model.parameters())
-        opt = (torch.optim.SGD(params, lr=1.0) if optimizer == "sgd" else
-               torch.optim.AdamW(params, lr=1.0, weight_decay=0.01))
+        if optimizer == "sgd_two_groups":  # matrices and vectors apart, as for weight decay
+            opt = torch.optim.SGD([{"params": [p for p in params if p.dim() > 1]},
+                                   {"params": [p for p in params if p.dim() <= 1]}], lr=1.0)
+        else:
+            opt = (torch.optim.SGD(params, lr=1.0) if optimizer == "sgd" else
+                   torch.optim.AdamW(params, lr=1.0, weight_decay=0.01))
         losses = []
         for lr in lrs:
             loss = train_step(self.model, _toy_loss, opt, features, captions, lr, grad_clip)
@@ -219,12 +228,12 @@ class _Recorder(nn.Module):
 
 def with_batches(validation_loss, model_class=ToyCaptioner):
     """``validation_loss(model, loss_fn, batches)`` on a ``model_class`` with the stored weights, handed over
-    in train mode, with `batches` cut from (features, captions) at `sizes`. Returns (the loss, the share of
-    forward calls made in train mode, the share made with gradients on, 1.0 if the model is back in train
-    mode afterwards)."""
-    def run(self, features, captions, sizes):
+    in train mode (or eval mode: `handed_over_training` False), with `batches` cut from (features, captions)
+    at `sizes`. Returns (the loss, the share of forward calls made in train mode, the share made with
+    gradients on, 1.0 if the model is in train mode afterwards)."""
+    def run(self, features, captions, sizes, handed_over_training=True):
         _require(validation_loss)
-        model = _Recorder(self.model).train()
+        model = _Recorder(self.model).train(handed_over_training)
         bounds = np.cumsum([0, *sizes])
         batches = [(features[a:b], captions[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]
         loss = validation_loss(model, _toy_loss, batches)

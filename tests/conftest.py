@@ -23,6 +23,20 @@ def write_nb(nb, path: Path) -> Path:
     return path
 
 
+def mutated_namespace(stem: str, edits: dict[str, list[tuple[str, str]]]) -> dict:
+    """The notebook's definitions with its solution cells edited: {grade_id: [(old, new), ...]}: a plausible
+    bug written as an edit of the solution, for the mutation suites."""
+    sources = nbs.solution_sources(stem)
+    for grade_id, changes in edits.items():
+        for old, new in changes:
+            assert old in sources[grade_id], f"{grade_id}: the solution no longer contains {old!r}"
+            sources[grade_id] = sources[grade_id].replace(old, new)
+    nb = nbs.filled_submission(stem, sources)
+    namespace: dict = {"__name__": f"mutant_{stem}"}
+    exec(compile(nbs.definitions_source(nb), stem, "exec"), namespace)
+    return namespace
+
+
 @pytest.fixture
 def hidden_references(monkeypatch):
     monkeypatch.setenv("COURSE_HIDDEN_REFERENCES", str(nbs.HIDDEN_REFERENCES))

@@ -10,25 +10,11 @@ the module moves to another device), `if head:` for head 0. Notebooks 01 and 04 
 from __future__ import annotations
 
 import pytest
-from conftest import case_names, case_names_in, load_any_case
+from conftest import case_names, case_names_in, load_any_case, mutated_namespace
 
 from grading import notebooks as nbs
 from starter.checks import CheckFailed, check
 from starter.layers import follows_module
-
-
-def _namespace(stem: str, edits: dict[str, list[tuple[str, str]]]) -> dict:
-    """The notebook's definitions with its solution cells edited: {grade_id: [(old, new), ...]}."""
-    sources = nbs.solution_sources(stem)
-    for grade_id, changes in edits.items():
-        for old, new in changes:
-            assert old in sources[grade_id], f"{grade_id}: the solution no longer contains {old!r}"
-            sources[grade_id] = sources[grade_id].replace(old, new)
-    nb = nbs.filled_submission(stem, sources)
-    namespace: dict = {"__name__": f"mutant_{stem}"}
-    exec(compile(nbs.definitions_source(nb), stem, "exec"), namespace)
-    return namespace
-
 
 ADAPTERS = {"follows_module(PositionalEncoding)": lambda ns: follows_module(ns["PositionalEncoding"])}
 
@@ -137,7 +123,7 @@ ALTERNATIVES = {
 @pytest.mark.parametrize("bug", sorted(BUGS))
 def test_each_bug_loses_points_with_a_message_naming_it(bug, hidden_references):
     stem, targets, edits, words = BUGS[bug]
-    results = _results(stem, _namespace(stem, edits), targets)
+    results = _results(stem, mutated_namespace(stem, edits), targets)
     failed = {name: message for name, message in results.items() if message}
     hidden = set(case_names_in(nbs.HIDDEN_REFERENCES / f"{stem}.h5"))
     assert failed.keys() & hidden, f"{bug}: no hidden case fails, so no point is lost ({sorted(failed)} fail)"
@@ -147,7 +133,7 @@ def test_each_bug_loses_points_with_a_message_naming_it(bug, hidden_references):
 @pytest.mark.parametrize("alternative", sorted(ALTERNATIVES))
 def test_each_correct_alternative_passes_every_case(alternative, hidden_references):
     stem, targets, edits = ALTERNATIVES[alternative]
-    results = _results(stem, _namespace(stem, edits), targets)
+    results = _results(stem, mutated_namespace(stem, edits), targets)
     assert results and not any(results.values()), {k: v for k, v in results.items() if v}
 
 
@@ -164,7 +150,7 @@ UPSTREAM_BUGS = {
 
 @pytest.mark.parametrize("bug", sorted(UPSTREAM_BUGS))
 def test_an_attention_bug_costs_no_decoder_points(bug, hidden_references):
-    results = _results(MHA, _namespace(MHA, UPSTREAM_BUGS[bug]), {"MultiHeadAttention", "TransformerDecoderLayer"})
+    results = _results(MHA, mutated_namespace(MHA, UPSTREAM_BUGS[bug]), {"MultiHeadAttention", "TransformerDecoderLayer"})
     mha = {n: m for n, m in results.items() if n.startswith("mha/") and m}
     decoder = {n: m for n, m in results.items() if n.startswith("decoder/") and m}
     assert mha, f"{bug}: the attention's own cases should fail"

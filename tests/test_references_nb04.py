@@ -385,7 +385,7 @@ def test_train_step_references_match_a_hand_written_update(name):
             grads = [g * min(1.0, kw["grad_clip"] / (float(norm) + 1e-6)) for g in grads]
         with torch.no_grad():
             for i, (p, g) in enumerate(zip(params, grads)):
-                if kw["optimizer"] == "sgd":
+                if kw["optimizer"] in ("sgd", "sgd_two_groups"):  # every group gets lr
                     p -= lr * g
                 else:  # AdamW: decoupled weight decay 0.01, betas (0.9, 0.999), eps 1e-8
                     p *= 1 - lr * 0.01
@@ -656,7 +656,8 @@ def test_feature_references_match_torchvisions_transforms():
 
 
 def test_validation_references_match_a_hand_written_mean():
-    """The mean of the batches' losses, measured in eval mode without gradients; the model back in train mode."""
+    """The mean of the batches' losses, measured in eval mode without gradients; the model back in the mode it
+    was handed over in."""
     for name in _names("validation"):
         case = load_case(name)
         model = ToyCaptioner(**case.init).double()
@@ -666,8 +667,10 @@ def test_validation_references_match_a_hand_written_mean():
         model.eval()
         with torch.no_grad():
             losses = [P._toy_loss(model, feats[a:b], caps[a:b]).item() for a, b in zip(bounds[:-1], bounds[1:])]
-        np.testing.assert_allclose(case.expected["loss_and_modes"], [np.mean(losses), 0.0, 0.0, 1.0], rtol=1e-5,
+        came_in = float(case.const_kwargs.get("handed_over_training", True))
+        np.testing.assert_allclose(case.expected["loss_and_modes"], [np.mean(losses), 0.0, 0.0, came_in], rtol=1e-5,
                                    err_msg=name)
+    assert any(not c.get("handed_over_training", True) for c in (load_case(n).const_kwargs for n in _names("validation")))
 
 
 @pytest.mark.parametrize("name", _names("fit"))
@@ -705,3 +708,58 @@ def test_fit_references_match_a_hand_written_run(name):
     np.testing.assert_allclose(case.expected["val_losses"], val_losses, rtol=1e-5, err_msg=name)
     flat = torch.cat([p.detach().reshape(-1) for p in params]).numpy()
     np.testing.assert_allclose(case.expected["parameters"], flat, rtol=1e-4, atol=1e-6, err_msg=name)
+
+# ---- the parts of the spec a case once did not reach: each bug written as an edit of the solution ----
+# (grade_id, [(old, new)], words the message of a failing hidden case must contain)
+SPEC_POINT_BUGS = {
+    "the attention of the last layer only": ("CaptioningTransformer", [
+        ('attention["self"].append(self_w)', 'attention["self"] = [self_w]'),
+        ('attention["cross"].append(cross_w)', 'attention["cross"] = [cross_w]')], "self_attn_weights` has shape"),
+    "greedy decoding from index 1": ("greedy_decode", [
+        ("words = torch.full((B, 1), start_idx,", "words = torch.full((B, 1), 1,")], "not from start_idx"),
+    "beam search from index 1": ("beam_search", [
+        ("words = torch.full((1, 1), start_idx,", "words = torch.full((1, 1), 1,")], "not from start_idx"),
+    "a beam that keeps beam_width candidates whatever finished": ("beam_search", [
+        ("min(beam_width - len(finished),", "min(beam_width,")], "whatever finished before"),
+    "the learning rate of the first parameter group only": ("train_step", [
+        ('    for group in optimizer.param_groups:\n        group["lr"] = lr',
+         '    optimizer.param_groups[0]["lr"] = lr')], "first parameter group only"),
+    "<UNK> dropped with the special tokens": ("evaluate_captions", [
+        ("if t not in (vocab.null_idx, vocab.start_idx):",
+         "if t not in (vocab.null_idx, vocab.start_idx, vocab.unk_idx):")], "<UNK> is left out"),
+    "the model left in train mode after validation": ("validation_loss", [
+        ("model.train(was_training)", "model.train()")], "came in eval mode"),
+    "features extracted with gradients on": ("extract_grid_features", [
+        ("with torch.no_grad():", "if True:")], "torch.no_grad()"),
+}
+
+
+def _answer(ns: dict, target: str):
+    """The object a test cell checks, e.g. `with_model(greedy_decode)`, built from the namespace `ns`."""
+    from grading.cases.nb04 import PIPELINE_ADAPTERS
+    from starter.layers import with_attention
+    adapters = {**{a.__name__: a for a in PIPELINE_ADAPTERS.values()}, "with_model": with_model,
+                "with_attention": with_attention}
+    if "(" not in target:
+        return ns[target]
+    adapter, inner = target[:-1].split("(", 1)
+    return adapters[adapter](ns[inner])
+
+
+@pytest.mark.parametrize("bug", sorted(SPEC_POINT_BUGS))
+def test_each_part_of_the_spec_is_seen_by_a_hidden_case(bug):
+    from conftest import case_names, case_names_in, mutated_namespace
+    grade_id, edits, words = SPEC_POINT_BUGS[bug]
+    ns = mutated_namespace(STEM, {grade_id: edits})
+    hidden = set(case_names_in(nbs.HIDDEN_REFERENCES / f"{STEM}.h5"))
+    failed = {}
+    for name in case_names(STEM):
+        target = load_case(name).target
+        if name.startswith("trained/") or grade_id not in target:
+            continue
+        try:
+            check(name, _answer(ns, target))
+        except CheckFailed as failure:
+            failed[name] = str(failure)
+    assert failed.keys() & hidden, f"{bug}: no hidden case fails, so no point is lost ({sorted(failed)} fail)"
+    assert all(words in failed[n] and "\n" not in failed[n] for n in failed.keys() & hidden), failed

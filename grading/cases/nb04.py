@@ -188,7 +188,7 @@ TEACHER_BUGS = {
 @torch.no_grad()
 def _greedy(model, features, max_len, start_idx=1, end_idx=2, null_idx=0, *, bug=None):
     B = features.shape[0]
-    seq = torch.full((B, 1), start_idx, dtype=torch.long)
+    seq = torch.full((B, 1), 1 if bug == "start_ignored" else start_idx, dtype=torch.long)
     outs = []
     for t in range(max_len):
         if bug in ("start_only", "start_only_raw"):
@@ -229,6 +229,8 @@ GREEDY_BUGS = {
     "no_null_after_end": "words after <END> must be null_idx: once a caption has produced <END> it is finished.",
     "end_dropped": "the <END> token is missing from the output: keep it, then null_idx after it.",
     "includes_start": "the output starts with <START>: return the generated words only (max_len of them).",
+    "start_ignored": "the captions start from index 1, not from start_idx: begin every caption with the start_idx "
+                     "you are given.",
 }
 
 
@@ -256,7 +258,8 @@ def _beam(model, features, beam_width, max_len, start_idx=1, end_idx=2, null_idx
         hyps = [([], 0.0)]
         done = []
         for step in range(max_len):
-            inp = torch.tensor([[start_idx] + h for h, _ in hyps], dtype=torch.long)
+            first = 1 if bug == "start_ignored" else start_idx
+            inp = torch.tensor([[first] + h for h, _ in hyps], dtype=torch.long)
             lp = F.log_softmax(model(features[b:b + 1].expand(len(hyps), -1, -1), inp)[:, -1], -1)
             cands = []
             for i, (h, s) in enumerate(hyps):
@@ -282,7 +285,7 @@ def _beam(model, features, beam_width, max_len, start_idx=1, end_idx=2, null_idx
                 if len(done) >= beam_width:
                     break
             else:
-                for score, h in cands[:beam_width - len(done)]:
+                for score, h in cands[:beam_width - (0 if bug == "no_narrowing" else len(done))]:
                     if h[-1] == end_idx or step == max_len - 1:
                         done.append(finish(score, h))
                     else:
@@ -309,6 +312,10 @@ BEAM_BUGS = {  # each message names its own bug, and its advice is its own
                           "(3 words and <END> give L = 4).",
     "keep_k_live": "kept beam_width live hypotheses at every step: the beam narrows as hypotheses finish, keep the "
                    "best beam_width - finished candidates and stop when none is left alive.",
+    "no_narrowing": "the best beam_width candidates are kept at every step, whatever finished before: hypotheses "
+                    "finished at earlier steps count too, keep beam_width - (number finished so far).",
+    "start_ignored": "the hypotheses start from index 1, not from start_idx: begin each with the start_idx you are "
+                     "given.",
 }
 
 
@@ -418,6 +425,7 @@ class GreedyCase(Row):
     # the output the model's seed is chosen for: "varied" (captions end at different steps, one never does),
     # "ends" (the one caption ends, not before its third word), "all_early" (all end in the first half)
     want: str = "varied"
+    told_apart: tuple[str, ...] = ()  # known bugs (GREEDY_BUGS) whose output must differ from the right one
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -496,10 +504,12 @@ def _greedy_spec(c: GreedyCase, g: torch.Generator, ns: dict) -> CaseSpec:
     def ok(exp):
         pos = [row.index(c.end_idx) if c.end_idx in row else None for row in exp["tokens"].tolist()]
         if c.want == "all_early":
-            return all(p is not None and p < c.max_len // 2 for p in pos)
-        if c.want == "ends":
-            return pos[0] is not None and pos[0] >= 2
-        return sum(p is not None for p in pos) >= 2 and None in pos and len(set(pos)) >= 3
+            wanted = all(p is not None and p < c.max_len // 2 for p in pos)
+        elif c.want == "ends":
+            wanted = pos[0] is not None and pos[0] >= 2
+        else:
+            wanted = sum(p is not None for p in pos) >= 2 and None in pos and len(set(pos)) >= 3
+        return wanted and (not c.told_apart or set(c.told_apart) <= _distinct_bugs(spec, ns))
 
     return _seeded(spec, ns, ok)
 
@@ -522,15 +532,15 @@ def _beam_spec(c: BeamCase, g: torch.Generator, ns: dict) -> CaseSpec:
         greedy = _greedy_on(spec, ns)
         if not (toks == c.end_idx).any() or torch.equal(greedy, toks):
             return False
-        return not c.want or set(c.want) <= _distinct_beam_bugs(spec, ns)
+        return not c.want or set(c.want) <= _distinct_bugs(spec, ns)
 
     spec = _seeded(spec, ns, ok)
-    distinct = _distinct_beam_bugs(spec, ns)
+    distinct = _distinct_bugs(spec, ns)
     spec.variants = {k: v for k, v in spec.variants.items() if k in distinct}
     return spec
 
 
-def _distinct_beam_bugs(spec: CaseSpec, ns: dict) -> set[str]:
+def _distinct_bugs(spec: CaseSpec, ns: dict) -> set[str]:
     """The known bugs whose output on `spec` (at its current seed) differs from the correct one and from every
     other bug's: two bugs that give the same captions are both left out, since the check would name one for the
     other (e.g. each hypothesis' own best word told to count <END> in the length), and the hint speaks for them;
@@ -600,7 +610,7 @@ def cases(ns) -> list[CaseSpec]:
         GreedyCase(name="greedy/all_end_early", batch=3, regions=3, feature_dim=4, vocab=6, max_len=12,
                    want="all_early"),
         GreedyCase(name="greedy/other_special_tokens", batch=3, regions=2, feature_dim=6, vocab=9, max_len=8,
-                   start_idx=4, end_idx=7, null_idx=5),
+                   start_idx=4, end_idx=7, null_idx=5, told_apart=("start_ignored",)),
         GreedyCase(name="greedy/float64", batch=3, regions=4, feature_dim=5, vocab=7, max_len=6, dtype=torch.float64),
     ]]
 
@@ -613,7 +623,7 @@ def cases(ns) -> list[CaseSpec]:
         BeamCase(name="beam/batch_wide", batch=3, regions=3, feature_dim=5, vocab=8, beam_width=5, max_len=6,
                  length_penalty=1.0),
         BeamCase(name="beam/other_special_tokens", batch=2, regions=2, feature_dim=4, vocab=8, beam_width=2,
-                 max_len=6, start_idx=4, end_idx=6, null_idx=5),
+                 max_len=6, start_idx=4, end_idx=6, null_idx=5, want=("start_ignored",)),
     ]]
     # cases that separate the width rules and the length conventions (issue 14), from their own generator so
     # that the cases above keep their inputs: the beam narrows as hypotheses finish (not k live at every step),
@@ -621,10 +631,15 @@ def cases(ns) -> list[CaseSpec]:
     g_rules = torch.Generator().manual_seed(1414)
     out += [_beam_spec(c, g_rules, ns) for c in [
         BeamCase(name="beam/narrowing_beam", batch=3, regions=2, feature_dim=4, vocab=8, beam_width=4, max_len=6,
-                 length_penalty=1.0, want=("keep_k_live", "per_hypothesis_best")),
+                 length_penalty=1.0, want=("keep_k_live", "per_hypothesis_best", "no_narrowing")),
         BeamCase(name="beam/end_in_length", batch=3, regions=3, feature_dim=5, vocab=8, beam_width=3, max_len=7,
                  want=("length_without_end", "per_hypothesis_best")),
     ]]
+    # every layer's attention, hidden (the public case has two layers too), from its own generator
+    g_layers = torch.Generator().manual_seed(3031)
+    out += [_model_spec(ModelCase(name="captioner/attention_three_layers", batch=2, length=4, regions=6,
+                                  feature_dim=8, vocab=11, d_model=12, heads=3, layers=3, dim_feedforward=16,
+                                  attention=True), g_layers)]
     # the pipeline tasks' adapters (starter.pipeline), under the names their test cells show
     for fn, adapter in PIPELINE_ADAPTERS.items():
         ns[f"{adapter.__name__}({fn})"] = adapter(ns[fn])
@@ -924,7 +939,9 @@ SCHEDULE_BUGS = {
 
 def _step_bug(kind):
     def step(model, loss_fn, optimizer, features, captions, lr, grad_clip=1.0):
-        if kind != "lr_ignored" and kind != "lr_set_after_step":
+        if kind == "lr_first_group_only":
+            optimizer.param_groups[0]["lr"] = lr
+        elif kind != "lr_ignored" and kind != "lr_set_after_step":
             for g in optimizer.param_groups:
                 g["lr"] = lr
         model.train()
@@ -954,6 +971,8 @@ STEP_BUGS = {
     "lr_ignored": "the learning rate `lr` is not used: set group['lr'] = lr in every optimizer.param_groups entry.",
     "lr_set_after_step": "the learning rate is set after optimizer.step(), so each step uses the previous step's "
                          "rate: set it first.",
+    "lr_first_group_only": "the learning rate is set in the first parameter group only (this optimizer has two): "
+                           "set group['lr'] = lr for every group in optimizer.param_groups.",
 }
 
 
@@ -964,7 +983,7 @@ def _tokens_to_words(row, idx_to_word, kind):
             if kind == "end_kept":
                 words.append(idx_to_word[t])
             break
-        if t in (0, 1, 2):  # <NULL>, <START>, and <END> when the caption goes on after it
+        if t in (0, 1, 2) or (kind == "unk_dropped" and t == 3):  # <NULL>, <START>, <END> if the caption goes on
             continue
         words.append(idx_to_word[t])
     return " ".join(words)
@@ -1005,6 +1024,8 @@ EVALUATE_BUGS = {
     "exact_first_reference": "exact match compares with the first reference only: a caption matching any of the "
                              "image's references counts.",
     "exact_percent": "exact_match is a percentage: return the fraction (between 0 and 1).",
+    "unk_dropped": "<UNK> is left out of the captions: skip only <NULL> and <START> (the model did say a word, one "
+                   "the vocabulary does not have), and stop at <END>.",
 }
 
 
@@ -1082,6 +1103,7 @@ class EvaluateCase(Row):
     references: int  # per image
     batch_size: int
     words_after_end: bool = False  # the decoded rows go on with words after <END>
+    unknown_words: bool = False  # the decoded rows have <UNK> among their words
 
 
 ENCODE_WORDS = SPECIALS + ["a", "red", "circle", "left", "blue", "square", "of", "the"]
@@ -1160,7 +1182,9 @@ def _evaluate_spec(c: EvaluateCase, g: torch.Generator) -> CaseSpec:
     references = []
     for i in range(c.images):
         length = int(torch.randint(2, 6, (1,), generator=g))
-        drawn = torch.randint(4, len(words), (length,), generator=g)
+        drawn = torch.randint(3 if c.unknown_words else 4, len(words), (length,), generator=g)
+        if c.unknown_words and i % 2 == 0:
+            drawn[0] = 3  # <UNK> in every other caption, at least
         tokens[i, :length] = drawn
         tokens[i, length] = 2
         if c.words_after_end:
@@ -1272,6 +1296,13 @@ def pipeline_cases(ns) -> list[CaseSpec]:
         EvaluateCase(name="evaluate/words_after_end", images=6, references=3, batch_size=2, words_after_end=True),
         EvaluateCase(name="evaluate/one_batch", images=4, references=2, batch_size=10),
     ]]
+    # the parts of the spec the cases above do not reach (from their own generator, so that the cases above keep
+    # their inputs): an optimizer with two parameter groups, <UNK> in a generated caption
+    g_spec = torch.Generator().manual_seed(3030)
+    out += [_step_spec(StepCase(name="step/two_param_groups", optimizer="sgd_two_groups", lrs=[0.4, 0.1],
+                                grad_clip=1.0, lengths=[2, 4, 3]), g_spec)]
+    out += [_evaluate_spec(EvaluateCase(name="evaluate/unknown_words", images=6, references=2, batch_size=4,
+                                        unknown_words=True), g_spec)]
     return out
 
 
@@ -1354,7 +1385,9 @@ def _validation_bug(kind):
         ctx = torch.enable_grad() if kind == "grad_enabled" else torch.no_grad()
         with ctx:
             losses = [loss_fn(model, f, c).item() for f, c in batches]
-        if kind not in ("mode_not_restored",):
+        if kind == "train_after":
+            model.train()
+        elif kind != "mode_not_restored":
             model.train(was)
         if kind == "summed":
             return sum(losses)
@@ -1372,6 +1405,8 @@ VALIDATION_BUGS = {
     "grad_enabled": "the validation loss is computed with gradients on: wrap it in torch.no_grad().",
     "mode_not_restored": "the model stays in eval mode afterwards, so training would go on without dropout: "
                          "restore model.train(was_training).",
+    "train_after": "the model is put in train mode afterwards, though it came in eval mode: restore the mode it "
+                   "came in with, model.train(was_training).",
     "summed": "the batches' losses are summed: return their mean.",
     "last_batch": "only the last batch's loss is returned: average over all the batches.",
     "weighted_by_size": "the mean is weighted by batch size: each batch counts once (the mean of the batches' "
@@ -1383,6 +1418,7 @@ VALIDATION_BUGS = {
 class ValidationCase(Row):
     """validation_loss(model, loss_fn, batches) on the toy model, over batches of these sizes."""
     sizes: list[int]
+    handed_over_training: bool = True  # the mode the model is in when validation_loss gets it
 
 
 def validation_cases(ns) -> list[CaseSpec]:
@@ -1392,13 +1428,15 @@ def validation_cases(ns) -> list[CaseSpec]:
         ValidationCase(name="validation/basic", sizes=[2, 2, 2], public=True),
         ValidationCase(name="validation/uneven_batches", sizes=[3, 1, 2]),
         ValidationCase(name="validation/one_batch", sizes=[3]),
+        ValidationCase(name="validation/handed_over_in_eval_mode", sizes=[2, 3], handed_over_training=False),
     ]:
         out.append(CaseSpec(
             name=c.name, target="with_batches(validation_loss)", kind="module", init=_toy(9, 4, hidden=8, max_len=16),
-            args=["features", "captions"], const_kwargs={"sizes": c.sizes},
+            args=["features", "captions"],
+            const_kwargs={"sizes": c.sizes, **({} if c.handed_over_training else {"handed_over_training": False})},
             inputs=_toy_batch(_random_lengths(sum(c.sizes), g), g), outputs=["loss_and_modes"], atol=1e-5,
             variants=_variants(VALIDATION_BUGS, _validation_bug, with_batches), public=c.public,
-            hint="[loss, share of calls in train mode, share with gradients, back in train mode]: "
+            hint="[loss, share of calls in train mode, share with gradients, in train mode afterwards]: "
                  "model.eval(); torch.no_grad(); mean of the batches' losses; model.train(was)."))
     return out
 

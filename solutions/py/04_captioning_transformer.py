@@ -524,6 +524,7 @@ from starter.checks import check
 check("captioner/attention", with_attention(CaptioningTransformer))
 ### BEGIN HIDDEN TESTS
 check("captioner/attention_one_layer", with_attention(CaptioningTransformer))
+check("captioner/attention_three_layers", with_attention(CaptioningTransformer))
 ### END HIDDEN TESTS
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_10", "locked": true, "schema_version": 3, "solution": false, "task": false}
@@ -736,6 +737,7 @@ check("step/sgd", with_optimizer(train_step))
 check("step/sgd_clipped", with_optimizer(train_step))
 check("step/no_clipping", with_optimizer(train_step))
 check("step/adamw_changing_lr", with_optimizer(train_step))
+check("step/two_param_groups", with_optimizer(train_step))
 ### END HIDDEN TESTS
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_val_1", "locked": true, "schema_version": 3, "solution": false, "task": false}
@@ -770,6 +772,7 @@ check("validation/basic", with_batches(validation_loss))
 ### BEGIN HIDDEN TESTS
 check("validation/uneven_batches", with_batches(validation_loss))
 check("validation/one_batch", with_batches(validation_loss))
+check("validation/handed_over_in_eval_mode", with_batches(validation_loss))
 ### END HIDDEN TESTS
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_fit_1", "locked": true, "schema_version": 3, "solution": false, "task": false}
@@ -1046,6 +1049,7 @@ check("evaluate/uneven_batches", with_split(evaluate_captions))
 check("evaluate/many_references", with_split(evaluate_captions))
 check("evaluate/words_after_end", with_split(evaluate_captions))
 check("evaluate/one_batch", with_split(evaluate_captions))
+check("evaluate/unknown_words", with_split(evaluate_captions))
 ### END HIDDEN TESTS
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_eval_2", "locked": true, "schema_version": 3, "solution": false, "task": false}
