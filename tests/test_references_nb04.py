@@ -763,3 +763,45 @@ def test_each_part_of_the_spec_is_seen_by_a_hidden_case(bug):
             failed[name] = str(failure)
     assert failed.keys() & hidden, f"{bug}: no hidden case fails, so no point is lost ({sorted(failed)} fail)"
     assert all(words in failed[n] and "\n" not in failed[n] for n in failed.keys() & hidden), failed
+
+
+# Bugs that give the same captions as a known bug on some case, though their cause is another: what the check
+# says of them must be true of them, so the decoding messages say what the captions are like and what to check
+# ("the captions are those a beam search gives when ..."), never that a given line is wrong.
+UNNAMED_LOOKALIKES = {
+    "greedy decoding that reads a fixed position": ("greedy_decode", [
+        ("model(features, words)[:, -1]", "model(features, words)[:, min(t, 1)]")]),
+    "beam search that adds probabilities": ("beam_search", [
+        ("candidates = (scores[:, None] + log_probs).flatten()",
+         "candidates = (scores[:, None].exp() + log_probs.exp()).log().flatten()")]),
+    "beam search that multiplies by the length penalty": ("beam_search", [
+        ("top[j].item() / (step + 1) ** length_penalty", "top[j].item() * (step + 1) ** length_penalty")]),
+}
+OBSERVED = ("the captions are", "every caption repeats", "differs from the reference")
+
+
+@pytest.mark.parametrize("bug", sorted(UNNAMED_LOOKALIKES))
+def test_a_bug_that_looks_like_another_is_told_what_was_seen(bug):
+    from conftest import case_names, case_names_in, mutated_namespace
+    grade_id, edits = UNNAMED_LOOKALIKES[bug]
+    ns = mutated_namespace(STEM, {grade_id: edits})
+    hidden = set(case_names_in(nbs.HIDDEN_REFERENCES / f"{STEM}.h5"))
+    failed = {}
+    for name in case_names(STEM):
+        target = load_case(name).target
+        if grade_id in target and not name.startswith("trained/"):
+            try:
+                check(name, _answer(ns, target))
+            except CheckFailed as failure:
+                failed[name] = str(failure)
+    assert failed.keys() & hidden, f"{bug}: no hidden case fails ({sorted(failed)} fail)"
+    for message in failed.values():
+        assert any(words in message for words in OBSERVED), f"{bug} is told a cause, not what was seen: {message}"
+
+
+def test_decoding_messages_say_what_was_seen():
+    """Every message of a decoding bug whose captions another mistake can give describes the captions."""
+    from grading.cases.nb04 import BEAM_BUGS, GREEDY_BUGS
+    feed = ["start_only", "start_only_raw", "no_feedback", "last_token_only", "first_position", "start_ignored"]
+    for message in [*BEAM_BUGS.values(), *(GREEDY_BUGS[k] for k in feed)]:
+        assert any(words in message for words in OBSERVED[:2]), message

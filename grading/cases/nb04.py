@@ -217,20 +217,25 @@ def _greedy(model, features, max_len, start_idx=1, end_idx=2, null_idx=0, *, bug
 
 
 GREEDY_BUGS = {
-    "start_only": "the model's own words are not fed back (it sees only <START> at every step): append each chosen "
-                  "word to the input before the next step.",
-    "start_only_raw": "the model's own words are not fed back (it sees only <START> at every step): append each "
-                      "chosen word to the input before the next step (and stop each caption at <END>).",
-    "no_feedback": "the model's own words are not fed back: append each chosen word to the input before the next step.",
-    "last_token_only": "only the last word is fed to the model: pass the whole prefix (<START> and every word so "
-                       "far) and read the logits of its last position.",
-    "first_position": "the next word is read from the first position's logits: use the last position, "
-                      "logits[:, -1].",
+    # the first four describe what the captions look like: other bugs (e.g. reading a fixed position) can give
+    # the same captions, so the message says what was seen and what to check, not which line is wrong
+    "start_only": "every caption repeats one word, the captions a decoder gives when the model sees only <START> "
+                  "at every step: check that each chosen word is appended to the input and that the next word is "
+                  "read from the last position (and each caption stopped at <END>).",
+    "start_only_raw": "every caption repeats one word, even past <END>, the captions a decoder gives when the "
+                      "model sees only <START> at every step: check that each chosen word is appended to the input, "
+                      "that the next word is read from the last position, and that each caption stops at <END>.",
+    "no_feedback": "the captions are those a decoder gives when the model's input is <START> repeated, never the "
+                   "words it chose: check that each chosen word is appended to the input before the next step.",
+    "last_token_only": "the captions are those a decoder gives when the model sees only the last word: pass the "
+                       "whole prefix (<START> and every word so far) and read the logits of its last position.",
+    "first_position": "the captions are those a decoder gives when the next word is read from the first "
+                      "position's logits: use the last position, logits[:, -1].",
     "no_null_after_end": "words after <END> must be null_idx: once a caption has produced <END> it is finished.",
     "end_dropped": "the <END> token is missing from the output: keep it, then null_idx after it.",
     "includes_start": "the output starts with <START>: return the generated words only (max_len of them).",
-    "start_ignored": "the captions start from index 1, not from start_idx: begin every caption with the start_idx "
-                     "you are given.",
+    "start_ignored": "the captions are those a decoder gives when it starts from index 1, not from start_idx: "
+                     "check that every caption begins with the start_idx you are given.",
 }
 
 
@@ -297,25 +302,31 @@ def _beam(model, features, beam_width, max_len, start_idx=1, end_idx=2, null_idx
     return out
 
 
-BEAM_BUGS = {  # each message names its own bug, and its advice is its own
-    "greedy": "that is the greedy caption, as if only the best hypothesis were followed: with beam_width > 1 "
-              "several hypotheses stay alive, each extended by every word, and the best finished one is chosen by "
-              "its normalised score.",
-    "per_hypothesis_best": "each hypothesis is extended by its own best word only (beam_width greedy captions side "
-                           "by side): rank every hypothesis x word candidate together, so one hypothesis may give "
-                           "two of the kept candidates and another none.",
-    "no_accumulation": "hypothesis scores don't accumulate: a candidate's score is its hypothesis' score + the "
-                       "word's log-probability.",
-    "raw_final": "finished hypotheses compared by their raw sum of log-probabilities, with no length "
-                 "normalisation: divide each finished score by length ** length_penalty.",
-    "length_without_end": "the length in the length penalty leaves out <END>: L counts the <END> token too "
-                          "(3 words and <END> give L = 4).",
-    "keep_k_live": "kept beam_width live hypotheses at every step: the beam narrows as hypotheses finish, keep the "
-                   "best beam_width - finished candidates and stop when none is left alive.",
-    "no_narrowing": "the best beam_width candidates are kept at every step, whatever finished before: hypotheses "
-                    "finished at earlier steps count too, keep beam_width - (number finished so far).",
-    "start_ignored": "the hypotheses start from index 1, not from start_idx: begin each with the start_idx you are "
-                     "given.",
+BEAM_BUGS = {  # each names its own bug and advice; as other mistakes can give the same captions, each says
+    # what the captions are like ("those a beam search gives when ...") and what to check, not which line is wrong
+    "greedy": "the captions are the greedy ones (the best word at every step), not those a beam search of this "
+              "width finds here; several mistakes give them: check that several hypotheses stay alive, each "
+              "extended by every word, that their scores add log-probabilities, and that finished ones are "
+              "compared by their score over L ** length_penalty.",
+    "per_hypothesis_best": "the captions are those a beam search gives when each hypothesis is extended by its own "
+                           "best word only (beam_width greedy captions side by side): check that every hypothesis x "
+                           "word candidate is ranked together, so one hypothesis may give two of the kept "
+                           "candidates and another none.",
+    "no_accumulation": "the captions are those a beam search gives when hypothesis scores don't accumulate: check "
+                       "that a candidate's score is its hypothesis' score + the word's log-probability.",
+    "raw_final": "the captions are those a beam search gives when finished hypotheses are compared by their raw sum "
+                 "of log-probabilities, with no length normalisation: check that you divide each finished score by "
+                 "length ** length_penalty.",
+    "length_without_end": "the captions are those a beam search gives when the length in the length penalty leaves "
+                          "out <END>: check that L counts the <END> token too (3 words and <END> give L = 4).",
+    "keep_k_live": "the captions are those a beam search gives that keeps beam_width live hypotheses at every step: "
+                   "check that the beam narrows as hypotheses finish (the best beam_width - finished candidates) and "
+                   "stops when none is left alive.",
+    "no_narrowing": "the captions are those a beam search gives that keeps the best beam_width candidates at every "
+                    "step, whatever finished before: check that hypotheses finished at earlier steps count too "
+                    "(keep beam_width - number finished so far).",
+    "start_ignored": "the captions are those a beam search gives when hypotheses start from index 1, not from "
+                     "start_idx: check that each begins with the start_idx you are given.",
 }
 
 
