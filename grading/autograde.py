@@ -10,7 +10,10 @@
 
 Layout of SUBMISSIONS (a folder, or a zip of one): one folder per student, holding that student's
 notebooks (any depth; names such as `01_scaled_dot_product_attention (1).ipynb` are recognised by
-their number). Original files are only read, never moved or changed.
+their number), as an LMS exports it: any folder name (Moodle's `First Last_<id>_assignsubmission_file_`
+gives the name and the participant id), or Canvas's flat `lastfirst_<id>_<submission>_<file>` files.
+Each student is graded under a safe id (`intake.student_id`); the reports show the name as given.
+Original files are only read, never moved or changed.
 """
 from __future__ import annotations
 

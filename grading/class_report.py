@@ -87,8 +87,20 @@ def _records(out: Path) -> dict[str, dict[str, dict]]:
 
 def _grades(out: Path) -> tuple[dict[str, float], list[dict]]:
     rows = read_csv(out / "grades.csv")  # undoes the quote that keeps a spreadsheet from running a cell
-    maxima = {k: float(v) for k, v in rows[0].items() if k not in ("student", "status", "review", "notes") and v}
+    text = ("student", "lms_id", "id", "status", "review", "notes")
+    maxima = {k: float(v) for k, v in rows[0].items() if k not in text and v}
     return maxima, rows[1:]
+
+
+def _labels(students: list[dict]) -> dict[str, str]:
+    """How the report names each student (by id): the name as the export gave it, with the LMS id where it
+    gave one; with the id too where two students would read the same."""
+    shown = {}
+    for s in students:
+        name = s.get("name") or s["student"]
+        shown[s["student"]] = f"{name} ({s['lms_id']})" if s.get("lms_id") else name
+    twice = Counter(shown.values())
+    return {k: v if twice[v] == 1 else f"{v} [{k}]" for k, v in shown.items()}
 
 
 def _explain(message: str) -> str:
@@ -102,9 +114,11 @@ def build(out: Path, anonymise: bool = False) -> dict:
     maxima, rows = _grades(out)
     records = _records(out)
     students = sorted(s["student"] for s in report["students"])
-    alias = {s: (f"student {i + 1:0{len(str(len(students)))}d}" if anonymise else s) for i, s in enumerate(students)}
+    label = _labels(report["students"])
+    alias = {s: (f"student {i + 1:0{len(str(len(students)))}d}" if anonymise else label[s])
+             for i, s in enumerate(students)}
     by_student = {s["student"]: s for s in report["students"]}
-    row_of = {r["student"]: r for r in rows}
+    row_of = {r.get("id") or r["student"]: r for r in rows}
     stems = [p.stem for p in notebooks.solution_notebooks()]
     graded = [s for s in students if by_student[s]["status"] == "graded"]
 
@@ -385,5 +399,5 @@ def write(out: Path, anonymise: bool = False) -> tuple[Path, Path]:
     data["change"] = change(data, before)
     current.write_text(json.dumps(data, indent=1))
     page = out / "class_report.html"
-    page.write_text(render(data))
+    page.write_text(render(data), encoding="utf-8")
     return current, page

@@ -6,15 +6,22 @@ that one student (with the reason), and the rest of the class goes on; so does a
 reading or rebuilding one student's files (`stage_student`). Each notebook is rebuilt on the release
 (`grading/submission.py`), malformed details (metadata of the wrong JSON type) read as absent.
 Submissions are only read.
+
+Students are found as an LMS export lays them out (`handins`): a folder per student (any name: Moodle's
+`First Last_<id>_assignsubmission_file_` gives the name and the participant id), or the flat files of
+Canvas (`lastfirst_<id>_<submission>_<file>`) or of Moodle without folders. Each is graded under an id
+that is safe as a folder and gradebook name (`student_id`); the reports show the name as given.
 """
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import re
 import shutil
 import stat
 import tempfile
+import unicodedata
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,18 +33,112 @@ from .notebooks import ASSIGNMENT
 from .submission import read_any, rebuild
 
 STUDENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}$")
+HASHED = re.compile(r"-[0-9a-f]{10}$")  # how an id made by `student_id` ends
 JUNK = {"__MACOSX", ".ipynb_checkpoints", ".DS_Store"}
 MAX_ZIP_BYTES = 2 * 1024**3
 
 
 @dataclass
 class StudentResult:
-    student: str
+    student: str  # the id graded under (`student_id`); a refused name as it was given
     notebooks: dict[str, str] = field(default_factory=dict)  # notebook stem -> file graded
     notes: list[str] = field(default_factory=list)  # what was wrong with the submission, per file
     flags: list[str] = field(default_factory=list)  # for manual review (suspected tampering)
     status: str = "pending"  # graded | failed | no notebooks
     seconds: float = 0.0
+    name: str = ""  # the student's name as the export gives it (the id if empty)
+    lms_id: str = ""  # the LMS's participant id, where the export gives one
+
+
+# --------------------------------------------------------------------------------------------------
+# Who a student is: the name an export gives, and the id graded under
+
+def unusable_name(name: str) -> str | None:
+    """Why `name` cannot be a student's folder (None if it can)."""
+    if name in ("", ".", ".."):
+        return f"{name!r} cannot be a folder's name"
+    if "/" in name or "\0" in name:
+        return "a name holding a slash or a NUL cannot be a folder's name"
+    if re.search(r"[\x00-\x1f\x7f]", name):
+        return "a name holding a control character (a newline, a tab, ...)"
+    return None
+
+
+def student_id(name: str) -> str:
+    """The id a student named `name` is graded under (the gradebook's id, the feedback folder's name): the
+    name itself if it is one already, else a lowercase ASCII slug of it and a hash of the exact name, so that
+    two names never share an id (an id made here ends in the hash; a name so ending is hashed too)."""
+    if STUDENT_ID.match(name) and not HASHED.search(name):
+        return name
+    ascii_name = unicodedata.normalize("NFKD", name).encode("ascii", "ignore").decode().lower()
+    slug = re.sub(r"[^a-z0-9]+", "-", ascii_name).strip("-")[:40].strip("-") or "student"
+    digest = hashlib.sha256(name.encode("utf-8", "surrogateescape")).hexdigest()[:10]
+    return f"{slug}-{digest}"
+
+
+def shown(name: str) -> str:
+    """`name` as text a report can hold (a folder name that is not UTF-8 has its bad bytes replaced)."""
+    return name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
+MOODLE_FOLDER = re.compile(r"(?P<name>.+)_(?P<lms_id>\d+)_assignsubmission_[a-z]+_", re.S)
+MOODLE_FILE = re.compile(r"(?P<name>.+?)_(?P<lms_id>\d+)_assignsubmission_[a-z]+_(?P<file>.+)", re.S)
+CANVAS_FILE = re.compile(r"(?P<name>[^_]+)_(?:(?P<late>late)_)?(?P<lms_id>\d+)_\d+_(?P<file>.+)", re.S | re.I)
+
+
+@dataclass
+class Handin:
+    """One student's part of a class folder: their folders and loose files, under their name as given."""
+    name: str
+    lms_id: str = ""
+    folders: list[Path] = field(default_factory=list)
+    files: list[tuple[Path, str]] = field(default_factory=list)  # a loose file, and the name it was handed in as
+    entries: list[str] = field(default_factory=list)  # the class folder's names of those (zip members refused too)
+    late: bool = False
+
+    @property
+    def key(self) -> str:
+        """The exact text the student's id is made from: one per student of the export."""
+        return f"{self.name}_{self.lms_id}" if self.lms_id else self.name
+
+
+def lms_entry(entry: str, folder: bool) -> tuple[str, str, str, bool] | None:
+    """Whose an entry of the class folder is: (name, LMS id, file name handed in, late), None for a loose file.
+    A Moodle folder `First Last_<id>_assignsubmission_file_` is First Last's; any other folder is the
+    student of that name; a file of a flat export, Canvas's `lastfirst_<id>_<submission>_<file>` (late:
+    `lastfirst_LATE_<id>_...`) or Moodle's `First Last_<id>_assignsubmission_file_<file>`, its student's."""
+    if folder:
+        m = MOODLE_FOLDER.fullmatch(entry)
+        return (m["name"], m["lms_id"], "", False) if m else (entry, "", "", False)
+    m = MOODLE_FILE.fullmatch(entry) or CANVAS_FILE.fullmatch(entry)
+    return (m["name"], m["lms_id"], m["file"], bool(m.groupdict().get("late"))) if m else None
+
+
+def handins(folder: Path, refused: dict[str, bool]) -> tuple[list[Handin], list[str]]:
+    """The students of a class folder as its export lays them out, and the loose files (nobody's).
+    `refused`: top-level entries the zip held but did not unpack (name -> whether it was a folder)."""
+    found: dict[str, Handin] = {}
+    loose = []
+    entries = {p.name: p for p in folder.iterdir() if p.name not in JUNK}
+    for entry in sorted(set(entries) | set(refused)):
+        path = entries.get(entry)
+        is_folder = refused[entry] if path is None else (path.is_dir() or path.is_symlink() and not path.is_file())
+        owner = lms_entry(entry, is_folder)
+        if owner is None:
+            if path is not None:
+                loose.append(entry)
+            continue
+        name, lms_id, handed_in, late = owner
+        handin = Handin(name, lms_id)
+        handin = found.setdefault(handin.key, handin)
+        handin.entries.append(entry)
+        handin.late |= late
+        if path is not None:
+            if is_folder:
+                handin.folders.append(path)
+            else:
+                handin.files.append((path, handed_in))
+    return list(found.values()), loose
 
 
 # --------------------------------------------------------------------------------------------------
@@ -110,13 +211,21 @@ def _extract(zf: zipfile.ZipFile, info: zipfile.ZipInfo, target: Path) -> None:
 
 
 def submission_root(folder: Path) -> Path:
-    """Descend through wrapper folders (e.g. a zip of `submissions/`) to the folder of students."""
+    """Descend through wrapper folders (e.g. a zip of `submissions/`) to the folder of students: one that
+    holds no notebook, or only the files of a flat export (Canvas's, a class in one folder)."""
     while True:
         entries = [p for p in folder.iterdir() if p.name not in JUNK]
-        if len(entries) == 1 and entries[0].is_dir() and not any(entries[0].glob("*.ipynb")):
+        if len(entries) == 1 and entries[0].is_dir() and not entries[0].is_symlink() and (
+                not any(entries[0].glob("*.ipynb")) or _flat_export(entries[0])):
             folder = entries[0]
         else:
             return folder
+
+
+def _flat_export(folder: Path) -> bool:
+    """Whether every file in `folder` is named as a flat export names a student's file."""
+    files = [p.name for p in folder.iterdir() if p.is_file() and p.name not in JUNK]
+    return bool(files) and all(lms_entry(name, folder=False) for name in files)
 
 
 def notebook_for(filename: str, known: dict[str, str]) -> str | None:
@@ -136,47 +245,64 @@ def read_submission(path: Path, repairs: list[str] | None = None):
         return None, f"corrupt notebook ({problem(exc)[:160]})"
 
 
-def _files(folder: Path, result: StudentResult) -> list[Path]:
-    """The regular files under `folder`; symbolic links are noted and never followed (a link could
-    point at the instructor's solution or at another student's work)."""
+def _files(folder: Path, result: StudentResult, prefix: Path = Path()) -> list[tuple[Path, Path]]:
+    """The regular files under `folder`, each with its name in the student's hand-in (`prefix`/its path in
+    `folder`); symbolic links are noted and never followed (a link could point at the instructor's
+    solution or at another student's work)."""
     found = []
     for dirpath, dirnames, filenames in os.walk(folder, followlinks=False):
         for name in sorted(dirnames + filenames):
             path = Path(dirpath) / name
             if path.is_symlink():
-                result.notes.append(f"{path.relative_to(folder)}: ignored (a symbolic link)")
+                result.notes.append(f"{prefix / path.relative_to(folder)}: ignored (a symbolic link)")
             elif name in filenames and path.is_file():
-                found.append(path)
+                found.append((path, prefix / path.relative_to(folder)))
     return sorted(found)
 
 
-def collect(student_dir: Path, known: dict[str, str], result: StudentResult, dest: Path) -> None:
+def handed_in(handin: Handin, result: StudentResult) -> list[tuple[Path, Path]]:
+    """Every regular file of a student's hand-in, with the name it is reported under: its path in the
+    student's folder (behind the folder's name when the student has several, as Moodle's file and online
+    text), or the name a flat export's file was handed in as."""
+    found = []
+    for folder in handin.folders:
+        found += _files(folder, result, Path(folder.name) if len(handin.folders) > 1 else Path())
+    taken = {str(rel) for _, rel in found}
+    for path, name in sorted(handin.files):
+        rel = Path(name if name not in taken else path.name)  # the export's own name if two were handed in alike
+        taken.add(str(rel))
+        if path.is_symlink():
+            result.notes.append(f"{rel}: ignored (a symbolic link)")
+        elif path.is_file():
+            found.append((path, rel))
+    return found
+
+
+def collect(handin: Handin, known: dict[str, str], result: StudentResult, dest: Path) -> None:
     """Copy the student's gradable notebooks to `dest/<notebook>.ipynb`; note every other file."""
-    candidates: dict[str, list[Path]] = {}
-    checkpoints: list[Path] = []
-    for path in _files(student_dir, result):
-        rel = path.relative_to(student_dir)
+    candidates: dict[str, list[tuple[Path, Path]]] = {}
+    checkpoints: list[tuple[Path, Path]] = []
+    for path, rel in handed_in(handin, result):
         if any(part in JUNK for part in rel.parts):
             continue
-        if path.name == Path(notebooks.CHECKPOINT_04).name:
-            checkpoints.append(path)
+        if rel.name == Path(notebooks.CHECKPOINT_04).name:
+            checkpoints.append((path, rel))
             continue
         if path.suffix != ".ipynb":
             result.notes.append(f"{rel}: ignored (not a notebook)")
             continue
-        stem = notebook_for(path.name, known)
+        stem = notebook_for(rel.name, known)
         if stem is None:
             result.notes.append(f"{rel}: ignored (not one of the assignment's notebooks)")
             continue
-        candidates.setdefault(stem, []).append(path)
+        candidates.setdefault(stem, []).append((path, rel))
     dest.mkdir(parents=True, exist_ok=True)
-    for stem, paths in candidates.items():
+    for stem, copies in candidates.items():
         # prefer the exact name, then the most recently modified copy
-        paths.sort(key=lambda p: (p.stem == stem, p.stat().st_mtime), reverse=True)
-        for extra in paths[1:]:
-            result.notes.append(f"{extra.relative_to(student_dir)}: ignored (another copy of {stem} was graded)")
-        chosen = paths[0]
-        rel = chosen.relative_to(student_dir)
+        copies.sort(key=lambda c: (c[1].stem == stem, c[0].stat().st_mtime), reverse=True)
+        for _, extra in copies[1:]:
+            result.notes.append(f"{extra}: ignored (another copy of {stem} was graded)")
+        chosen, rel = copies[0]
         repairs: list[str] = []
         nb, unreadable = read_submission(chosen, repairs)
         if unreadable:
@@ -189,22 +315,22 @@ def collect(student_dir: Path, known: dict[str, str], result: StudentResult, des
             raise Refused(f"{rel}: could not be rebuilt on the release ({problem(exc)})") from exc
         result.notes += [f"{rel}: {note}" for note in repairs + rebuilt.notes]
         result.notebooks[stem] = str(rel)
-    _keep_checkpoint(checkpoints, student_dir, result, dest)
+    _keep_checkpoint(checkpoints, result, dest)
 
 
 class Refused(Exception):
     """One student's files cannot be taken in: the message names the file and the problem, on one line."""
 
 
-def _keep_checkpoint(found: list[Path], student_dir: Path, result: StudentResult, dest: Path) -> None:
+def _keep_checkpoint(found: list[tuple[Path, Path]], result: StudentResult, dest: Path) -> None:
     """Notebook 04's trained model goes to `dest`/runs/ (its test_trained_model loads it there): the copy in
     a runs/ folder if there is one, else the newest; one over MAX_HANDED_IN bytes is noted and left out."""
     if not found:
         return
-    found.sort(key=lambda p: (p.parent.name == "runs", p.stat().st_mtime), reverse=True)
-    chosen, rel = found[0], found[0].relative_to(student_dir)
-    for extra in found[1:]:
-        result.notes.append(f"{extra.relative_to(student_dir)}: ignored (another copy of the trained model was kept)")
+    found.sort(key=lambda c: (c[1].parent.name == "runs", c[0].stat().st_mtime), reverse=True)
+    chosen, rel = found[0]
+    for _, extra in found[1:]:
+        result.notes.append(f"{extra}: ignored (another copy of the trained model was kept)")
     size = chosen.stat().st_size
     if size > notebooks.MAX_HANDED_IN:
         result.notes.append(f"{rel}: not kept ({size / 2**20:.0f} MB, over {notebooks.MAX_HANDED_IN / 2**20:.0f} MB)")
@@ -214,80 +340,93 @@ def _keep_checkpoint(found: list[Path], student_dir: Path, result: StudentResult
     shutil.copyfile(chosen, target)
 
 
-def stage_student(root: Path, student_dir: Path, known: dict[str, str]) -> StudentResult:
-    """Copy one student's gradable notebooks into the course's submitted/ folder."""
-    result = StudentResult(student=student_dir.name)
+def stage_student(root: Path, handin: Handin, known: dict[str, str], student: str) -> StudentResult:
+    """Copy one student's gradable notebooks into the course's submitted/`student` folder."""
+    result = StudentResult(student=student, name=shown(handin.name), lms_id=handin.lms_id)
+    if handin.late:
+        result.notes.append("handed in late (the export marks it LATE)")
     submitted = root / "submitted" / result.student / ASSIGNMENT
     try:
         if submitted.exists():
             shutil.rmtree(submitted)
-        collect(student_dir, known, result, submitted)
+        collect(handin, known, result, submitted)
     except Exception as exc:  # this student's files, whatever is wrong with them, never stop the class
-        why = str(exc) if isinstance(exc, Refused) else _where(exc, student_dir)
+        why = str(exc) if isinstance(exc, Refused) else _where(exc, handin)
         shutil.rmtree(submitted, ignore_errors=True)  # nothing half-staged is graded
         with contextlib.suppress(OSError):
             submitted.parent.rmdir()  # the student's folder, if nothing else is in it
-        return StudentResult(student=result.student, status="failed", notes=result.notes + [f"refused: {why}"])
+        return StudentResult(student=result.student, status="failed", notes=result.notes + [f"refused: {why}"],
+                             name=result.name, lms_id=result.lms_id)
     if not result.notebooks:
         result.status = "no notebooks"
         result.notes.append("no notebook of this assignment in the folder: nothing to grade (0)")
     return result
 
 
-def _where(exc: BaseException, student_dir: Path) -> str:
-    """`file: problem` for an error met while reading a student's folder (the folder if no file is named)."""
+def _where(exc: BaseException, handin: Handin) -> str:
+    """`file: problem` for an error met while reading a student's files (the folder if no file is named)."""
     name = getattr(exc, "filename", None)
-    try:
-        rel = Path(name).relative_to(student_dir) if name else None
-    except (TypeError, ValueError):
-        rel = None
+    rel = None
+    for folder in handin.folders if isinstance(name, (str, os.PathLike)) else []:
+        if Path(name).is_relative_to(folder):
+            rel = Path(name).relative_to(folder)
+            rel = Path(folder.name) / rel if len(handin.folders) > 1 else rel
+    rel = next((handed for path, handed in handin.files if str(path) == str(name)), rel)
     return f"{rel if rel is not None else 'folder'}: {problem(exc)}"
 
 
-def _student_of(member: str, wrapper: tuple[str, ...]) -> str | None:
-    """The student folder a zip member belongs to, given the wrapper folders above the students' folders."""
+def _entry_of(member: str, wrapper: tuple[str, ...]) -> tuple[str, bool] | None:
+    """The class folder's entry a zip member is or lies in (given the wrapper folders above the students'),
+    and whether that entry is a folder; None for a member outside it."""
     parts = Path(member).parts
     depth = len(wrapper)
-    if len(parts) <= depth + 1 or parts[:depth] != wrapper or parts[depth] in ("..", "/"):
+    if len(parts) <= depth or parts[:depth] != wrapper or parts[depth] in ("..", "/"):
         return None
-    return parts[depth]
+    return parts[depth], len(parts) > depth + 1 or member.endswith("/")
 
 
 def intake(submissions: Path, root: Path, students: list[str] | None = None) -> tuple[list[StudentResult], list[str]]:
     """Stage every student of `submissions` (a folder or a zip) into `root`/submitted; one result per
-    student (refused ones marked failed, with the reason), and the files that belong to no student."""
+    student (refused ones marked failed, with the reason), and the files that belong to no student.
+    `students`: only those (by name as given, by id, or by the name of their folder or file)."""
     known = {p.name[:2]: p.stem for p in notebooks.solution_notebooks()}
     results: list[StudentResult] = []
     with tempfile.TemporaryDirectory(prefix="submissions-") as tmp:
         unpacked, refused = unpack(Path(submissions), Path(tmp))
         folder = submission_root(unpacked)
         wrapper = folder.relative_to(unpacked).parts
-        refused_of: dict[str, list[str]] = {}
-        loose = [p.name for p in folder.iterdir() if p.is_file() and p.name not in JUNK]
+        refused_of: dict[str, list[tuple[str, str]]] = {}  # entry of the class folder -> (member refused, why)
+        refused_entries: dict[str, bool] = {}
+        loose: list[str] = []
         for name, why in refused:
-            student = _student_of(name, wrapper)
-            if student is None:
+            entry = _entry_of(name, wrapper)
+            if entry is None:
                 loose.append(f"{name} (refused: {why})")
             else:
-                refused_of.setdefault(student, []).append(f"{name}: {why}")
-        for student_dir in sorted(p for p in folder.iterdir() if p.name not in JUNK and not p.is_file()):
-            if students and student_dir.name not in students:
+                refused_of.setdefault(entry[0], []).append((name, why))
+                refused_entries[entry[0]] = refused_entries.get(entry[0], False) or entry[1]
+        found, loose_files = handins(folder, refused_entries)
+        loose += loose_files
+        owned = {e for h in found for e in h.entries}
+        loose += [f"{name} (refused: {why})" for e, members in refused_of.items() if e not in owned
+                  for name, why in members]
+        ids: dict[str, str] = {}  # id -> the key of the student graded under it
+        for handin in sorted(found, key=lambda h: h.key):
+            why = unusable_name(handin.name)
+            student = handin.key if why else student_id(handin.key)
+            if students and not {handin.key, handin.name, student, *handin.entries} & set(students):
                 continue
-            if student_dir.is_symlink() or not STUDENT_ID.match(student_dir.name):
-                why = "a symbolic link, not a folder" if student_dir.is_symlink() else "not a usable student id"
-                results.append(StudentResult(student=student_dir.name, status="failed", notes=[f"folder: {why}"]))
+            if why is None and any(f.is_symlink() for f in handin.folders):
+                why = "a symbolic link, not a folder"
+            if why is None and ids.setdefault(student, handin.key) != handin.key:
+                why = f"its id {student} is another student's"  # (a hash collision: never seen)
+            bad = [problem for entry in handin.entries for problem in refused_of.get(entry, [])]
+            if why or bad:
+                note = f"refused: {why}" if why else "refused: the zip holds " + "; ".join(f"{n}: {w}" for n, w in bad[:3])
+                results.append(StudentResult(student=student, status="failed", notes=[note],
+                                             name=shown(handin.name), lms_id=handin.lms_id))
                 continue
-            bad = refused_of.get(student_dir.name)
-            if bad:
-                results.append(StudentResult(student=student_dir.name, status="failed",
-                                             notes=["refused: the zip holds " + "; ".join(bad[:3])]))
-                continue
-            results.append(stage_student(root, student_dir, known))
-        # a student whose only files were refused has no folder: a row all the same
-        for student, bad in refused_of.items():
-            if not any(r.student == student for r in results) and (not students or student in students):
-                results.append(StudentResult(student=student, status="failed",
-                                             notes=["refused: the zip holds " + "; ".join(bad[:3])]))
+            results.append(stage_student(root, handin, known, student))
     for r in results:  # a note is one line, whatever the file names hold
         r.notes = [one_line(note, 1000) for note in r.notes]
     return results, loose

@@ -4,7 +4,9 @@ Reads only what grading recorded (the gradebook, the students' records); runs no
 """
 from __future__ import annotations
 
+import html
 import json
+import re
 import shutil
 import warnings
 from dataclasses import asdict
@@ -15,16 +17,22 @@ from .intake import StudentResult
 from .notebooks import ASSIGNMENT
 from .spreadsheet import read_csv, write_csv
 
+TITLE = re.compile(r"<title>(.*?)</title>", re.S)
 
-def copy_feedback(root: Path, out: Path, student: str) -> None:
-    """Only the HTML pages: the feedback folder also receives copies of the (hidden) source files."""
+
+def copy_feedback(root: Path, out: Path, student: str, name: str = "") -> None:
+    """Only the HTML pages: the feedback folder also receives copies of the (hidden) source files. Each
+    page's title names the student as the export gave the name (the folder is named by the id)."""
     src = root / "feedback" / student / ASSIGNMENT
     dst = out / "feedback" / student
     if dst.exists():
         shutil.rmtree(dst)
+    whose = html.escape(f"{name or student}: ", quote=False)
     for page in sorted(src.glob("*.html")) if src.is_dir() else []:
         dst.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(page, dst / page.name)
+        text = page.read_text(encoding="utf-8")
+        (dst / page.name).write_text(TITLE.sub(lambda m: f"<title>{whose}{m.group(1)}</title>", text, count=1),
+                                     encoding="utf-8")
 
 
 def _graded_cells(is_kind) -> list[tuple[str, str, float]]:
@@ -66,22 +74,26 @@ def scores_from_gradebook(gb, student: str) -> dict[tuple[str, str], float | Non
     return scores
 
 
-GradesRow = tuple[str, str, str, str]  # student, status, review flags, notes
+GradesRow = tuple[str, str, str, str, str, str]  # id, name as given, LMS id, status, review flags, notes
+MAX_ROW = "(max points)"  # the first row's student: the points of each column
 
 
 def write_grades(out: Path, results: list[StudentResult], db_url: str) -> Path:
     """`grades.csv`: one row per student with every test cell's and written question's score, per-notebook
-    and overall totals, and the points of written questions still awaiting a person's grade."""
-    return _write_grades(out, [(r.student, r.status, " | ".join(r.flags), " | ".join(r.notes)) for r in results],
-                         db_url)
+    and overall totals, and the points of written questions still awaiting a person's grade. `student` is
+    the name as the export gave it, `lms_id` the LMS's participant id (if the export gives one), `id` the
+    id graded under (the gradebook's, the name of the student's feedback folder)."""
+    return _write_grades(out, [(r.student, r.name or r.student, r.lms_id, r.status, " | ".join(r.flags),
+                                " | ".join(r.notes)) for r in results], db_url)
 
 
 def refresh_grades(out: Path, db_url: str) -> Path:
     """Rewrite `grades.csv` of a graded run from the gradebook: written answers graded in formgrader since
     the run now count. Students, statuses, flags and notes are the run's."""
-    rows = [r for r in read_csv(out / "grades.csv") if r["student"] != "(max points)"]
-    return _write_grades(out, [(r["student"], r["status"], r["review"], r["notes"]) for r in rows], db_url,
-                         same_run=True)
+    rows = read_csv(out / "grades.csv")
+    rows = rows[1:] if rows and rows[0]["student"] == MAX_ROW else rows  # a student may be named so too
+    return _write_grades(out, [(r.get("id") or r["student"], r["student"], r.get("lms_id", ""), r["status"],
+                                r["review"], r["notes"]) for r in rows], db_url, same_run=True)
 
 
 def _write_grades(out: Path, students: list[GradesRow], db_url: str, same_run: bool = False) -> Path:
@@ -89,10 +101,10 @@ def _write_grades(out: Path, students: list[GradesRow], db_url: str, same_run: b
     cols = tests + answers
     written = {(s, g) for s, g, _ in answers}
     stems = list(dict.fromkeys(c[0] for c in tests))
-    header = ["student", "status"] + [f"{s}:{g}" for s, g, _ in cols] + [f"{s}:total" for s in stems]
+    header = ["student", "lms_id", "id", "status"] + [f"{s}:{g}" for s, g, _ in cols] + [f"{s}:total" for s in stems]
     header += ["total", "max_total", "written_pending", "review", "notes"]
     maximum = sum(p for *_, p in cols)
-    rows: list[list] = [["(max points)", ""] + [p for _, _, p in cols]
+    rows: list[list] = [[MAX_ROW, "", "", ""] + [p for _, _, p in cols]
                         + [sum(p for s2, _, p in cols if s2 == s) for s in stems]
                         + [maximum, maximum, sum(p for s, g, p in cols if (s, g) in written), "", ""]]
     from nbgrader.api import Gradebook
@@ -101,18 +113,18 @@ def _write_grades(out: Path, students: list[GradesRow], db_url: str, same_run: b
     # nbgrader's ORM use makes SQLAlchemy 2 warn about autoflush on reads: harmless, and noise for the user
     with Gradebook(db_url) as gb, warnings.catch_warnings():
         warnings.simplefilter("ignore", SAWarning)
-        graded = {s: scores_from_gradebook(gb, s) for s, status, *_ in students if status == "graded"}
+        graded = {s: scores_from_gradebook(gb, s) for s, _, _, status, *_ in students if status == "graded"}
     absent = sorted(s for s, scores in graded.items() if not scores)
     if same_run and absent:  # another run's gradebook: its scores must not replace this run's
         raise ValueError(f"the gradebook {db_url} holds no grades of {', '.join(absent[:3])}"
                          f"{' …' if len(absent) > 3 else ''}: it is not this run's (give the run's --course or --db)")
-    for student, status, review, notes in sorted(students):
+    for student, name, lms_id, status, review, notes in sorted(students, key=lambda r: (r[1].casefold(), r)):
         scores = graded.get(student, {})
         per = [scores.get((s, g), None if (s, g) in written else 0.0) for s, g, _ in cols]
         given = [v or 0.0 for v in per]
         pending = sum(p for (s, g, p), v in zip(cols, per) if (s, g) in written and v is None)
         totals = [sum(v for (s2, _, _), v in zip(cols, given) if s2 == s) for s in stems]
-        rows.append([student, status] + ["" if v is None else v for v in per] + totals
+        rows.append([name, lms_id, student, status] + ["" if v is None else v for v in per] + totals
                     + [sum(given), maximum, pending if status == "graded" else 0.0, review, notes])
     return write_csv(out / "grades.csv", [header] + rows)  # no cell a spreadsheet would run (grading.spreadsheet)
 
@@ -136,7 +148,7 @@ def write_failure_summary(out: Path, grades_csv: Path) -> tuple[Path, Path]:
     table = []
     for col in columns:
         stem = col.split(":")[0]
-        took = [r for r in students if r["status"] == "graded" and stem in submitted.get(r["student"], {stem})]
+        took = [r for r in students if r["status"] == "graded" and stem in submitted.get(r["id"], {stem})]
         failed = [r for r in took if float(r[col] or 0) < float(maxima[col])]
         table.append((col, float(maxima[col]), len(took), len(failed), len(failed) / len(took) if took else 0.0))
     table.sort(key=lambda t: (-t[4], t[0]))
@@ -171,7 +183,7 @@ def report(out: Path, root: Path, results: list[StudentResult], records: dict[st
         r.flags += record.get("flags", [])
         if record.get("ok"):
             r.status = "graded" if r.status != "no notebooks" else r.status
-            copy_feedback(root, out, r.student)
+            copy_feedback(root, out, r.student, r.name)
         else:
             r.status = "failed"
             r.notes.append(record.get("error", "unknown error"))

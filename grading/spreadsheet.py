@@ -35,12 +35,12 @@ def from_cell(text):
 
 
 def write_csv(path: Path, rows: Iterable[Iterable]) -> Path:
-    with open(path, "w", newline="") as f:
+    with open(path, "w", newline="", encoding="utf-8") as f:  # names as given: any script, whatever the locale
         csv.writer(f, quoting=csv.QUOTE_NONNUMERIC).writerows([to_cell(v) for v in row] for row in rows)
     return path
 
 
 def read_csv(path: Path) -> list[dict[str, str]]:
     """The rows of a CSV file that `write_csv` wrote, as dicts by column name, every cell as written."""
-    with open(path, newline="") as f:
+    with open(path, newline="", encoding="utf-8") as f:
         return [{from_cell(k): from_cell(v) for k, v in row.items()} for row in csv.DictReader(f)]
