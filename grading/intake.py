@@ -366,11 +366,12 @@ def stage_student(root: Path, handin: Handin, known: dict[str, str], student: st
 def _where(exc: BaseException, handin: Handin) -> str:
     """`file: problem` for an error met while reading a student's files (the folder if no file is named)."""
     name = getattr(exc, "filename", None)
-    rel = None
-    for folder in handin.folders if isinstance(name, (str, os.PathLike)) else []:
-        if Path(name).is_relative_to(folder):
-            rel = Path(name).relative_to(folder)
-            rel = Path(folder.name) / rel if len(handin.folders) > 1 else rel
+    rel: str | Path | None = None
+    failed = Path(name) if isinstance(name, (str, os.PathLike)) else None
+    for folder in handin.folders:
+        if failed is not None and failed.is_relative_to(folder):
+            inside = failed.relative_to(folder)
+            rel = Path(folder.name) / inside if len(handin.folders) > 1 else inside
     rel = next((handed for path, handed in handin.files if str(path) == str(name)), rel)
     return f"{rel if rel is not None else 'folder'}: {problem(exc)}"
 
@@ -398,18 +399,18 @@ def intake(submissions: Path, root: Path, students: list[str] | None = None) -> 
         refused_of: dict[str, list[tuple[str, str]]] = {}  # entry of the class folder -> (member refused, why)
         refused_entries: dict[str, bool] = {}
         loose: list[str] = []
-        for name, why in refused:
+        for name, reason in refused:
             entry = _entry_of(name, wrapper)
             if entry is None:
-                loose.append(f"{name} (refused: {why})")
+                loose.append(f"{name} (refused: {reason})")
             else:
-                refused_of.setdefault(entry[0], []).append((name, why))
+                refused_of.setdefault(entry[0], []).append((name, reason))
                 refused_entries[entry[0]] = refused_entries.get(entry[0], False) or entry[1]
         found, loose_files = handins(folder, refused_entries)
         loose += loose_files
         owned = {e for h in found for e in h.entries}
-        loose += [f"{name} (refused: {why})" for e, members in refused_of.items() if e not in owned
-                  for name, why in members]
+        loose += [f"{name} (refused: {reason})" for e, members in refused_of.items() if e not in owned
+                  for name, reason in members]
         ids: dict[str, str] = {}  # id -> the key of the student graded under it
         for handin in sorted(found, key=lambda h: h.key):
             why = unusable_name(handin.name)
