@@ -491,8 +491,10 @@ def _property_message(case: Case, got: dict[str, np.ndarray]) -> tuple[str, str]
                         return ("softmax over the wrong axis",
                                 (f"`{out}` sums to 1 along axis {axis} instead of the last axis: the softmax "
                                  "is taken over the wrong axis (it must be over the keys, dim=-1)."))
+                first = tuple(int(i) for i in np.argwhere(~np.isclose(sums, 1.0, atol=1e-4))[0])
                 return ("rows don't sum to 1",
-                        f"rows of `{out}` don't sum to 1 (e.g. {sums.flat[0]:.3f}): apply a softmax over the keys (dim=-1).")
+                        (f"the weights of a query don't sum to 1 over the keys (`{out}` at {first} sums to "
+                         f"{float(sums[first]):.3f}): each row must be one softmax over all of its keys (dim=-1)."))
         elif kind == "zero_where_masked":
             mask = case.inputs[prop[2]].astype(bool)
             blocked = ~np.broadcast_to(mask, w.shape)

@@ -37,6 +37,12 @@ def test_solution_passes_and_prints_one_line(ns, capsys, hidden_references):
     assert out.err == ""
 
 
+def _half_softmaxes(q, k):
+    s = _scores(q, k)
+    n = s.shape[-1] // 2
+    return torch.cat([torch.softmax(s[..., :n], -1), torch.softmax(s[..., n:], -1)], -1)
+
+
 @pytest.mark.parametrize("bug, expected", [
     (lambda q, k, v, mask=None: None, "returned None"),
     (lambda q, k, v, mask=None: (_ for _ in ()).throw(NotImplementedError()), "not implemented yet"),
@@ -49,6 +55,9 @@ def test_solution_passes_and_prints_one_line(ns, capsys, hidden_references):
      "looks unscaled"),
     (lambda q, k, v, mask=None: (torch.softmax(_scores(q, k), -2) @ v, torch.softmax(_scores(q, k), -2)),
      "softmax taken over the queries"),
+    # a softmax over each half of the keys: the rows sum to 2; the message says so, not "apply a softmax"
+    (lambda q, k, v, mask=None: (_half_softmaxes(q, k) @ v, _half_softmaxes(q, k)),
+     "don't sum to 1 over the keys"),
     # right weights returned transposed: they sum to 1 along axis -2 too, but the softmax was right
     (lambda q, k, v, mask=None: (torch.softmax(_scores(q, k), -1) @ v, torch.softmax(_scores(q, k), -1).mT),
      "last two axes swapped"),
