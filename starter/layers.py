@@ -188,7 +188,8 @@ def get_layers(choice: str = "torch", folder=None, verbose: bool = False):
 
     "mine" loads ``TransformerDecoderLayer`` from your 03_multi_head_attention.ipynb and
     ``PositionalEncoding`` from your 02_positional_encoding.ipynb, found in ``folder`` (default: the
-    course folder, see ``starter.runtime``; never the kit's blank copies), runs their public checks, and
+    course folder, and on Colab also MyDrive/Colab Notebooks, see ``starter.notebook_loader.find_notebook``;
+    never the kit's blank copies), runs their public checks, and
     raises a one-line ``LayerLoadError`` if one fails. While nbgrader grades (``NBGRADER_EXECUTION``
     set) "mine" gives the PyTorch layers: the other notebooks may not be there, and grades never
     depend on them.

@@ -6,15 +6,16 @@
 
 The notebook file is read as JSON; its set-up cells (tagged `setup`) and your answer cells (the ones
 with `# YOUR CODE HERE` in the student version) run in a fresh namespace; nothing else runs (no
-plots, no training, no test cells). The file is looked for where you say, then in the current
-folder, then in `notebooks/` of the course kit.
+plots, no training, no test cells). The file is looked for where you say (`folder=`), else in the
+course folder and, on Colab, in `MyDrive/Colab Notebooks` too (see `starter.runtime`); never in the
+kit's own `notebooks/`, whose copies are blank.
 """
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from .runtime import OneLineError, course_folder
+from .runtime import KIT_ROOT, OneLineError, notebook_folders
 
 
 class NotebookLoadError(OneLineError, RuntimeError):
@@ -42,17 +43,51 @@ def python_source(cell: dict) -> str:
     return "\n".join(ln for ln in cell["source"].splitlines() if not ln.lstrip().startswith(("%", "!")))
 
 
+def is_answer(cell: dict) -> bool:
+    return bool((cell.get("metadata", {}).get("nbgrader") or {}).get("solution"))
+
+
+def is_untouched_release(path: Path, name: str) -> bool:
+    """True if every answer cell of `path` is still as the release `name` has it (its `raise
+    NotImplementedError()` / YOUR ANSWER HERE); without the release at hand, if every one holds that marker."""
+    try:
+        answers = [c["source"].strip() for c in read_cells(path) if is_answer(c)]
+    except (OSError, ValueError, KeyError):
+        return False  # not a blank: let load_definitions say what is wrong with it
+    release = KIT_ROOT / "notebooks" / name
+    if release.is_file():
+        blanks = {c["source"].strip() for c in read_cells(release) if is_answer(c)}
+        return all(a in blanks for a in answers)
+    return all("raise NotImplementedError" in a or "YOUR ANSWER HERE" in a for a in answers)
+
+
+def _copies(name: str, where: Path) -> list[Path]:
+    """`name` and its renamed copies in `where` ("Copy of name", "name (1)", ...)."""
+    return [p for p in where.glob(f"*{Path(name).stem}*.ipynb") if p.is_file()]
+
+
+def _in_one_folder(name: str, where: Path) -> Path | None:
+    """`name` itself, else its newest copy."""
+    if (where / name).is_file():
+        return where / name
+    return max(_copies(name, where), key=lambda p: p.stat().st_mtime, default=None)
+
+
 def find_notebook(name: str, folder: str | Path | None = None) -> Path:
-    where = Path(folder).resolve() if folder is not None else course_folder()
-    exact = where / name
-    if exact.is_file():
-        return exact
-    copies = [p for p in where.glob(f"*{Path(name).stem}*.ipynb") if p.is_file()]
-    if copies:
-        return max(copies, key=lambda p: p.stat().st_mtime)
+    """Your notebook `name`: in `folder` if given, else in the course folder and, on Colab, in MyDrive/Colab
+    Notebooks too; there the newest copy that is not a blank release wins (blanks only: as in one folder)."""
+    folders = [Path(folder).resolve()] if folder is not None else notebook_folders()
+    if len(folders) > 1:
+        worked_on = [p for f in folders for p in _copies(name, f) if not is_untouched_release(p, name)]
+        if worked_on:
+            return max(worked_on, key=lambda p: p.stat().st_mtime)
+    for where in folders:
+        found = _in_one_folder(name, where)
+        if found:
+            return found
     raise NotebookLoadError(
-        f"can't find your {name} in {where}: keep your notebooks together in one folder (on Colab: the "
-        "course folder in Google Drive that the first cell sets up), or pass folder=... .")
+        f"can't find your {name} in {' nor in '.join(map(str, folders))}: keep your notebooks together in one "
+        "folder (on Colab: the course folder in Google Drive that the first cell sets up), or pass folder=... .")
 
 
 def load_definitions(name: str, names: list[str], folder: str | Path | None = None) -> Definitions:
@@ -66,8 +101,7 @@ def load_definitions(name: str, names: list[str], folder: str | Path | None = No
     for index, cell in enumerate(cells):
         if cell.get("cell_type") != "code":
             continue
-        meta = cell.get("metadata", {})
-        if not ("setup" in meta.get("tags", []) or (meta.get("nbgrader") or {}).get("solution")):
+        if not ("setup" in cell.get("metadata", {}).get("tags", []) or is_answer(cell)):
             continue
         try:
             exec(compile(python_source(cell), f"{path.name} cell {index}", "exec"), namespace)

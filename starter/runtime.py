@@ -2,16 +2,19 @@
 ``start_notebook()``.
 
 **The course folder** holds your notebooks and what they save (``runs/`` with notebook 04's
-checkpoint). Notebooks 04 and 05 load your earlier notebooks from it, and only from it: never the
-kit's blank copies. It is the working folder of the notebook's kernel (Jupyter starts the kernel in
-the notebook's folder), unless ``$COURSE_NOTEBOOKS_DIR`` names another one.
+checkpoint). Notebooks 04 and 05 load your earlier notebooks from it (on Colab also from
+``MyDrive/Colab Notebooks``, see below), never from the kit's blank copies. It is the working folder
+of the notebook's kernel (Jupyter starts the kernel in the notebook's folder), unless ``$COURSE_NOTEBOOKS_DIR`` names another one.
 
 **On Google Colab** a new runtime starts with an empty ``/content``: files written there are gone the
 next day, and notebook 05 runs in another runtime than notebook 04. With ``use_drive=True`` the first
 cell mounts Google Drive, makes ``MyDrive/<course_dir>`` the course folder (and the working folder),
 keeps the datasets in its ``data/`` folder, and puts copies of the five notebooks there if they are
 missing. Open them from Drive and your work,
-your earlier notebooks and 04's checkpoint are all in one place that outlives the runtime.
+your earlier notebooks and 04's checkpoint are all in one place that outlives the runtime. A notebook
+opened from its Colab badge and saved with "Save a copy in Drive" lands in ``MyDrive/Colab Notebooks``
+instead: notebooks 04 and 05 look there too (the newest copy you worked on wins over a blank one), and
+the first cell says so while such copies are there.
 
 **Errors.** An unfinished task (``raise NotImplementedError()``) used by a demo cell prints one line
 naming the function instead of a traceback, and a later cell that fails only because that cell never
@@ -30,6 +33,13 @@ KIT_ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS_ENV = "COURSE_NOTEBOOKS_DIR"
 TRAINED_MODEL = "runs/04_captioning_transformer.pt"  # where notebook 04 saves its model, in the course folder
 DRIVE_MOUNT = "/content/drive"  # where Colab mounts Google Drive; "MyDrive" is the user's own files
+COLAB_SAVES = "Colab Notebooks"  # the MyDrive folder where Colab's "Save a copy in Drive" puts a notebook
+
+
+def checkpoint_file(dataset: str) -> str:
+    """Where notebook 04 saves a model trained on `dataset`: TRAINED_MODEL (graded) for "shapes", a file of
+    its own for any other, so that a COCO run never overwrites the graded checkpoint."""
+    return TRAINED_MODEL if dataset == "shapes" else TRAINED_MODEL.replace(".pt", f"_{dataset}.pt")
 
 
 class OneLineError(Exception):
@@ -48,6 +58,20 @@ def course_folder() -> Path:
     return Path(os.environ.get(NOTEBOOKS_ENV) or os.getcwd()).resolve()
 
 
+def colab_saves_folder() -> Path | None:
+    """MyDrive/Colab Notebooks on Colab with Drive mounted (where a notebook opened from its Colab badge is
+    saved), else None."""
+    folder = Path(DRIVE_MOUNT, "MyDrive", COLAB_SAVES)
+    return folder.resolve() if in_colab() and folder.is_dir() else None
+
+
+def notebook_folders() -> list[Path]:
+    """Where notebooks 04-05 look for your earlier notebooks: the course folder, then on Colab
+    MyDrive/Colab Notebooks."""
+    saves = colab_saves_folder()
+    return [course_folder()] + ([saves] if saves and saves != course_folder() else [])
+
+
 def start_notebook(use_drive: bool = True, course_dir: str = "attention-course") -> Path:
     """Set up this notebook's session; returns the course folder. Safe to run again."""
     if in_colab() and use_drive:
@@ -57,11 +81,24 @@ def start_notebook(use_drive: bool = True, course_dir: str = "attention-course")
         # the datasets too, so that a new runtime (notebook 05 after 04) does not build them again
         os.environ.setdefault("COURSE_DATA_DIR", str(folder / "data"))
         print(f"course folder (Google Drive): {folder}")
+        saves = colab_saves_folder()
+        saved_apart = _course_copies(saves) if saves != folder.resolve() else []
+        if saved_apart:  # said every time: a student working there should know where 04-05 look
+            shown = ", ".join(saved_apart[:2]) + (", ..." if len(saved_apart) > 2 else "")
+            print(f"your notebooks in My Drive/{COLAB_SAVES} ({shown}) are outside the course folder My Drive/"
+                  f"{course_dir}: notebooks 04-05 look for your work in both, the newest copy you worked on "
+                  "first; keep your copies in one of the two")
     elif in_colab():
         print(f"course folder: {course_folder()} (not in Google Drive: files here are gone with this runtime; "
               "set USE_DRIVE = True to keep them)")
     _install_error_display()
     return course_folder()
+
+
+def _course_copies(folder: Path | None) -> list[str]:
+    """Names of the files in `folder` that are copies of the course notebooks ("Copy of 01_....ipynb")."""
+    stems = [p.stem for p in (KIT_ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")]
+    return sorted(p.name for p in folder.glob("*.ipynb") if any(s in p.name for s in stems)) if folder else []
 
 
 def _drive_course_folder(course_dir: str) -> Path:

@@ -1,8 +1,15 @@
 """Shared fixtures: paths, and canned student submissions built from the release and the solutions."""
 from __future__ import annotations
 
+import contextlib
 import os
+import secrets
+import signal
+import socket
+import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import nbformat
@@ -138,3 +145,59 @@ def chromium():
             browser.close()
 
 
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def private_jupyter_env(home: Path, *extra: str) -> dict:
+    """The environment of a test's Jupyter server: private config, data and runtime folders (and `extra`
+    ones, e.g. JupyterLab's settings), so that no user-level setting changes what is tested; the venv's
+    own config and kernelspec (sys.prefix) stay on the path."""
+    env = {k: v for k, v in os.environ.items() if k not in {"MPLBACKEND", "JUPYTER_PATH"}}
+    env.update({name: str(home / name.lower())
+                for name in ("JUPYTER_CONFIG_DIR", "JUPYTER_DATA_DIR", "JUPYTER_RUNTIME_DIR", *extra)})
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    return env
+
+
+@contextlib.contextmanager
+def jupyter_server(app: str, cwd: Path, env: dict, log_path: Path, ready: Callable[[str, str], object],
+                   args: tuple[str, ...] = ()):
+    """`python -m <app>` (e.g. "jupyter server", "jupyterlab") on a free local port with a random token,
+    run in `cwd`; yields (base URL, token) once `ready(base, token)` stops raising OSError (30 s at most),
+    then stops the server and any kernel it started."""
+    import psutil
+
+    port, token = free_port(), secrets.token_hex(16)
+    with log_path.open("wb") as log:
+        server = subprocess.Popen(
+            [sys.executable, "-m", *app.split(), "--no-browser", "--allow-root", "--ip=127.0.0.1", f"--port={port}",
+             "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}", *args],
+            cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        base = f"http://127.0.0.1:{port}"
+        try:
+            deadline = time.monotonic() + 30
+            while True:
+                assert server.poll() is None, f"Jupyter server exited: {log_path.read_text()[-2000:]}"
+                try:
+                    ready(base, token)
+                    break
+                except OSError:
+                    assert time.monotonic() < deadline, "Jupyter server not up after 30 s"
+                    time.sleep(0.3)
+            yield base, token
+        finally:
+            if server.poll() is None:
+                # kernels run in their own session, outside the server's process group: note them
+                # first, stop the server (SIGTERM shuts its kernels down), then kill whatever is left
+                kernels = psutil.Process(server.pid).children(recursive=True)
+                os.killpg(server.pid, signal.SIGTERM)
+                try:
+                    server.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    os.killpg(server.pid, signal.SIGKILL)
+                    server.wait(timeout=5)
+                for proc in psutil.wait_procs(kernels, timeout=5)[1]:
+                    proc.kill()

@@ -6,30 +6,18 @@ page raises no JavaScript error. The screenshot is left in build/browser/ for CI
 from __future__ import annotations
 
 import json
-import os
-import secrets
 import shutil
-import signal
-import socket
-import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, jupyter_server, private_jupyter_env
 
 NB = "01_scaled_dot_product_attention.ipynb"
 SCREENSHOT = ROOT / "build" / "browser" / "01_release.png"
 FIRST_TEST = 'check("loop/basic"'  # source text of the notebook's first test cell
 MESSAGE = "not implemented yet"  # starter.checks' message for a function that raises NotImplementedError
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _get_json(url: str):
@@ -40,54 +28,20 @@ def _get_json(url: str):
 @pytest.fixture
 def lab(tmp_path):
     """(base URL, token) of a fresh JupyterLab serving a folder that holds only the release notebook."""
-    import psutil
-
-    root, home = tmp_path / "root", tmp_path / "jupyter"
+    root = tmp_path / "root"
     root.mkdir()
     shutil.copy(ROOT / "notebooks" / NB, root / NB)
-    port, token = _free_port(), secrets.token_hex(16)
-    env = {k: v for k, v in os.environ.items() if k not in {"MPLBACKEND", "JUPYTER_PATH"}}
-    # private config, data, runtime, settings and workspace folders: no user-level kernelspec, setting
-    # or saved layout can change what is tested, so the kernel is the venv's (sys.prefix) `python3`
-    env.update({name: str(home / name.lower()) for name in (
-        "JUPYTER_CONFIG_DIR", "JUPYTER_DATA_DIR", "JUPYTER_RUNTIME_DIR",
-        "JUPYTERLAB_SETTINGS_DIR", "JUPYTERLAB_WORKSPACES_DIR")})
-    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    # private settings and workspace folders too: no saved layout changes what is tested, and the kernel is
+    # the venv's `python3`
+    env = private_jupyter_env(tmp_path / "jupyter", "JUPYTERLAB_SETTINGS_DIR", "JUPYTERLAB_WORKSPACES_DIR")
     # "Never" for the news question, whose toast would cover part of the screenshot
     news = Path(env["JUPYTERLAB_SETTINGS_DIR"], "@jupyterlab", "apputils-extension", "notification.jupyterlab-settings")
     news.parent.mkdir(parents=True)
     news.write_text('{"fetchNews": "false"}')
-    log = (tmp_path / "server.log").open("wb")
-    server = subprocess.Popen(
-        [sys.executable, "-m", "jupyterlab", "--no-browser", "--allow-root", "--ip=127.0.0.1", f"--port={port}",
-         "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}"],
-        cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            assert server.poll() is None, f"Jupyter server exited: {(tmp_path / 'server.log').read_text()[-2000:]}"
-            try:
-                _get_json(f"{base}/api/status?token={token}")
-                break
-            except OSError:
-                assert time.monotonic() < deadline, "Jupyter server not up after 30 s"
-                time.sleep(0.3)
-        yield base, token
-    finally:
-        if server.poll() is None:
-            # kernels run in their own session, outside the server's process group: note them
-            # first, stop the server (SIGTERM shuts its kernels down), then kill whatever is left
-            kernels = psutil.Process(server.pid).children(recursive=True)
-            os.killpg(server.pid, signal.SIGTERM)
-            try:
-                server.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.killpg(server.pid, signal.SIGKILL)
-                server.wait(timeout=5)
-            for proc in psutil.wait_procs(kernels, timeout=5)[1]:
-                proc.kill()
-        log.close()
+    with jupyter_server("jupyterlab", root, env, tmp_path / "server.log",
+                        ready=lambda base, token: _get_json(f"{base}/api/status?token={token}"),
+                        args=(f"--ServerApp.root_dir={root}",)) as server:
+        yield server
 
 
 def _open_and_run_all(page, url: str, output) -> None:

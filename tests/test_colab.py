@@ -9,10 +9,13 @@ kernel of their own, top to bottom. What is stood in for: `google.colab` (its `d
 folder that outlives the runtimes at `MyDrive`) and the GPU.
 
 The student's notebooks are the release notebooks with the answers filled in from the solutions,
-kept in the Drive course folder, as a student who opened them from Drive has them. Passing means: no
-cell errors, 04 used the student's 02/03 from Drive, 05 used the student's 04 and read the checkpoint
-that 04 saved into Drive in another runtime, and the first cell installed the kit's missing
-dependencies and nothing Colab already had.
+kept in the Drive course folder, as a student who opened them from Drive has them; all but 03, which
+the student opened from its Colab badge and kept where "Save a copy in Drive" puts it
+(`MyDrive/Colab Notebooks/Copy of 03_....ipynb`), next to the blank 03 that 01's first cell copied
+into the course folder. Passing means: no cell errors, 03's first cell said that it is kept outside
+the course folder, 04 used the student's 02 and 03 from Drive (not the blank 03), 05 used the
+student's 04 and read the checkpoint that 04 saved into Drive in another runtime, and the first cell
+installed the kit's missing dependencies and nothing Colab already had.
 
 Needs root (a private mount namespace puts a fresh folder at /content); CI runs as root.
 """
@@ -41,6 +44,7 @@ from grading import publish
 COLAB_PREINSTALLED = ["torch", "torchvision", "numpy", "matplotlib", "h5py", "pillow", "tqdm", "ipykernel",
                       "ipywidgets"]
 COURSE_DIR = "attention-course"  # the first cell's default
+SAVED_FROM_BADGE = "03_multi_head_attention"  # kept in MyDrive/Colab Notebooks as "Copy of <name>.ipynb"
 
 GOOGLE_COLAB_STANDIN = '''
 """Stand-in for Colab's google.colab: `drive.mount` bind-mounts $COLAB_SIM_DRIVE as MyDrive."""
@@ -134,8 +138,10 @@ def colab(tmp_path_factory):
         "display_name": "Colab stand-in", "language": "python"}))
     drive = tmp / "drive"
     (drive / COURSE_DIR).mkdir(parents=True)
-    for stem in SOLUTION_STEMS:  # the student's own notebooks, answers filled in, saved in Drive
-        write_nb(filled_submission(stem), drive / COURSE_DIR / f"{stem}.ipynb")
+    notebooks = {stem: drive / COURSE_DIR / f"{stem}.ipynb" for stem in SOLUTION_STEMS}
+    notebooks[SAVED_FROM_BADGE] = drive / "Colab Notebooks" / f"Copy of {SAVED_FROM_BADGE}.ipynb"
+    for stem, path in notebooks.items():  # the student's own notebooks, answers filled in, saved in Drive
+        write_nb(filled_submission(stem), path)
     env = {
         "PATH": f"{env_dir / 'bin'}:/usr/local/bin:/usr/bin:/bin",
         "HOME": str(tmp / "home"),
@@ -149,7 +155,7 @@ def colab(tmp_path_factory):
     (tmp / "home").mkdir()
     (tmp / "driver.py").write_text(textwrap.dedent(DRIVER))
     Path("/content").mkdir(exist_ok=True)  # the mount point; stays empty outside the namespace
-    return {"tmp": tmp, "env": env, "drive": drive / COURSE_DIR, "site": site}
+    return {"tmp": tmp, "env": env, "drive": drive / COURSE_DIR, "site": site, "notebooks": notebooks}
 
 
 def _run_in_new_runtime(colab, stem: str) -> nbformat.NotebookNode:
@@ -158,7 +164,7 @@ def _run_in_new_runtime(colab, stem: str) -> nbformat.NotebookNode:
     content.mkdir()
     out = colab["tmp"] / f"{stem}.executed.ipynb"
     script = (f'mount --bind "{content}" /content && exec "{sys.executable}" "{colab["tmp"] / "driver.py"}" '
-              f'"{colab["drive"] / (stem + ".ipynb")}" "{out}"')
+              f'"{colab["notebooks"][stem]}" "{out}"')
     # the driver (nbclient) runs on the kit's own Python; the kernel it starts gets `env`, the Colab side
     result = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
                             env=colab["env"], capture_output=True, text=True, timeout=1200)
@@ -183,9 +189,14 @@ def test_a_colab_student_runs_every_notebook(colab):
         assert not _errors(nb), f"{stem} on Colab: {_errors(nb)}"
         text = _text(nb)
         assert f"course folder (Google Drive): {drive_folder}" in text, f"{stem}: Drive not set up: {text[:500]}"
+        if stem == SAVED_FROM_BADGE:
+            assert f"My Drive/Colab Notebooks (Copy of {stem}.ipynb) are outside the course folder" in text, \
+                f"{stem} kept in Colab Notebooks did not say so at its first cell: {text[:1000]}"
         if stem.startswith("04"):
-            for own in ("02_positional_encoding", "03_multi_head_attention"):
-                assert f"from {drive_folder}/{own}.ipynb" in text, f"04 did not use the student's {own}: {text[:2000]}"
+            assert (colab["drive"] / f"{SAVED_FROM_BADGE}.ipynb").is_file(), "01 did not copy the blank 03 to Drive"
+            for own in (f"{drive_folder}/02_positional_encoding.ipynb",
+                        f"/content/drive/MyDrive/Colab Notebooks/Copy of {SAVED_FROM_BADGE}.ipynb"):
+                assert f"from {own}\n" in text, f"04 did not use the student's {own}: {text[:2000]}"
             assert (colab["drive"] / "runs" / "04_captioning_transformer.pt").is_file(), \
                 "04 did not save its checkpoint into Drive"
         if stem.startswith("05"):

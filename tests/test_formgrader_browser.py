@@ -8,20 +8,13 @@ saved score is left in build/browser/ for CI to keep.
 from __future__ import annotations
 
 import json
-import os
-import secrets
 import shutil
-import signal
-import socket
-import subprocess
-import sys
-import time
 import urllib.request
 from html import escape
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, filled_submission, write_nb
+from conftest import ROOT, filled_submission, jupyter_server, private_jupyter_env, write_nb
 
 from grading import notebooks as nbs
 from grading.notebooks import ASSIGNMENT
@@ -48,49 +41,19 @@ def graded_run(tmp_path_factory):
     return course, out
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _lists_the_assignment(base: str, token: str) -> None:
+    with urllib.request.urlopen(f"{base}/formgrader/api/assignments?token={token}", timeout=5) as r:
+        assert ASSIGNMENT in {a["name"] for a in json.load(r)}, "formgrader does not list the assignment"
 
 
 @pytest.fixture
 def formgrader(graded_run, tmp_path):
-    """(base URL, token) of `jupyter server` started in the course folder, as the README says."""
+    """(base URL, token) of `jupyter server` started in the course folder, as the README says (the
+    formgrader extension is enabled in the venv's own config)."""
     course, _ = graded_run
-    port, token = _free_port(), secrets.token_hex(16)
-    env = dict(os.environ)
-    # private config, data and runtime folders: no user-level setting changes what is tested; the
-    # formgrader extension is enabled in the venv's own config (sys.prefix), which stays on the path
-    env.update({name: str(tmp_path / "jupyter" / name.lower())
-                for name in ("JUPYTER_CONFIG_DIR", "JUPYTER_DATA_DIR", "JUPYTER_RUNTIME_DIR")})
-    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
-    log_path = tmp_path / "server.log"
-    with log_path.open("wb") as log:
-        server = subprocess.Popen(
-            [sys.executable, "-m", "jupyter", "server", "--no-browser", "--allow-root", "--ip=127.0.0.1",
-             f"--port={port}", "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}"],
-            cwd=course, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            assert server.poll() is None, f"Jupyter server exited: {log_path.read_text()[-2000:]}"
-            try:
-                with urllib.request.urlopen(f"{base}/formgrader/api/assignments?token={token}", timeout=5) as r:
-                    assert ASSIGNMENT in {a["name"] for a in json.load(r)}, "formgrader does not list the assignment"
-                break
-            except OSError:
-                assert time.monotonic() < deadline, "Jupyter server not up after 30 s"
-                time.sleep(0.3)
-        yield base, token
-    finally:
-        os.killpg(server.pid, signal.SIGTERM)  # no kernel is started: the process group is all there is
-        try:
-            server.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.wait(timeout=5)
+    with jupyter_server("jupyter server", course, private_jupyter_env(tmp_path / "jupyter"), tmp_path / "server.log",
+                        ready=_lists_the_assignment) as server:
+        yield server
 
 
 def _grade_in_browser(page, base: str, token: str) -> None:

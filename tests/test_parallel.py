@@ -7,7 +7,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -16,7 +15,7 @@ from pathlib import Path
 
 import holdback
 import pytest
-from conftest import filled_submission, write_nb
+from conftest import filled_submission, free_port, write_nb
 
 from grading import engine
 from grading import local_postgres as postgres
@@ -99,18 +98,12 @@ def test_more_workers_need_a_real_database(tmp_path):
         autograde(tmp_path / "subs", tmp_path / "out", course_dir=tmp_path / "course", workers=2)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @needs_postgres
 def test_an_existing_cluster_grades_the_same_and_survives_a_killed_worker(tmp_path):
     """`dask scheduler` and two `dask worker` processes on localhost; one worker is killed with -9
     while grading: its student is retried on the other, and every student gets the grade it earns."""
     expected = _class(tmp_path / "subs", 4)
-    address = f"tcp://127.0.0.1:{_free_port()}"
+    address = f"tcp://127.0.0.1:{free_port()}"
     env = engine.worker_env()
     env["PYTHONPATH"] += os.pathsep + str(Path(holdback.__file__).parent)  # the held-back task, by reference too
     quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL, "env": env, "cwd": tmp_path}

@@ -184,6 +184,35 @@ def test_time_budget_that_does_not_bind_changes_nothing(monkeypatch):
     assert hist["summary"].endswith(f"{steps} steps in 54 s") and "time budget" not in hist["summary"]
 
 
+def _shapes_training_args() -> dict:
+    """The train() arguments of notebook 04's `shapes` run, read from its settings cell (CONFIGS)."""
+    import ast
+    nb = nbs.read(nbs.SOLUTIONS / "04_captioning_transformer.ipynb")
+    source = next(c.source for c in nb.cells if nbs.nbgrader_meta(c).get("grade_id") == "code_15")
+    assignment = next(n for n in ast.parse(source).body if isinstance(n, ast.Assign)
+                      and getattr(n.targets[0], "id", "") == "CONFIGS")
+    namespace: dict = {}
+    exec(compile(ast.Module([assignment], type_ignores=[]), "code_15", "exec"), namespace)  # dict(...) calls only
+    return namespace["CONFIGS"]["shapes"]["train"]
+
+
+def test_the_graded_run_trains_the_same_on_a_slow_machine(monkeypatch):
+    """Notebook 04's shapes run has no time budget, so a machine 50 times slower (10 s a step) trains the
+    same steps with the same rates and losses as a fast one: the trained-model mark does not depend on it."""
+    args = _shapes_training_args()
+    assert "time_limit" not in args, "the graded run must not be cut by the machine's speed"
+    args.pop("batch_size")
+    split = TinySplit()
+    fast = _train(_linear(), SlowMachine(0.2).loss_fn, split, batch_size=8, val_split=split, progress=False,
+                  **args)
+    clock = SlowMachine(per_step=10.0)
+    monkeypatch.setattr(training, "_clock", clock)
+    slow = _train(_linear(), clock.loss_fn, split, batch_size=8, val_split=split, progress=False, **args)
+    assert slow["steps_done"] == fast["steps_done"] == args["steps"] and slow["shortened"] is False
+    assert slow["lr"] == fast["lr"] and slow["loss"] == fast["loss"] and slow["val_loss"] == fast["val_loss"]
+    assert slow["seconds"] == pytest.approx(10.0 * args["steps"])
+
+
 def test_lambdalr_applies_the_same_schedule_step_by_step():
     """Notebook 04 says PyTorch's LambdaLR, given the schedule divided by the peak and stepped once per step,
     applies the rates of the training loop (on whole steps: the time budget needs fractional ones)."""

@@ -12,7 +12,7 @@
 # - **the training script**: the learning-rate schedule `lr_at_step`, one optimisation step `train_step` and the validation loss `validation_loss`;
 # - **generation and the evaluation script**: `greedy_decode`, `evaluate_captions` and `beam_search`.
 #
-# Given: the loop that calls your training step and validation loss (`starter.training.train`: batches from your `DataLoader`, device moves, a progress bar, a time budget), the metric implementations (BLEU, CIDEr, ROUGE-L from `pycocoevalcap`, in `starter/metrics.py`) and the plots. Each piece of the pipeline you write is then **used**: the model trains on your vocabulary, your `Dataset` and `collate_captions`, with your schedule and training step, and is scored by your evaluation function. The kit has no version of these pieces: while one does not pass its public check yet, the notebook says so in one line and goes on without it, with the data the dataset file stores (its vocabulary, encoded captions and features) where that can stand in, and otherwise skipping what needs the piece (training, the scores).
+# Given: the loop that calls your training step and validation loss (`starter.training.train`: batches from your `DataLoader`, device moves, a progress bar with the time left, a time budget used only while grading), the metric implementations (BLEU, CIDEr, ROUGE-L from `pycocoevalcap`, in `starter/metrics.py`) and the plots. Each piece of the pipeline you write is then **used**: the model trains on your vocabulary, your `Dataset` and `collate_captions`, with your schedule and training step, and is scored by your evaluation function. The kit has no version of these pieces: while one does not pass its public check yet, the notebook says so in one line and goes on without it, with the data the dataset file stores (its vocabulary, encoded captions and features) where that can stand in, and otherwise skipping what needs the piece (training, the scores).
 #
 # **How to work.** Fill in the cells marked `# YOUR CODE HERE` (delete the `raise NotImplementedError()` line) and run the test cell below each one: it prints `✓ … passed` or one line naming the likely bug. The graded version of each test cell also runs hidden cases. Don't edit or delete test cells, and keep the layers declared in the given part of `__init__` as they are: the checks load stored weights into them by name. The checks never use your layers from notebooks 02–03 (they build the model with PyTorch's layers), so your grade here does not depend on those notebooks.
 
@@ -57,6 +57,7 @@ from starter.layers import get_layers, with_attention, with_model
 from starter.metrics import caption_scores, format_scores
 from starter.pipeline import yours_if_it_passes
 from starter.plotting import plot_losses, show_attention, show_captions
+from starter.runtime import checkpoint_file
 from starter.training import (GRADING, count_parameters, load_checkpoint, overfit_small_batch, pick_device,
                               save_checkpoint, seed_everything, train)
 
@@ -423,7 +424,7 @@ print("same seed, same batch:", torch.equal(first[0], first[1]))
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_07", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ## 3 · Your layers, or PyTorch's
 #
-# The model uses a decoder layer and a positional encoding with the interfaces of notebooks 02–03. By default it uses **yours**: the next cell loads `TransformerDecoderLayer` from your `03_multi_head_attention.ipynb` and `PositionalEncoding` from your `02_positional_encoding.ipynb`, found in the course folder (the folder of this notebook; on Colab, the Google Drive folder that the first cell set up), prints which files it used, and runs their public checks. It never falls back to the kit's blank copies. If those notebooks are not finished, or a check fails, it stops with a one-line message; then either fix that notebook or switch to `LAYERS = "torch"`: PyTorch's `nn.TransformerDecoderLayer` (pre-norm, same masks convention as yours once converted) and a *learned* positional encoding, one trained vector per position, the alternative to the sinusoidal one discussed in notebook 02. Either way the rest of the notebook is the same. The graded checks always build the model with `layers="torch"`, so they do not depend on notebooks 02–03.
+# The model uses a decoder layer and a positional encoding with the interfaces of notebooks 02–03. By default it uses **yours**: the next cell loads `TransformerDecoderLayer` from your `03_multi_head_attention.ipynb` and `PositionalEncoding` from your `02_positional_encoding.ipynb`, found in the course folder (the folder of this notebook; on Colab, the Google Drive folder that the first cell set up, and also `My Drive/Colab Notebooks`, where *Save a copy in Drive* puts a notebook opened from its badge: the newest copy you worked on is used), prints which files it used, and runs their public checks. It never falls back to the kit's blank copies. If those notebooks are not finished, or a check fails, it stops with a one-line message; then either fix that notebook or switch to `LAYERS = "torch"`: PyTorch's `nn.TransformerDecoderLayer` (pre-norm, same masks convention as yours once converted) and a *learned* positional encoding, one trained vector per position, the alternative to the sinusoidal one discussed in notebook 02. Either way the rest of the notebook is the same. The graded checks always build the model with `layers="torch"`, so they do not depend on notebooks 02–03.
 
 # %% nbgrader={"grade": false, "grade_id": "code_08", "locked": true, "schema_version": 3, "solution": false, "task": false}
 LAYERS = "mine"   # or "torch": PyTorch-backed layers with the same interface (starter/layers.py)
@@ -646,7 +647,7 @@ check("teacher/grad", with_model(teacher_forcing_loss))
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_14", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ## 7 · Training
 #
-# A training script has four parts: the **learning-rate schedule**, the **training step** (one minibatch: forward, loss, backward, update), the **validation loss** (how the model does on data it does not train on) and the **loop** around them. You write all four. The loop draws batches from your `DataLoader`, calls your step with your schedule's learning rate, and measures the validation loss every so often; a `TrainingPlan` of the kit hands it the steps, keeps to a time budget and shows a progress bar. It runs on the GPU when there is one (`pick_device`), and it is seeded, so a run repeats on the same machine.
+# A training script has four parts: the **learning-rate schedule**, the **training step** (one minibatch: forward, loss, backward, update), the **validation loss** (how the model does on data it does not train on) and the **loop** around them. You write all four. The loop draws batches from your `DataLoader`, calls your step with your schedule's learning rate, and measures the validation loss every so often; a `TrainingPlan` of the kit hands it the steps and shows a progress bar with the time left (and, only while the notebook is graded, keeps the run to a time budget). It runs on the GPU when there is one (`pick_device`), and it is seeded, so a run repeats on the same machine.
 #
 # ### Task 9 · `lr_at_step(step, total_steps, warmup_steps, peak_lr)`
 #
@@ -655,7 +656,7 @@ check("teacher/grad", with_model(teacher_forcing_loss))
 # - warm-up, `step < warmup_steps`: $\eta = \eta_{peak} \cdot \min\left(1, \frac{step + 1}{warmup\_steps}\right)$ (the first step already moves, and step `warmup_steps - 1` is at the peak);
 # - then, with $p = \min\left(1, \frac{step - warmup\_steps}{\max(1,\ total\_steps - warmup\_steps)}\right)$: $\eta = \eta_{peak}\left(0.1 + 0.45\,(1 + \cos \pi p)\right)$, from the peak down to 10 % of it at `total_steps`, and flat after that.
 #
-# PyTorch's `torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_at_step(s, total_steps, warmup_steps, peak_lr) / peak_lr)`, stepped once per training step, applies the same rates on whole steps. Here you write the function itself, because the time budget of the training loop evaluates it at fractional steps.
+# PyTorch's `torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_at_step(s, total_steps, warmup_steps, peak_lr) / peak_lr)`, stepped once per training step, applies the same rates on whole steps. Here you write the function itself, because a run on a time budget (while grading) evaluates it at fractional steps.
 
 # %% nbgrader={"grade": false, "grade_id": "lr_at_step", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def lr_at_step(step, total_steps, warmup_steps, peak_lr):
@@ -778,7 +779,7 @@ check("validation/handed_over_in_eval_mode", with_batches(validation_loss))
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_fit_1", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ### Task 12 · the training loop: `fit(model, loss_fn, optimizer, loader, plan, val_batches, val_every, step_fn, val_fn, device)`
 #
-# The loop puts the pieces together. `plan` is a `starter.training.TrainingPlan`: iterating over it gives `(step, lr)` pairs, `step` = 0, 1, 2, … (0-based) with the learning rate your schedule gives that step, until the run is over (it may end early when a time budget binds, so loop over the plan rather than over a step count). For each `(step, lr)`:
+# The loop puts the pieces together. `plan` is a `starter.training.TrainingPlan`: iterating over it gives `(step, lr)` pairs, `step` = 0, 1, 2, … (0-based) with the learning rate your schedule gives that step, until the run is over (it may end early when a time budget binds, as it does while grading, so loop over the plan rather than over a step count). For each `(step, lr)`:
 #
 # 1. take the **next batch** `(features, captions)` from `loader`. A `DataLoader` runs out at the end of an epoch: then start the next epoch with a new `iter(loader)` (a shuffling loader draws a new order for it) and carry on. Keep one iterator between steps: `next(iter(loader))` every step would start a new epoch each time;
 # 2. move the batch to `device` (`.to(device)`: the model is there, on the GPU when there is one);
@@ -839,7 +840,7 @@ check("fit/every_step", with_loader(fit))
 # *How this check works:* `with_loader(fit)` runs your loop for a few steps on a tiny stand-in model with stored weights, with a stand-in loader (three or so batches per epoch, in an order that changes each epoch, as a shuffling loader's does) and a stand-in plan of stored learning rates, and with stand-ins for the step and the validation loss that do not train: the step returns the batch's loss and moves every weight by an amount that depends on the batch and the rate, the validation reads the weights. It compares the history and the weights afterwards with the stored ones, so it tests your loop alone (which batches, in which order, at which rates, validated when), whatever your `train_step` does.
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_step_2", "locked": true, "schema_version": 3, "solution": false, "task": false}
-# **Settings.** One configuration per dataset. On `shapes`, a small model (2 layers, $d_{model} = 64$, 4 heads, about 0.15 M parameters) trains 700 steps in about 15 s on a 2-core CPU. It trains without dropout: 700 steps of 64 captions see each of the 9000 training captions about 5 times, too few to overfit (the validation loss still falls at the end, see the curve below), so dropout would only slow learning down (measured with `benchmarks/bench_training.py`: with dropout 0.1 the same 700 steps score lower, and each step takes about 1.4 times as long). The COCO configurations, with far more parameters per caption, keep it. `time_limit` is a 3-minute budget: a machine too busy or too slow for 700 steps in that time trains fewer steps, with the learning-rate warm-up and cosine decay compressed to fit, so the run still ends with a complete schedule; the line under the progress bar says so. When nbgrader runs this notebook, `GRADING` is True and training is cut to a few steps: the graded tests don't depend on training at all.
+# **Settings.** One configuration per dataset. On `shapes`, a small model (2 layers, $d_{model} = 64$, 4 heads, about 0.15 M parameters) trains 700 steps in about 15 s on a 2-core CPU. It trains without dropout: 700 steps of 64 captions see each of the 9000 training captions about 5 times, too few to overfit (the validation loss still falls at the end, see the curve below), so dropout would only slow learning down (measured with `benchmarks/bench_training.py`: with dropout 0.1 the same 700 steps score lower, and each step takes about 1.4 times as long). The COCO configurations, with far more parameters per caption, keep it. The run takes all 700 steps on any machine: a slower one takes longer (the progress bar shows the time left) but trains the same steps with the same learning rates, so the trained-model mark does not depend on the machine. When nbgrader runs this notebook, `GRADING` is True and training is cut to 30 steps within 10 seconds (`time_limit`, with the warm-up and cosine decay compressed to fit): the graded tests don't depend on training at all, and the trained-model cell measures the checkpoint you hand in.
 #
 # **Sanity check first: overfit one small batch.** Before a long run, train a copy of the model on one batch of 8 captions: a correct model and loss drive its loss close to zero within a few seconds. If it stalls, the model cannot even memorise 8 captions, typically because the forward pass ignores the words or the image, or the loss compares the wrong positions; a long run would only waste time. It does not catch every bug: a model whose mask lets each word see its own target overfits one batch just as well, and so does a loss averaged over padding.
 
@@ -847,7 +848,7 @@ check("fit/every_step", with_loader(fit))
 CONFIGS = {
     # model: constructor arguments; train: arguments of starter.training.train
     "shapes": dict(model=dict(d_model=64, num_heads=4, num_layers=2, dim_feedforward=256, dropout=0.0),
-                   train=dict(steps=700, batch_size=64, lr=2e-3, warmup=50, time_limit=180)),
+                   train=dict(steps=700, batch_size=64, lr=2e-3, warmup=50)),
     # COCO, for a Colab GPU (section 9): sized for a T4; times and scores are whatever your run prints
     "coco-fc7": dict(model=dict(d_model=256, num_heads=8, num_layers=3, dim_feedforward=1024, dropout=0.2),
                      train=dict(steps=15000, batch_size=256, lr=5e-4, warmup=500)),
@@ -865,7 +866,7 @@ val_loader = make_loader(val_split, batch_size, shuffle=False)
 RUN_DIR = Path("runs")   # where checkpoints go, in the course folder (notebook 05 looks there)
 if GRADING:
     RUN_DIR = Path(tempfile.mkdtemp())
-CHECKPOINT = RUN_DIR / "04_captioning_transformer.pt"
+CHECKPOINT = RUN_DIR / Path(checkpoint_file(DATASET)).name  # the graded shapes model, or its COCO twin
 
 device = pick_device()
 seed_everything(0)
@@ -889,7 +890,7 @@ else:
 
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_17", "locked": true, "schema_version": 3, "solution": false, "task": false}
-# Now the real run, with your loader, training loop, schedule, training step and validation loss (under a minute on a laptop CPU for `shapes`; on a slower machine the 3-minute `time_limit` shortens it to the steps that fit, with a complete learning-rate schedule). It ends with one line naming the device and the time taken. Re-running the cell starts over from the same seed; the model is saved to `CHECKPOINT` at the end with its configuration and **your vocabulary**, and notebook 05 loads it from there.
+# Now the real run, with your loader, training loop, schedule, training step and validation loss (under a minute on a laptop CPU for `shapes`; longer on a slower machine, with the same 700 steps). It ends with one line naming the device and the time taken. Re-running the cell starts over from the same seed; the model is saved to `CHECKPOINT` at the end with its configuration and **your vocabulary**, and notebook 05 loads it from there. Each dataset has its own file: `runs/04_captioning_transformer.pt` is the `shapes` model, the one that is graded; a COCO run saves `runs/04_captioning_transformer_coco-grid.pt` (or `_coco-fc7`) and never overwrites it.
 
 # %% nbgrader={"grade": false, "grade_id": "code_18", "locked": true, "schema_version": 3, "solution": false, "task": false}
 seed_everything(0)

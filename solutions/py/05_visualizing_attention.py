@@ -15,7 +15,7 @@
 #
 # **How to work.** Fill in the cells marked `# YOUR CODE HERE` (delete the `raise NotImplementedError()` line) and run the test cell below each one: it prints `✓ … passed`, or one line naming the likely bug. The graded version of each test cell also runs hidden cases (other grid shapes, batch dimensions, float64, gradients). Don't edit or delete test cells.
 #
-# **What you need.** The pictures use the model you trained in notebook 04: finish `04_captioning_transformer.ipynb` and run it to the end first (it saves `runs/04_captioning_transformer.pt`), and keep it next to this notebook. While the notebook is being graded, the cells that need the trained model are skipped.
+# **What you need.** The pictures use the model you trained in notebook 04: finish `04_captioning_transformer.ipynb` and run it to the end first (it saves `runs/04_captioning_transformer.pt`), and keep it next to this notebook (on Colab: in the course folder or in `My Drive/Colab Notebooks`). While the notebook is being graded, the cells that need the trained model are skipped.
 
 # %% nbgrader={"grade": false, "grade_id": "code_02", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["colab"]
 # Run this cell first. On Google Colab it installs the course kit (only what Colab lacks, once per runtime)
@@ -283,7 +283,7 @@ check("collect/grad", collect_attention)
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_15", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ### Loading your model
 #
-# The next cell runs the set-up and answer cells of **your** `04_captioning_transformer.ipynb` (nothing else: no training, no plots) to get `CaptioningTransformer` and `greedy_decode`, then loads the weights you trained there from the checkpoint. The dataset is the one the checkpoint was trained on (set `DATASET` by hand if notebook 04 did not record it). `MODEL_SOURCE` says where the model definition comes from: `"notebook"` (your notebook 04, in the course folder) is the only choice the course needs; change `NOTEBOOK_04`/`CHECKPOINT` if you keep them elsewhere. Without a checkpoint the cell says in one line how to get one, and the model sections are skipped.
+# The next cell runs the set-up and answer cells of **your** `04_captioning_transformer.ipynb` (nothing else: no training, no plots) to get `CaptioningTransformer` and `greedy_decode`, then loads the weights you trained there from the checkpoint. The dataset is the one the checkpoint was trained on (set `DATASET` by hand if notebook 04 did not record it). `MODEL_SOURCE` says where the model definition comes from: `"notebook"` (your notebook 04, in the course folder or, on Colab, in `My Drive/Colab Notebooks`) is the only choice the course needs; change `NOTEBOOK_04`/`CHECKPOINT` if you keep them elsewhere. Without a checkpoint the cell says in one line how to get one, and the model sections are skipped.
 
 # %% nbgrader={"grade": false, "grade_id": "code_16", "locked": true, "schema_version": 3, "solution": false, "task": false}
 MODEL_SOURCE = "notebook"                                  # your CaptioningTransformer from notebook 04
@@ -631,7 +631,7 @@ if RUN_MODEL and ds.num_regions > 1 and ds.name == "shapes":
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_31", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ## 8 · Other features: COCO grids and CS231n fc7 vectors
 #
-# **COCO grid features** (`load_dataset("coco-grid")`, built by `python -m data.coco_grid`) have the same $7 \times 7$ layout, so sections 4, 5 and 7 work unchanged on a model trained on them in notebook 04 (the dataset is read from the checkpoint) and draw the attention over real photographs. That file has no object annotations, so section 6 (the number) is skipped and the overlays are the evidence. Expect them to be noisier than on the shapes: words like "a", "of", "with" have no place in the image, objects spread over several cells, and a $7 \times 7$ grid is coarse.
+# **COCO grid features** (`load_dataset("coco-grid")`, built by `python -m data.coco_grid`) have the same $7 \times 7$ layout, so sections 4, 5 and 7 work unchanged on a model trained on them in notebook 04: set `CHECKPOINT` in section 3 to `runs/04_captioning_transformer_coco-grid.pt`, where that run saves it (the dataset is read from the checkpoint) and draw the attention over real photographs. That file has no object annotations, so section 6 (the number) is skipped and the overlays are the evidence. Expect them to be noisier than on the shapes: words like "a", "of", "with" have no place in the image, objects spread over several cells, and a $7 \times 7$ grid is coarse.
 #
 # **CS231n fc7 features** (`load_dataset("coco-fc7")`) are one 512-dimensional vector per image: $R = 1$ memory token. Cross-attention then has nothing to choose from: a softmax over one key is $e^{s}/e^{s} = 1$, whatever the query. Every word "attends" 100% to the only token, and the context it receives is a projection of the same image vector at every step: the single-context bottleneck of the RNN encoder-decoder from the lecture, in Transformer clothing. There is no map to draw; with fc7 features only the self-attention (section 4) is worth looking at. A one-region attention layer shows it directly:
 
