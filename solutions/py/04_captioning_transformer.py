@@ -193,14 +193,12 @@ if DATASET == "shapes":
 else:
     print("this step runs on the shapes images (COCO grid features are built by python -m data.coco_grid)")
 
-
 # %% nbgrader={"grade": false, "grade_id": "code_prep_2", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["setup"]
 SPECIAL_TOKENS = ["<NULL>", "<START>", "<END>", "<UNK>"]
 
 def tokenize(caption):
     """"A dog's ball." -> ["a", "dog", "s", "ball"]: lower case, maximal runs of letters a-z and digits 0-9."""
     return re.findall(r"[a-z0-9]+", caption.lower())
-
 
 
 # %% nbgrader={"grade": false, "grade_id": "code_prep_2b", "locked": true, "schema_version": 3, "solution": false, "task": false}
@@ -299,7 +297,6 @@ else:
 print(vocab)
 print(f"{texts['train'][0]!r} -> {encoded['train'][0].tolist()}")
 print("captions:", {name: tuple(e.shape) for name, e in encoded.items()})
-
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_prep_write", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # Your features and your encoded captions together make a dataset file: written in the kit's format (`write_caption_file`: float16 features, one HDF5 chunk per image, written to a temporary file and renamed when complete, so an interrupted write leaves nothing behind), it is read back by the same `load_dataset` as the kit's own files. Here, with the images above split into a small training and validation part:
@@ -419,7 +416,6 @@ def make_loader(split, batch_size, shuffle, seed=0):
 first = [next(iter(make_loader(train_split, 4, shuffle=True)))[1] for _ in range(2)]
 print(f"a batch of 4: captions {tuple(first[0].shape)}\n{first[0]}")
 print("same seed, same batch:", torch.equal(first[0], first[1]))
-
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_07", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ## 3 · Your layers, or PyTorch's
@@ -556,7 +552,6 @@ print("self-attention per layer", [tuple(w.shape) for w in att["self"]], "| cros
 # $$\mathcal{L} = -\frac{1}{N}\sum_{(b,t)\,:\,y_{b,t} \neq \texttt{<NULL>}} \log p_\theta(y_{b,t} \mid \ldots), \qquad N = \#\{(b,t) : y_{b,t} \neq \texttt{<NULL>}\}.$$
 #
 # Why not average over every position? Padding positions have a trivial target: after `<END>` the answer is always `<NULL>`. Including them (i) rewards the model for predicting `<NULL>` after `<NULL>`, which it learns in a few steps and which says nothing about captions; (ii) dilutes the gradient of the real words by the share of padding (measured just below on your batches), as if the learning rate were lowered by a different factor for every batch; (iii) makes the loss depend on how much the batch was padded, so numbers are not comparable across batches or datasets. Dividing by the number of real words (not by the batch size, and not per caption) gives each real word the same weight.
-#
 
 # %% nbgrader={"grade": false, "grade_id": "code_pad_share", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # how much of a batch is padding: target positions (captions[:, 1:]) that hold <NULL>
@@ -888,7 +883,6 @@ if yours["step_fn"] is not None:
 else:
     print("no overfit check: it trains with your train_step")
 
-
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_17", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # Now the real run, with your loader, training loop, schedule, training step and validation loss (under a minute on a laptop CPU for `shapes`; longer on a slower machine, with the same 700 steps). It ends with one line naming the device and the time taken. Re-running the cell starts over from the same seed; the model is saved to `CHECKPOINT` at the end with its configuration and **your vocabulary**, and notebook 05 loads it from there. Each dataset has its own file: `runs/04_captioning_transformer.pt` is the `shapes` model, the one that is graded; a COCO run saves `runs/04_captioning_transformer_coco-grid.pt` (or `_coco-fc7`) and never overwrites it.
 
@@ -905,16 +899,13 @@ if can_train:
 else:
     print("not trained: the training pieces above do not all pass yet")
 
-
 # %% nbgrader={"grade": false, "grade_id": "code_19", "locked": true, "schema_version": 3, "solution": false, "task": false}
 if history is not None:
     plot_losses(history, title=f"training on {DATASET}")
     plt.show()
 
-
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_20", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # The loss is per real word, in nats: $\log V$ for a model that guesses uniformly (printed below). It cannot reach zero on `shapes`: each image has its three phrasings among its captions, and a caption is fully determined by the image once its phrasing is chosen, so the model must guess which phrasing it is writing, $\ln 3 \approx 1.10$ nats per caption. Spread over the words of a caption, that is the floor printed below, next to your final validation loss.
-#
 
 # %% nbgrader={"grade": false, "grade_id": "code_loss_floor", "locked": true, "schema_version": 3, "solution": false, "task": false}
 targets = encoded["train"][:, 1:]
@@ -1068,7 +1059,6 @@ if evaluate is not None:
     print(f"greedy, {len(generated)} validation images ({time.perf_counter() - t0:.1f} s):")
     print(format_scores(scores))
     print(f"exact match: {scores['exact_match']:.1%} of the captions equal one of their image's references")
-
 
 # %% nbgrader={"grade": false, "grade_id": "code_25", "locked": true, "schema_version": 3, "solution": false, "task": false}
 if generated is not None:
