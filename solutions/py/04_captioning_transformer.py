@@ -1151,6 +1151,8 @@ if ds.num_regions > 1:
 # 2. keep the best $k - f$ candidates **over all of them** (not the best word of each hypothesis), $f$ being the number of hypotheses finished so far: `topk` over the flattened scores, then `index // V` is the hypothesis and `index % V` the word;
 # 3. a kept candidate whose word is `<END>`, or that has reached `max_len` words, is **finished**: set it aside with its score; the others live on. Stop when no hypothesis is alive. The beam narrows as hypotheses finish, and there are at most `max_len` steps.
 #
+# **The graded variant is this narrowing beam.** A common variant keeps $k$ hypotheses alive at every step until $k$ have finished; it finds other captions on some of the checks' cases and loses points there. For example, with $k = 3$: when one hypothesis has finished by step 2, step 3 keeps the best $3 - 1 = 2$ candidates, and once a second finishes, one; the search ends when all three are finished.
+#
 # **Length handling.** A sum of log-probabilities only goes down with every word, so raw scores prefer short captions. Finished hypotheses are compared by their **length-normalised** score $\frac{\sum \log p}{L^{\alpha}}$, with $L$ the number of words including `<END>` and $\alpha$ = `length_penalty`: $\alpha = 0$ is the raw sum, $\alpha = 1$ the mean log-probability per word. Only this final comparison is normalised; during the search hypotheses are ranked by their raw sum (they all have the same length at a given step).
 #
 # With $k = 1$ this is greedy decoding.
