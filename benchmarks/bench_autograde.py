@@ -3,7 +3,7 @@
     python benchmarks/bench_autograde.py [--students 6] [--plain-agg]
 
 Each canned submission holds every notebook, filled with the reference answers (every other student
-with one bug in notebook 01), and notebook 04's trained model. In one run, on this machine, one after the other:
+with one bug in notebook 01), and notebook 05's trained model. In one run, on this machine, one after the other:
 - plain nbgrader: `autograde` + `generate_feedback` of the same submissions through its API, with
   its own Execute step (student code in the grader's kernel, checks judged in there);
 - the kit, 1 worker (SQLite, as plain nbgrader), then 1 and 2 workers on one PostgreSQL gradebook (if
@@ -51,7 +51,7 @@ c.Execute.timeout = 30
 
 
 def make_class(folder: Path, n: int) -> list[str]:
-    """n submissions of every notebook and notebook 04's trained model (trained once, as the notebook does)."""
+    """n submissions of every notebook and notebook 05's trained model (trained once, as the notebook does)."""
     stems = [p.stem for p in notebooks.solution_notebooks()]
     checkpoint = notebooks.trained_checkpoint(folder.parent / "trained.pt")
     for i in range(n):
@@ -61,7 +61,7 @@ def make_class(folder: Path, n: int) -> list[str]:
             path.parent.mkdir(parents=True, exist_ok=True)
             nbformat.write(filled_submission(stem, overrides), str(path))
         (folder / f"student{i:03d}" / "runs").mkdir()
-        shutil.copy(checkpoint, folder / f"student{i:03d}" / notebooks.CHECKPOINT_04)
+        shutil.copy(checkpoint, folder / f"student{i:03d}" / notebooks.TRAINED_CHECKPOINT)
     return [f"student{i:03d}" for i in range(n)]
 
 

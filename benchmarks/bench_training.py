@@ -1,4 +1,4 @@
-"""Train notebook 04's reference model on the default dataset and print training time and val scores.
+"""Train notebook 05's reference model on the default dataset and print training time and val scores.
 
     python benchmarks/bench_training.py [--layers torch|mine] [--steps N] [--threads N] [--seed S] [--lr LR] [--dropout P]
                                         [--label-smoothing EPS] [--data split stored yours]
@@ -6,9 +6,9 @@
 Uses the solution notebook's definitions and its "shapes" configuration (the CONFIGS cell). `--data`
 names the data paths to train with, one after the other in this run, same seed:
 - split: the dataset's in-memory sampler (``Split.sample_batch``);
-- stored: the stored captions in ``StoredBatches``, what notebook 04 trains on while a student's Dataset or
+- stored: the stored captions in ``StoredBatches``, what notebook 05 trains on while a student's Dataset or
   collate function does not pass (every caption padded to the dataset's length);
-- yours: notebook 04's pipeline as the solution writes it (build_vocab, encode_captions, CaptionFeatures,
+- yours: notebooks 04-05's pipeline as the solutions write it (build_vocab, encode_captions, CaptionFeatures,
   collate_captions in a DataLoader), as the notebook runs it.
 Each trains with the solution's training pieces (fit, train_step, lr_at_step, validation_loss) and is
 scored with its evaluate_captions.
@@ -59,7 +59,7 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     if args.layers == "mine":
         os.environ.setdefault("COURSE_NOTEBOOKS_DIR", str(nbs.SOLUTIONS))
-    ns = nbs.solution("04_captioning_transformer")
+    ns = nbs.captioning_solution()
     cfg = nbs.shapes_config()
     targs = dict(cfg["train"])
     if args.steps:

@@ -259,11 +259,12 @@ def notebook_pieces(notebook=None) -> dict | None:
     # The course kit is imported here, where it is needed, so that `starter` can import `data` freely.
     from starter.notebook_loader import NotebookLoadError, load_definitions
     from starter.pipeline import yours_if_it_passes
+    from starter.runtime import MODEL_NOTEBOOK
 
     names = ["build_vocab", "encode_captions"]
     try:
         if notebook is None:
-            found = load_definitions("04_captioning_transformer.ipynb", names)
+            found = load_definitions(MODEL_NOTEBOOK, names)
         else:
             found = load_definitions(Path(notebook).name, names, folder=Path(notebook).resolve().parent)
     except NotebookLoadError as e:

@@ -116,8 +116,8 @@ def main(argv: list[str] | None = None) -> int:
         dest = publish(args.dest, args.repo) if args.repo else publish(args.dest)
         print(f"student copy written to {dest} (checked: no solutions, no hidden tests)")
     elif args.command == "execute":
-        from .execute import execute_all
-        ok = execute_all(args.names, args.out)
+        from .execute import README, execute_all
+        ok = execute_all(args.names, args.out, readme=README if args.out is None else None)
         return 0 if ok else 1
     return 0
 

@@ -181,7 +181,7 @@ def release(dest: Path = notebooks.RELEASE, mirrors: Path | None = None) -> list
 def prepare_grading_course(root: Path, db_url: str | None = None, timeout: int = CELL_TIMEOUT,
                            isolate: bool = True, notebook_timeout: int = NOTEBOOK_TIMEOUT) -> None:
     """Lay out a course directory for autograding and record the assignment in the gradebook: the
-    source notebooks, the hidden cases' inputs for the sandboxes, and the dataset notebook 04 loads.
+    source notebooks, the hidden cases' inputs for the sandboxes, and the dataset notebooks 04-07 load.
     Holds the folder (`hold`) while it does, unless this thread already holds it (a run does)."""
     from starter.data import load_dataset
 

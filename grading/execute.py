@@ -31,16 +31,16 @@ INLINE_BACKEND = "module://matplotlib_inline.backend_inline"  # what ipykernel p
 
 # Key numbers, parsed from the text a notebook prints (stdout and text/plain results, in cell order;
 # the first match counts). Each pattern matches one print of a solution notebook (examples from a run):
-#   04, training cell (starter.training.train's last line): "training on cpu (CPU, 2 threads): 700 steps in 85 s",
+#   05, training cell (starter.training.train's last line): "training on cpu (CPU, 2 threads): 700 steps in 85 s",
 #       or "...: 420 of 700 steps in 185 s (time budget 180 s: ...)" when a busy machine ran out of time
-#   04, evaluation cell: "greedy, 500 validation images (4.7 s):" then `format_scores`:
+#   05, evaluation cell: "greedy, 500 validation images (4.7 s):" then `format_scores`:
 #       "BLEU-1 0.995  BLEU-2 0.988  BLEU-3 0.975  BLEU-4 0.954  CIDEr 7.536  ROUGE-L 0.972"
-#       (the first BLEU-4 printed is this whole-validation evaluation; the greedy/beam comparison on the
-#       first 100 images prints later)
-#   04, an exact-match print, should the notebook add one: "exact match: 74.4% ..."
-#   05: "localisation accuracy, last layer, mean of heads, exact cell: 65.7%   (chance 2.0%)"
+#       (the first BLEU-4 printed is this whole-validation evaluation; notebook 06 prints its greedy/beam
+#       comparison on the first 100 images)
+#   05, its exact-match print: "exact match: 86.2% of the captions equal one of their image's references"
+#   07: "localisation accuracy, last layer, mean of heads, exact cell: 65.7%   (chance 2.0%)"
 #       and the same "within 1 cell (3 x 3 block)"
-#   05: "128 of 500 validation captions (26%) match no reference" -> exact match 74.4% of 500
+#   07: "69 of 500 validation captions (14%) match no reference" -> exact match 86.2% of 500
 _NUM = r"(\d+(?:\.\d+)?)"
 KEY_NUMBERS: dict[str, re.Pattern] = {
     "train_steps": re.compile(r"^training on [^:]*: (\d+)(?: of (\d+))? steps in \d+ s\b", re.M),
@@ -140,7 +140,7 @@ def kernel_env(base: dict | None = None) -> dict:
     """The kernel's environment: this one, plus the hidden references and the inline backend."""
     env = dict(os.environ if base is None else base)
     env["COURSE_HIDDEN_REFERENCES"] = str(notebooks.HIDDEN_REFERENCES)
-    env["COURSE_NOTEBOOKS_DIR"] = str(notebooks.SOLUTIONS)  # "your" layers of 02/03, for 04 and 05
+    env["COURSE_NOTEBOOKS_DIR"] = str(notebooks.SOLUTIONS)  # "your" earlier notebooks, for 04-07
     env["MPLBACKEND"] = INLINE_BACKEND  # not an inherited Agg: figures must become outputs
     env.pop("NBGRADER_EXECUTION", None)
     return env
@@ -238,10 +238,59 @@ def write_index(results: list[dict], index: Path, out: Path, figures: Path) -> N
     index.with_suffix(".json").write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
 
 
+README = notebooks.ROOT / "README.md"
+# the README's block of run figures, between these two lines, is written by a run of every notebook
+RUN_FIGURES = ("<!-- run figures: written by `python3 kit.py run` (grading/execute.py); do not edit by hand -->",
+               "<!-- end of run figures -->")
+# the course's estimate of a student's time per notebook (its tasks and written questions, once the lecture is
+# understood); an estimate, not a measurement, kept beside the measured figures so that the two are read together
+STUDENT_HOURS = {"01": "2-3 h", "02": "1.5-2 h", "03": "2-3 h", "04": "3-4 h", "05": "3-4 h", "06": "2-3 h",
+                 "07": "2-3 h"}
+
+
+def notebook_points(path: Path) -> int:
+    """The points of a notebook's graded cells (test cells and written questions)."""
+    return int(sum(notebooks.nbgrader_meta(c).get("points", 0) for c in notebooks.read(path).cells
+                   if notebooks.nbgrader_meta(c).get("grade")))
+
+
+def _machine() -> str:
+    import torch
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
+    return f"{os.cpu_count()} CPU cores, {gpu}"
+
+
+def run_figures(results: list[dict], date: str | None = None, machine: str | None = None) -> str:
+    """The README's block of run figures: per notebook its points, run time, tests passed and key numbers, and
+    the estimated student time."""
+    lines = [RUN_FIGURES[0], "",
+             f"Measured by `python3 kit.py run` on {date or time.strftime('%Y-%m-%d')} ({machine or _machine()}): each "
+             "solution notebook run top to bottom in a fresh kernel, on the default data. A student's time is the "
+             "course's estimate, not a measurement.", "",
+             "| notebook | points | run time | tests passed | key numbers | a student's time (estimate) |",
+             "|---|---:|---:|---:|---|---:|"]
+    points = {r["name"]: notebook_points(notebooks.SOLUTIONS / f"{r['name']}.ipynb") for r in results}
+    for r in results:
+        lines.append(f"| `{r['name']}` | {points[r['name']]} | {r['seconds']:.0f} s | {r['tests_passed']}/{r['tests']} | "
+                     f"{format_numbers(r['numbers'])} | {STUDENT_HOURS.get(r['name'][:2], '-')} |")
+    lines.append(f"| all | {sum(points.values())} | {sum(r['seconds'] for r in results):.0f} s | | | |")
+    return "\n".join([*lines, "", RUN_FIGURES[1]])
+
+
+def write_run_figures(results: list[dict], readme: Path = README) -> None:
+    """Replace the README's block of run figures with those of `results`."""
+    text = readme.read_text(encoding="utf-8")
+    start, end = text.find(RUN_FIGURES[0]), text.find(RUN_FIGURES[1])
+    if start < 0 or end < start:
+        raise ValueError(f"{readme} has no block of run figures (its first and last lines: {RUN_FIGURES})")
+    readme.write_text(text[:start] + run_figures(results) + text[end + len(RUN_FIGURES[1]):], encoding="utf-8")
+
+
 def execute_all(names: list[str] | None = None, out: Path | None = None, figures: Path | None = None,
-                index: Path | None = None) -> bool:
+                index: Path | None = None, readme: Path | None = None) -> bool:
     """Run the chosen solution notebooks (all by default); print a header, one index row per notebook
-    as it finishes (errors one line each under it) and a summary; write the index. True if all passed."""
+    as it finishes (errors one line each under it) and a summary; write the index and, given `readme`, when
+    every notebook ran and passed, its block of run figures. True if all passed."""
     out = out or BUILD / "executed"
     figures = figures or BUILD / "figures"
     index = index or BUILD / "index.md"
@@ -266,4 +315,8 @@ def execute_all(names: list[str] | None = None, out: Path | None = None, figures
             return str(p)
     print(f"{sum(r['ok'] for r in results)}/{len(results)} notebooks passed in {total:.0f} s; executed copies and "
           f"HTML in {rel(out)}, {n_figures} figure{'s' * (n_figures != 1)} in {rel(figures)}, index in {rel(index)}")
-    return all(r["ok"] for r in results)
+    passed = all(r["ok"] for r in results)
+    if readme is not None and not names and passed:
+        write_run_figures(results, readme)
+        print(f"run figures written into {rel(readme)}")
+    return passed

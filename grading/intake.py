@@ -285,7 +285,7 @@ def collect(handin: Handin, known: dict[str, str], result: StudentResult, dest: 
     for path, rel in handed_in(handin, result):
         if any(part in JUNK for part in rel.parts):
             continue
-        if rel.name == Path(notebooks.CHECKPOINT_04).name:
+        if rel.name == Path(notebooks.TRAINED_CHECKPOINT).name:
             checkpoints.append((path, rel))
             continue
         if path.suffix != ".ipynb":
@@ -323,7 +323,7 @@ class Refused(Exception):
 
 
 def _keep_checkpoint(found: list[tuple[Path, Path]], result: StudentResult, dest: Path) -> None:
-    """Notebook 04's trained model goes to `dest`/runs/ (its test_trained_model loads it there): the copy in
+    """Notebook 05's trained model goes to `dest`/runs/ (its test_trained_model loads it there): the copy in
     a runs/ folder if there is one, else the newest; one over MAX_HANDED_IN bytes is noted and left out."""
     if not found:
         return
@@ -335,7 +335,7 @@ def _keep_checkpoint(found: list[tuple[Path, Path]], result: StudentResult, dest
     if size > notebooks.MAX_HANDED_IN:
         result.notes.append(f"{rel}: not kept ({size / 2**20:.0f} MB, over {notebooks.MAX_HANDED_IN / 2**20:.0f} MB)")
         return
-    target = dest / notebooks.CHECKPOINT_04
+    target = dest / notebooks.TRAINED_CHECKPOINT
     target.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(chosen, target)
 

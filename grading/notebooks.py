@@ -18,12 +18,13 @@ PUBLIC_REFERENCES = ROOT / "starter" / "references"
 ASSIGNMENT = "attention"  # the nbgrader assignment that holds every notebook
 # a test cell's `check("case", ...)`: the case's name, with what surrounds it (to rewrite it in place)
 CHECK_CALL = re.compile(r"""(?P<before>\bcheck\(\s*["'])(?P<case>[^"']+)(?P<after>["'])""")
-# What a notebook's grading run gets beside it from the student's submission, by notebook: notebook 04's
+# What a notebook's grading run gets beside it from the student's submission, by notebook: notebook 05's
 # trained model (its test_trained_model loads it) and, for a model built with layers="mine", the notebooks
 # that define those layers. Intake keeps the checkpoint (MAX_HANDED_IN bytes).
-CHECKPOINT_04 = TRAINED_MODEL
-FILES_BESIDE = {"04_captioning_transformer": [CHECKPOINT_04, "02_positional_encoding.ipynb",
-                                              "03_multi_head_attention.ipynb"]}
+TRAINED_CHECKPOINT = TRAINED_MODEL
+FILES_BESIDE = {"04_captioning_data_and_model": ["02_positional_encoding.ipynb", "03_multi_head_attention.ipynb"],
+                "05_training_and_evaluation": [TRAINED_CHECKPOINT, "04_captioning_data_and_model.ipynb",
+                                               "02_positional_encoding.ipynb", "03_multi_head_attention.ipynb"]}
 MAX_HANDED_IN = 64 * 2**20
 
 def solution_notebooks() -> list[Path]:
@@ -90,8 +91,20 @@ def solution(stem: str) -> dict:
     return execute_definitions(SOLUTIONS / f"{stem}.ipynb")
 
 
+CAPTIONING = ("04_captioning_data_and_model", "05_training_and_evaluation", "06_decoding")
+
+
+@functools.cache
+def captioning_solution() -> dict:
+    """The solution namespaces of notebooks 04-06 in one: every piece of the captioner, wherever it is taught."""
+    ns: dict = {}
+    for stem in CAPTIONING:
+        ns.update({k: v for k, v in solution(stem).items() if k not in ns})
+    return ns
+
+
 def solution_training(ns: dict) -> dict:
-    """The training pieces of notebook 04 (a solution namespace) as `starter.training.train` takes them."""
+    """The training pieces of notebook 05 (a solution namespace) as `starter.training.train` takes them."""
     return dict(fit_fn=ns["fit"], step_fn=ns["train_step"], lr_fn=ns["lr_at_step"], val_fn=ns["validation_loss"])
 
 
@@ -120,19 +133,19 @@ def filled_submission(stem: str, overrides: dict[str, str] | None = None):
 
 
 def shapes_config() -> dict:
-    """The "shapes" entry of notebook 04's CONFIGS dict, read from the solution's source (not re-typed)."""
+    """The "shapes" entry of notebook 05's CONFIGS dict, read from the solution's source (not re-typed)."""
     import ast
 
-    for cell in read(SOLUTIONS / "04_captioning_transformer.ipynb").cells:
+    for cell in read(SOLUTIONS / "05_training_and_evaluation.ipynb").cells:
         if cell.cell_type == "code" and cell.source.startswith("CONFIGS = {"):
             tree = ast.parse(cell.source.split("\nconfig = ")[0])
             expr = ast.Expression(tree.body[0].value)
             return eval(compile(expr, "CONFIGS", "eval"), {"__builtins__": {}, "dict": dict})["shapes"]
-    raise LookupError("CONFIGS cell not found in the solution notebook 04")
+    raise LookupError("CONFIGS cell not found in the solution notebook 05")
 
 
 def trained_checkpoint(path: Path, steps: int | None = None, layers: str = "mine") -> Path:
-    """What a student who finished notebook 04 hands in beside it: the solution's model trained on `shapes`
+    """What a student who finished notebook 05 hands in beside it: the solution's model trained on `shapes`
     as the notebook trains it (its configuration, seed 0, the layers of the solution notebooks 02-03 or, with
     layers="torch", PyTorch's; `steps` to shorten it), saved to `path` with save_checkpoint. For the tests
     and walks of grading a correct submission."""
@@ -142,7 +155,7 @@ def trained_checkpoint(path: Path, steps: int | None = None, layers: str = "mine
     from starter.layers import layers_from
     from starter.training import save_checkpoint, seed_everything, train
 
-    ns = solution("04_captioning_transformer")
+    ns = captioning_solution()
     cfg = shapes_config()
     train_args = dict(cfg["train"], time_limit=None, progress=False)
     if steps:

@@ -67,7 +67,8 @@ def format_scores(scores: dict[str, float]) -> str:
 # The words of the `shapes` grammar (data/shapes.py) by what they describe.
 _KINDS = {"colour": {"red", "green", "blue", "yellow", "purple"}, "shape": {"circle", "square", "triangle", "cross"},
           "size": {"small", "large"}, "position": {"top", "middle", "bottom", "left", "center", "right"}}
-SHAPES_ERRORS = ("correct", "relation", "colour", "shape", "size", "position", "several", "wording")
+SHAPES_ERRORS = ("correct", "missing_object", "extra_object", "relation", "colour", "shape", "size", "position",
+                 "several", "wording")
 
 
 def _object_starts(words: list[str]) -> list[int]:
@@ -77,7 +78,8 @@ def _object_starts(words: list[str]) -> list[int]:
 
 def shapes_error(generated: str, references: list[str]) -> str:
     """What is wrong with a generated `shapes` caption, given its image's references (one of SHAPES_ERRORS):
-    "correct" (it equals a reference); "relation" (the spatial relation between the two objects reversed:
+    "correct" (it equals a reference); "missing_object" or "extra_object" (it describes fewer or more objects,
+    each a size, a colour and a shape, than the references do); "relation" (the spatial relation between the two objects reversed:
     a reference with its two objects in each other's place, or the wrong one of left of / right of /
     above / below); else, against the closest reference of the same length (fewest differing words), the
     kind of every differing word: "colour", "shape", "size", "position" (where a single object is),
@@ -87,6 +89,9 @@ def shapes_error(generated: str, references: list[str]) -> str:
     refs = [tokenize(r).split() for r in references]
     if words in refs:
         return "correct"
+    described, present = len(_object_starts(words)), max(len(_object_starts(r)) for r in refs)
+    if described != present:
+        return "missing_object" if described < present else "extra_object"
     same_length = [r for r in refs if len(r) == len(words)]
     for ref in same_length:
         starts = _object_starts(ref)

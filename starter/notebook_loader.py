@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .runtime import KIT_ROOT, OneLineError, notebook_folders
+from .runtime import KIT_ROOT, MODEL_NOTEBOOK, TRAINED_MODEL, TRAINING_NOTEBOOK, OneLineError, notebook_folders
 
 
 class NotebookLoadError(OneLineError, RuntimeError):
@@ -115,3 +115,51 @@ def load_definitions(name: str, names: list[str], folder: str | Path | None = No
     found = Definitions({n: namespace[n] for n in names})
     found.path = path
     return found
+
+
+def load_or_none(name: str, names: list[str], folder: str | Path | None = None) -> dict:
+    """`load_definitions`, for a notebook that goes on without the pieces: the objects called `names`, or None
+    for each of them when notebook `name` can't be found or run. Prints one line either way."""
+    try:
+        found = load_definitions(name, names, folder)
+    except NotebookLoadError as exc:
+        print(f"{exc} The notebook goes on without {', '.join(names)}.")
+        return dict.fromkeys(names)
+    print(f"{', '.join(names)} from {found.path}")
+    return dict(found)
+
+
+class TrainedCaptioner:
+    """What `load_trained_captioner` returns: the model (eval mode), the dataset it was trained on, the
+    vocabulary it was trained with, your `greedy_decode`, and every piece loaded (`defs`, by name)."""
+
+    def __init__(self, model, info: dict, dataset, defs: dict, path: Path):
+        self.model, self.info, self.dataset, self.defs, self.path = model, info, dataset, defs, path
+        self.vocab = info["vocab"]  # the vocabulary notebook 05 built and trained with, saved with the weights
+        self.greedy_decode = defs["greedy_decode"]
+
+
+def load_trained_captioner(checkpoint: str | Path = TRAINED_MODEL, dataset: str | None = None, device="cpu",
+                           also: tuple[str, ...] = ()) -> TrainedCaptioner:
+    """Your trained model, as notebooks 06 and 07 use it: `CaptioningTransformer` from your notebook 04, the
+    weights notebook 05 saved at `checkpoint` (relative to the course folder), `greedy_decode` (and the names
+    in `also`) from your notebook 05, and the dataset recorded in the checkpoint (or `dataset`). Prints what
+    came from where; a missing piece is a NotebookLoadError that says which and what to do."""
+    from .data import load_dataset
+    from .runtime import missing_checkpoint
+    from .training import load_checkpoint
+
+    model_defs = load_definitions(MODEL_NOTEBOOK, ["CaptioningTransformer"])
+    training_defs = load_definitions(TRAINING_NOTEBOOK, ["greedy_decode", *also])
+    if not Path(checkpoint).is_file():
+        raise NotebookLoadError(missing_checkpoint(checkpoint, TRAINING_NOTEBOOK))
+    print(f"CaptioningTransformer from {model_defs.path}; {', '.join(training_defs)} from {training_defs.path}")
+    model, info = load_checkpoint(checkpoint, model_defs["CaptioningTransformer"], device=device)  # eval mode
+    dataset = dataset or (info["extra"] or {}).get("dataset") or "shapes"
+    ds = load_dataset(dataset)
+    if info["config"].get("num_regions", ds.num_regions) != ds.num_regions:
+        raise NotebookLoadError(f"{checkpoint} was not trained on {dataset!r} (the number of regions differs): "
+                                "pass the dataset notebook 05 used")
+    print(f"model: {sum(p.numel() for p in model.parameters()):,} parameters, from {checkpoint} | dataset "
+          f"{dataset!r}: {ds.grid_shape[0]} x {ds.grid_shape[1]} regions, {ds.split('val').num_images} validation images")
+    return TrainedCaptioner(model, info, ds, {**model_defs, **training_defs}, Path(checkpoint))

@@ -124,7 +124,7 @@ def show_similarity_vs_distance(pe, anchors: Sequence[int] = (0, 20, 40), ax=Non
 
 
 # --------------------------------------------------------------------------------------------------
-# Notebook 05: attention over image regions and over the words of a caption
+# Notebook 07: attention over image regions and over the words of a caption
 
 def _image_extent(image) -> tuple[int, int]:
     img = _as_numpy(image)

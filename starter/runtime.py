@@ -1,13 +1,13 @@
 """Where a notebook runs, and how its errors read. The first cell of every notebook calls
 ``start_notebook()``.
 
-**The course folder** holds your notebooks and what they save (``runs/`` with notebook 04's
+**The course folder** holds your notebooks and what they save (``runs/`` with notebook 05's
 checkpoint). Notebooks 04 and 05 load your earlier notebooks from it (on Colab also from
 ``MyDrive/Colab Notebooks``, see below), never from the kit's blank copies. It is the working folder
 of the notebook's kernel (Jupyter starts the kernel in the notebook's folder), unless ``$COURSE_NOTEBOOKS_DIR`` names another one.
 
 **On Google Colab** a new runtime starts with an empty ``/content``: files written there are gone the
-next day, and notebook 05 runs in another runtime than notebook 04. With ``use_drive=True`` the first
+next day, and notebook 06 runs in another runtime than notebook 05. With ``use_drive=True`` the first
 cell mounts Google Drive, makes ``MyDrive/<course_dir>`` the course folder (and the working folder),
 keeps the datasets in its ``data/`` folder, and puts copies of the five notebooks there if they are
 missing. Open them from Drive and your work,
@@ -31,13 +31,15 @@ from pathlib import Path
 
 KIT_ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS_ENV = "COURSE_NOTEBOOKS_DIR"
-TRAINED_MODEL = "runs/04_captioning_transformer.pt"  # where notebook 04 saves its model, in the course folder
+MODEL_NOTEBOOK = "04_captioning_data_and_model.ipynb"  # the data pipeline, CaptioningTransformer and its loss
+TRAINING_NOTEBOOK = "05_training_and_evaluation.ipynb"  # training, greedy_decode, evaluate_captions
+TRAINED_MODEL = "runs/captioning_transformer.pt"  # where notebook 05 saves its model, in the course folder
 DRIVE_MOUNT = "/content/drive"  # where Colab mounts Google Drive; "MyDrive" is the user's own files
 COLAB_SAVES = "Colab Notebooks"  # the MyDrive folder where Colab's "Save a copy in Drive" puts a notebook
 
 
 def checkpoint_file(dataset: str) -> str:
-    """Where notebook 04 saves a model trained on `dataset`: TRAINED_MODEL (graded) for "shapes", a file of
+    """Where notebook 05 saves a model trained on `dataset`: TRAINED_MODEL (graded) for "shapes", a file of
     its own for any other, so that a COCO run never overwrites the graded checkpoint."""
     return TRAINED_MODEL if dataset == "shapes" else TRAINED_MODEL.replace(".pt", f"_{dataset}.pt")
 
@@ -78,7 +80,7 @@ def start_notebook(use_drive: bool = True, course_dir: str = "attention-course")
         folder = _drive_course_folder(course_dir)
         os.chdir(folder)
         os.environ[NOTEBOOKS_ENV] = str(folder)
-        # the datasets too, so that a new runtime (notebook 05 after 04) does not build them again
+        # the datasets too, so that a new runtime (notebook 06 after 05) does not build them again
         os.environ.setdefault("COURSE_DATA_DIR", str(folder / "data"))
         print(f"course folder (Google Drive): {folder}")
         saves = colab_saves_folder()
@@ -183,13 +185,13 @@ def _install_error_display() -> None:
     shell.set_custom_exc((Exception,), _one_line)
 
 
-def missing_checkpoint(path: str | os.PathLike, notebook: str = "04_captioning_transformer.ipynb") -> str:
+def missing_checkpoint(path: str | os.PathLike, notebook: str = TRAINING_NOTEBOOK) -> str:
     """One line: why there is no trained model at `path`, and how to get one."""
     path = Path(path).resolve()
     advice = (f"no trained model at {path}: run {notebook} to its end in the course folder "
               f"({course_folder()}) first, its training cell saves the checkpoint there.")
     if in_colab():
-        advice += (" On Colab a new runtime starts with an empty /content, so 04's checkpoint survives only in "
-                   "Google Drive: run 04 with USE_DRIVE = True in its first cell (about a minute on a GPU), or "
+        advice += (" On Colab a new runtime starts with an empty /content, so the checkpoint survives only in "
+                   f"Google Drive: run {notebook} with USE_DRIVE = True in its first cell (about a minute on a GPU), or "
                    f"upload your {path.name} to {path.parent}.")
     return advice

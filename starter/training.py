@@ -4,11 +4,11 @@ and the overfit-a-small-batch sanity check.
     from starter.training import pick_device, seed_everything, train, save_checkpoint, load_checkpoint
     device = pick_device()                        # cuda if there is a GPU, else (Apple) mps, else cpu
     history = train(model, loss_fn, ds.split("train"), steps=800, device=device)
-    save_checkpoint("runs/04_captioning_transformer.pt", model, config, ds.vocab, history=history)
-    model, info = load_checkpoint("runs/04_captioning_transformer.pt", CaptioningTransformer)
+    save_checkpoint("runs/captioning_transformer.pt", model, config, ds.vocab, history=history)
+    model, info = load_checkpoint("runs/captioning_transformer.pt", CaptioningTransformer)
 
 ``loss_fn(model, features, captions) -> scalar tensor`` is whatever computes the training loss of one
-batch (in notebook 04, your ``teacher_forcing_loss``). ``GRADING`` is True while nbgrader runs the
+batch (in notebook 05, your ``teacher_forcing_loss`` of notebook 04). ``GRADING`` is True while nbgrader runs the
 notebook (``NBGRADER_EXECUTION`` set): notebooks use it to train a tiny budget only.
 """
 from __future__ import annotations
@@ -208,7 +208,7 @@ def train(model, loss_fn, split, steps: int, batch_size: int = 64, lr: float = 2
 
     `split`: a Split (batches from ``split.sample_batch``, a new shuffle each epoch) or a DataLoader of
     (features, captions) batches (`batch_size` is then the loader's); either way seeded by `seed`, so the
-    same seed gives the same batches. The pieces are notebook 04's, yours (the kit has no version of them):
+    same seed gives the same batches. The pieces are notebook 05's, yours (the kit has no version of them):
     the loop is ``fit_fn(model, loss_fn, optimizer, loader, plan, val_batches, val_every, step_fn, val_fn,
     device)`` (your `fit`) over a `TrainingPlan` (the steps, their learning rates ``lr_fn(step, steps,
     warmup, lr)`` from your `lr_at_step`, the time budget and the progress bar). Each step is

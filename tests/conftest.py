@@ -55,9 +55,9 @@ SOLUTION_STEMS = [p.stem for p in nbs.solution_notebooks()]
 
 @pytest.fixture(scope="session")
 def trained_model_file(tmp_path_factory) -> Path:
-    """Notebook 04's model as a student who finished it hands it in (the solution's, layers from notebooks
+    """Notebook 05's model as a student who finished it hands it in (the solution's, layers from notebooks
     02-03, trained as the notebook trains it): built once per test session (about half a minute)."""
-    return nbs.trained_checkpoint(tmp_path_factory.mktemp("trained") / "04_captioning_transformer.pt")
+    return nbs.trained_checkpoint(tmp_path_factory.mktemp("trained") / "captioning_transformer.pt")
 
 
 @pytest.fixture(scope="session")

@@ -45,9 +45,9 @@ def graded(tmp_path_factory, grading_db, trained_model_file):
         write_nb(filled_submission(stem), subs / "alice" / f"{stem}.ipynb")
         (subs / "bob").mkdir(exist_ok=True)
         shutil.copy(nbs.RELEASE / f"{stem}.ipynb", subs / "bob" / f"{stem}.ipynb")
-    # alice hands in notebook 04's trained model (built with her layers of 02-03), as the notebook saved it
+    # alice hands in notebook 05's trained model (built with her layers of 02-03), as the notebook saved it
     (subs / "alice" / "runs").mkdir()
-    shutil.copy(trained_model_file, subs / "alice" / nbs.CHECKPOINT_04)
+    shutil.copy(trained_model_file, subs / "alice" / nbs.TRAINED_CHECKPOINT)
     write_nb(filled_submission(NB01, {"causal_mask": CAUSAL_BUG}), subs / "carol" / f"{NB01} (1).ipynb")
     (subs / "dave").mkdir()
     (subs / "dave" / f"{NB01}.ipynb").write_text('{"cells": [ this is not json')
@@ -127,11 +127,11 @@ def test_untouched_release_gets_zero(graded):
 
 
 def test_the_trained_model_is_graded_from_the_checkpoint_handed_in(graded):
-    """alice's checkpoint (layers from her notebooks 02-03, which the sandbox puts beside 04) earns the
+    """alice's checkpoint (layers from her notebooks 02-03, which the sandbox puts beside 05) earns the
     trained-model points; bob handed in none, and his feedback says so."""
-    column = "04_captioning_transformer:test_trained_model"
+    column = "05_training_and_evaluation:test_trained_model"
     assert float(graded["rows"]["alice"][column]) == _points()[column] > 0
-    html = (graded["out"] / "feedback" / "bob" / "04_captioning_transformer.html").read_text()
+    html = (graded["out"] / "feedback" / "bob" / "05_training_and_evaluation.html").read_text()
     assert "no trained model was handed in" in html
 
 

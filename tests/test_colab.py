@@ -192,17 +192,21 @@ def test_a_colab_student_runs_every_notebook(colab):
         if stem == SAVED_FROM_BADGE:
             assert f"My Drive/Colab Notebooks (Copy of {stem}.ipynb) are outside the course folder" in text, \
                 f"{stem} kept in Colab Notebooks did not say so at its first cell: {text[:1000]}"
-        if stem.startswith("04"):
+        if stem.startswith(("04", "05")):  # the model's layers: the student's 02 and the 03 saved from its badge
             assert (colab["drive"] / f"{SAVED_FROM_BADGE}.ipynb").is_file(), "01 did not copy the blank 03 to Drive"
             for own in (f"{drive_folder}/02_positional_encoding.ipynb",
                         f"/content/drive/MyDrive/Colab Notebooks/Copy of {SAVED_FROM_BADGE}.ipynb"):
-                assert f"from {own}\n" in text, f"04 did not use the student's {own}: {text[:2000]}"
-            assert (colab["drive"] / "runs" / "04_captioning_transformer.pt").is_file(), \
-                "04 did not save its checkpoint into Drive"
+                assert f"from {own}\n" in text, f"{stem} did not use the student's {own}: {text[:2000]}"
         if stem.startswith("05"):
-            assert f"from {drive_folder}/04_captioning_transformer.ipynb" in text, text[:2000]
-            assert "model sections skipped" not in text, text[:2000]
-            assert "building shapes dataset" not in text, "05 built the dataset again instead of reading it from Drive"
+            assert f"from {drive_folder}/04_captioning_data_and_model.ipynb\n" in text, text[:2000]
+            assert (colab["drive"] / "runs" / "captioning_transformer.pt").is_file(), \
+                "05 did not save its checkpoint into Drive"
+        if stem.startswith(("06", "07")):
+            assert f"CaptioningTransformer from {drive_folder}/04_captioning_data_and_model.ipynb; " in text, text[:2000]
+            assert f"from {drive_folder}/05_training_and_evaluation.ipynb\n" in text, text[:2000]
+            assert "skipped" not in text, text[:2000]
+        if stem > "04":  # 04 built it into Drive
+            assert "building shapes dataset" not in text, f"{stem} built the dataset again instead of reading it from Drive"
 
     # the first cell installed what Colab lacks, and nothing it already had
     installed = {p.name.split("-")[0].lower() for p in colab["site"].glob("*.dist-info")}

@@ -355,7 +355,8 @@ def test_the_data_package_never_imports_the_kit_when_loaded():
         for node in ast.walk(tree):
             if isinstance(node, ast.FunctionDef) and _starter_imports(ast.walk(node)):
                 inside_functions[f"{path.stem}.{node.name}"] = sorted(set(_starter_imports(ast.walk(node))))
-    assert inside_functions == {"coco_grid.notebook_pieces": ["starter.notebook_loader", "starter.pipeline"]}
+    assert inside_functions == {"coco_grid.notebook_pieces": ["starter.notebook_loader", "starter.pipeline",
+                                                              "starter.runtime"]}
 
 
 # ---------------------------------------------------------------------------- COCO grid builder
@@ -386,7 +387,7 @@ def coco_raw(tmp_path):
 
 def _solution_04():
     from grading import notebooks
-    return notebooks.solution("04_captioning_transformer")
+    return notebooks.captioning_solution()
 
 
 def _grid_build(out, coco_raw, **kw):
@@ -430,10 +431,10 @@ def test_grid_command_uses_the_notebooks_vocabulary_and_encoding(tmp_path, coco_
     the student copy's unfinished ones stop it, saying so, before anything is written."""
     from grading import notebooks
     out = tmp_path / "grid.h5"
-    assert _grid_command(coco_raw, out, notebooks.RELEASE / "04_captioning_transformer.ipynb") == 1
+    assert _grid_command(coco_raw, out, notebooks.RELEASE / "04_captioning_data_and_model.ipynb") == 1
     err = capsys.readouterr().err
     assert not out.exists() and "not all of them pass their checks yet" in err
-    assert _grid_command(coco_raw, out, notebooks.SOLUTIONS / "04_captioning_transformer.ipynb") == 0
+    assert _grid_command(coco_raw, out, notebooks.SOLUTIONS / "04_captioning_data_and_model.ipynb") == 0
     by_build = _grid_build(tmp_path / "by_build.h5", coco_raw)
     a, b = load_dataset(out), load_dataset(by_build)
     assert a.vocab.idx_to_word == b.vocab.idx_to_word
@@ -699,7 +700,7 @@ def test_grid_builder_command_line(tmp_path, coco_raw, capsys):
     args = ["--train-annotations", str(ta), "--train-images", str(ti), "--val-annotations", str(va),
             "--val-images", str(vi), "--out", str(out), "--max-images", "3", "--arch", "resnet18",
             "--weights", "none", "--image-size", "32", "--min-count", "1", "--num-workers", "0",
-            "--notebook", str(Path(__file__).resolve().parent.parent / "solutions" / "04_captioning_transformer.ipynb")]
+            "--notebook", str(Path(__file__).resolve().parent.parent / "solutions" / "04_captioning_data_and_model.ipynb")]
     assert coco_grid.main(args) == 0
     ds = load_dataset(out)
     assert ds.split("train").num_images == 3 and ds.split("val").num_images == 1  # max-images / 4
@@ -731,7 +732,7 @@ def test_the_hidden_scenes_stream_is_nowhere_student_code_can_read():
     """The trained-model cases' hidden scenes come from a random stream that only grading/ holds: student code
     can call unseen_images, so a stream it can find (in starter/ or data/, both mounted in the sandbox and
     published, dataset and references included) would give it the hidden scenes and their captions."""
-    from grading.cases.nb04 import HIDDEN_STREAM, PUBLIC_STREAM
+    from grading.cases.captioning import HIDDEN_STREAM, PUBLIC_STREAM
 
     assert HIDDEN_STREAM.bit_length() > 100 and HIDDEN_STREAM != PUBLIC_STREAM, "too small to be kept from a search"
     stream = HIDDEN_STREAM + 100  # what unseen_images seeds with
@@ -751,7 +752,7 @@ def test_the_trained_model_cases_are_the_scenes_of_their_streams():
     """The public case's scenes are still unseen_images' stream 1 (what students can draw), the hidden cases'
     come from the grader's own stream, and none of them from the stream the hidden cases once used (2)."""
     from grading import notebooks
-    from grading.cases.nb04 import HIDDEN_STREAM, PUBLIC_STREAM
+    from grading.cases.captioning import HIDDEN_STREAM, PUBLIC_STREAM
     from starter.checks import load_case
 
     path = _default_shapes()

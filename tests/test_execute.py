@@ -93,3 +93,32 @@ def test_kit_run_leaves_the_backend_to_the_kernels(monkeypatch):
     monkeypatch.delenv("MPLBACKEND", raising=False)
     assert "MPLBACKEND" not in kit._env("run")
     assert kit._env("test")["MPLBACKEND"] == "Agg"
+
+
+def test_the_run_figures_are_written_into_the_readme_block(tmp_path):
+    """A run of every notebook writes its figures between the README's two marker lines, and only there."""
+    readme = tmp_path / "README.md"
+    readme.write_text(f"before\n{execute.RUN_FIGURES[0]}\nold figures\n{execute.RUN_FIGURES[1]}\nafter\n")
+    result = {"name": "05_training_and_evaluation", "seconds": 41.6, "tests": 7, "tests_passed": 7,
+              "numbers": {"BLEU-4": 0.972, "exact_match": 0.862}}
+    execute.write_run_figures([result], readme)
+    text = readme.read_text()
+    assert text.startswith(f"before\n{execute.RUN_FIGURES[0]}\n") and text.endswith(f"{execute.RUN_FIGURES[1]}\nafter\n")
+    assert "old figures" not in text
+    points = execute.notebook_points(execute.notebooks.SOLUTIONS / "05_training_and_evaluation.ipynb")
+    assert f"| `05_training_and_evaluation` | {points} | 42 s | 7/7 | BLEU-4 0.972; exact-match 86.2% | 3-4 h |" in text
+    readme.write_text("no block\n")
+    with pytest.raises(ValueError, match="no block of run figures"):
+        execute.write_run_figures([result], readme)
+
+
+def test_the_readme_figures_are_those_of_the_notebooks_as_they_are():
+    """The README's run figures name every solution notebook with its points as the notebook has them: after a
+    notebook is added, renamed or regraded, `python3 kit.py run` must be run again."""
+    text = (ROOT / "README.md").read_text()
+    block = text[text.index(execute.RUN_FIGURES[0]):text.index(execute.RUN_FIGURES[1])]
+    rows = {line.split("|")[1].strip().strip("`"): int(line.split("|")[2]) for line in block.splitlines()
+            if line.startswith("| `")}
+    assert rows == {p.stem: execute.notebook_points(p) for p in execute.notebooks.solution_notebooks()}, \
+        "the README's run figures are stale: run `python3 kit.py run`"
+    assert all(stem[:2] in execute.STUDENT_HOURS for stem in rows)

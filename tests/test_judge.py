@@ -271,22 +271,22 @@ LOOK_BESIDE = '''
 import json, pathlib
 print(json.dumps(sorted(str(p) for p in pathlib.Path(".").rglob("*") if p.is_file() and p.name != "in.ipynb"
                         and "results" not in p.parts and not p.name.startswith("out.ipynb"))))
-print(pathlib.Path("runs/04_captioning_transformer.pt").read_bytes().decode())
+print(pathlib.Path("runs/captioning_transformer.pt").read_bytes().decode())
 '''
 
 
 @pytest.mark.skipif(sandbox.bwrap() is None, reason="bubblewrap is not installed")
 def test_files_handed_in_reach_their_notebook_and_nothing_else(tmp_path):
-    """Notebook 04's trained model and the student's notebooks 02-03 are put beside notebook 04 in the sandbox
+    """Notebook 05's trained model and the student's notebooks 02-04 are put beside notebook 05 in the sandbox
     (grading.notebooks.FILES_BESIDE), the latter without their test cells; a path that leaves the folder is
     not written."""
     folder = tmp_path / "submitted"
     (folder / "runs").mkdir(parents=True)
-    (folder / nbs.CHECKPOINT_04).write_bytes(b"weights")
+    (folder / nbs.TRAINED_CHECKPOINT).write_bytes(b"weights")
     nbformat.write(filled_submission("03_multi_head_attention"), str(folder / "03_multi_head_attention.ipynb"))
     (folder / "02_positional_encoding.ipynb").symlink_to(nbs.SOLUTIONS / "02_positional_encoding.ipynb")
-    files = sandbox.files_beside(folder, "04_captioning_transformer")
-    assert sorted(files) == ["03_multi_head_attention.ipynb", nbs.CHECKPOINT_04], "a link is never followed"
+    files = sandbox.files_beside(folder, "05_training_and_evaluation")
+    assert sorted(files) == ["03_multi_head_attention.ipynb", nbs.TRAINED_CHECKPOINT], "a link is never followed"
     assert not any(nbs.is_test(c) for c in nbformat.reads(files["03_multi_head_attention.ipynb"].decode(), 4).cells)
     assert sandbox.files_beside(folder, "01_scaled_dot_product_attention") == {}
     files["../escaped.txt"] = files["runs/a b.txt"] = b"out"
@@ -294,7 +294,7 @@ def test_files_handed_in_reach_their_notebook_and_nothing_else(tmp_path):
         result = session.run(_notebook(LOOK_BESIDE), files)
     assert result.status == "finished", result.message
     listed, content = _text(result.notebook.cells[0]).splitlines()
-    assert json.loads(listed) == ["03_multi_head_attention.ipynb", nbs.CHECKPOINT_04] and content == "weights"
+    assert json.loads(listed) == ["03_multi_head_attention.ipynb", nbs.TRAINED_CHECKPOINT] and content == "weights"
 
 
 REACH_THE_SERVER = '''

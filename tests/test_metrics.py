@@ -27,6 +27,9 @@ VERTICAL = ["a small red circle above a large green triangle", "a large green tr
     ("a small red circle in the bottom left", ONE, "position"),
     ("a small green circle in the middle left", ONE, "several"),
     ("a small red circle", ONE, "wording"),
+    ("a small yellow cross in the middle left", TWO, "missing_object"),
+    ("a large blue square", TWO, "missing_object"),
+    ("a small red circle above a large green triangle", ONE, "extra_object"),
     ("a small red circle in the top of", ONE, "wording"),
 ])
 def test_kinds_of_error(generated, references, kind):

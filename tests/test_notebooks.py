@@ -19,13 +19,13 @@ from grading import notebooks as nbs
 @pytest.mark.parametrize("stem", SOLUTION_STEMS)
 def test_solution_passes_nbgrader_validation(stem, hidden_references, tmp_path, monkeypatch, request):
     """Every test cell of the solution passes, hidden tests included (read the Validator's result), with
-    notebook 04's trained model handed in beside it as a student would."""
+    files beside it that the grader puts there (notebook 05's trained model, the notebooks its model and
+    layers come from) as a student would hand them in."""
     monkeypatch.setenv("MPLBACKEND", "Agg")
-    if stem == "04_captioning_transformer":
-        (tmp_path / "runs").mkdir()
-        (tmp_path / nbs.CHECKPOINT_04).write_bytes(request.getfixturevalue("trained_model_file").read_bytes())
-        for other in nbs.FILES_BESIDE[stem][1:]:  # the notebooks its layers come from
-            (tmp_path / other).write_bytes((nbs.SOLUTIONS / other).read_bytes())
+    for rel in nbs.FILES_BESIDE.get(stem, []):
+        (tmp_path / rel).parent.mkdir(exist_ok=True)
+        source = request.getfixturevalue("trained_model_file") if rel == nbs.TRAINED_CHECKPOINT else nbs.SOLUTIONS / rel
+        (tmp_path / rel).write_bytes(source.read_bytes())
     path = tmp_path / f"{stem}.ipynb"
     path.write_bytes((nbs.SOLUTIONS / f"{stem}.ipynb").read_bytes())
     result = Validator().validate(str(path))
@@ -44,10 +44,11 @@ def test_every_test_cell_fails_on_the_untouched_release(stem, tmp_path):
     for cell in tests:
         errors = [o for o in cell.outputs if o.output_type == "error"]
         assert errors, f"{stem}: test cell {nbs.nbgrader_meta(cell)['grade_id']} passes without any student code"
-        # the trained-model cell first needs what the training cell saves: it says so
+        # the trained-model cell first needs notebook 04's model (not beside it here) and what the training cell
+        # saves: it says so
         trained = nbs.nbgrader_meta(cell)["grade_id"] == "test_trained_model"
-        assert "not implemented yet" in errors[0].evalue or (trained and "no trained model at" in errors[0].evalue), \
-            errors[0].evalue
+        assert "not implemented yet" in errors[0].evalue or (trained and any(
+            words in errors[0].evalue for words in ("no trained model at", "finish notebook 04"))), errors[0].evalue
         assert not [o for o in cell.outputs if o.output_type == "stream" and o.name == "stderr"]
     # a beginner sees one line per stopped cell, never a traceback, and no cascade of unrelated errors
     for index, cell in enumerate(nb.cells):
@@ -78,7 +79,10 @@ def _compare_h5(a, b, where=""):
         else:
             x, y = a[key][()], b[key][()]
             assert x.shape == y.shape and x.dtype == y.dtype, f"{where}/{key}"
-            np.testing.assert_allclose(x.astype(np.float64), y.astype(np.float64), rtol=1e-5, atol=1e-6,
+            # float16 arrays are the dataset's stored features (the trained-model cases' images): made by a CNN
+            # that CPUs round differently, one float16 step apart from machine to machine
+            tolerance = dict(rtol=2e-3, atol=2e-3) if x.dtype == np.float16 else dict(rtol=1e-5, atol=1e-6)
+            np.testing.assert_allclose(x.astype(np.float64), y.astype(np.float64), **tolerance,
                                        err_msg=f"{where}/{key} is stale: run `python -m grading references`")
     assert set(a) == set(b), f"{where}: keys differ"
 

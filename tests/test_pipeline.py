@@ -21,7 +21,7 @@ WORDS = ["<NULL>", "<START>", "<END>", "<UNK>", "a", "b", "c", "d", "e"]
 
 
 def _solution() -> dict:
-    return notebooks.solution("04_captioning_transformer")
+    return notebooks.captioning_solution()
 
 
 def _file(tmp_path, n=6, r=3, d=4):
@@ -183,21 +183,35 @@ def test_readme_points_table_matches_the_notebooks():
         assert re.findall(r"(\w+) (\d+)", text) == [(g, str(p)) for g, p in graded], path.name
 
 
-PIPELINE_PIECES = list(PUBLIC_CASES)  # every piece notebook 04 uses only once it passes
+# the pieces of each notebook that the notebook uses only once they pass (PUBLIC_CASES has them all)
+PIPELINE_PIECES = {"04_captioning_data_and_model": ["extract_grid_features", "build_vocab", "encode_captions",
+                                                     "CaptionFeatures", "collate_captions"],
+                   "05_training_and_evaluation": ["lr_at_step", "train_step", "validation_loss", "fit",
+                                                  "evaluate_captions"]}
 
 
-def test_notebook_04_runs_to_the_end_without_the_pipeline_pieces(tmp_path, monkeypatch):
+def _released(stem: str, pieces: list[str]):
+    """Notebook `stem` filled in with the solution, but for `pieces`, left as released."""
+    release = {notebooks.nbgrader_meta(c)["grade_id"]: c.source
+               for c in notebooks.read(notebooks.RELEASE / f"{stem}.ipynb").cells if notebooks.is_solution(c)}
+    return notebooks.filled_submission(stem, {k: release[k] for k in pieces})
+
+
+@pytest.mark.parametrize("stem", sorted(PIPELINE_PIECES))
+def test_a_notebook_runs_to_the_end_without_its_pipeline_pieces(stem, tmp_path, monkeypatch):
     """A student who wrote the model, its loss and the decoders but none of the pipeline pieces (their answer
-    cells as released): every cell that is not a test cell runs, each piece is reported once per use in one
-    line, the notebook goes on with the dataset's stored vocabulary, captions, features and batches, trains
-    nothing and saves nothing. (Run as nbgrader runs it: NBGRADER_EXECUTION set, a short budget.)"""
+    cells as released): every cell that is not a test cell runs, each piece is reported in one line, the
+    notebooks go on with the dataset's stored vocabulary, captions, features and batches, and 05 trains
+    nothing and saves nothing (it loads the student's 04, pieces missing too). Run as nbgrader runs it:
+    NBGRADER_EXECUTION set, a short budget."""
+    import nbformat
     from nbclient import NotebookClient
 
-    release = {notebooks.nbgrader_meta(c)["grade_id"]: c.source
-               for c in notebooks.read(notebooks.RELEASE / "04_captioning_transformer.ipynb").cells
-               if notebooks.is_solution(c)}
-    nb = notebooks.filled_submission("04_captioning_transformer", {k: release[k] for k in PIPELINE_PIECES})
+    model_nb = "04_captioning_data_and_model"
+    nbformat.write(_released(model_nb, PIPELINE_PIECES[model_nb]), str(tmp_path / f"{model_nb}.ipynb"))
+    nb = _released(stem, PIPELINE_PIECES[stem])
     monkeypatch.setenv("NBGRADER_EXECUTION", "validate")
+    monkeypatch.setenv("COURSE_NOTEBOOKS_DIR", str(tmp_path))
     NotebookClient(nb, timeout=300, kernel_name="python3", allow_errors=True,
                    resources={"metadata": {"path": str(tmp_path)}}).execute()
     printed = ""
@@ -208,8 +222,15 @@ def test_notebook_04_runs_to_the_end_without_the_pipeline_pieces(tmp_path, monke
         assert not errors, f"cell {index} ({notebooks.nbgrader_meta(cell).get('grade_id')}): {errors[0].ename}: " \
                            f"{errors[0].evalue[:300]}"
         printed += "".join(o.get("text", "") for o in cell.get("outputs", []) if o.output_type == "stream")
-    for piece in PIPELINE_PIECES:
+    missing = PIPELINE_PIECES[stem] + (PIPELINE_PIECES[model_nb][1:] if stem != model_nb else [])
+    for piece in missing:
         assert f"{piece}: yours does not pass {PUBLIC_CASES[piece][0]} yet" in printed, piece
-    assert "using your" not in printed
-    assert "not trained: the training pieces above do not all pass yet" in printed
-    assert not re.search(r"^saved ", printed, re.M), "a model the student did not train was saved"
+        assert f"using your {piece}\n" not in printed, piece
+    if stem == model_nb:
+        assert re.search(r"^8 captions, 60 steps: loss ", printed, re.M), "the finished model and loss were not trained " \
+            "on a batch of the stored data"
+    else:
+        assert "using your CaptioningTransformer\n" in printed and "using your teacher_forcing_loss\n" in printed
+        assert "not trained: the model and loss of notebook 04 and the training pieces above do not all pass yet" \
+            in printed
+        assert not re.search(r"^saved ", printed, re.M), "a model the student did not train was saved"

@@ -52,12 +52,12 @@ def test_layers_name_the_file_they_came_from(tmp_path, monkeypatch, capsys):
 
 def test_missing_checkpoint_says_how_to_get_one(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    line = runtime.missing_checkpoint("runs/04_captioning_transformer.pt")
-    assert f"no trained model at {tmp_path}/runs/04_captioning_transformer.pt" in line and "\n" not in line
+    line = runtime.missing_checkpoint("runs/captioning_transformer.pt")
+    assert f"no trained model at {tmp_path}/runs/captioning_transformer.pt" in line and "\n" not in line
     assert "Colab" not in line
     monkeypatch.setitem(sys.modules, "google.colab", object())
-    line = runtime.missing_checkpoint("runs/04_captioning_transformer.pt")
-    assert "USE_DRIVE = True" in line and f"upload your 04_captioning_transformer.pt to {tmp_path}/runs" in line
+    line = runtime.missing_checkpoint("runs/captioning_transformer.pt")
+    assert "USE_DRIVE = True" in line and f"upload your captioning_transformer.pt to {tmp_path}/runs" in line
 
 
 def test_unfinished_tasks_show_one_line_and_do_not_cascade():
@@ -100,7 +100,7 @@ def test_every_tensor_of_the_models_moves_with_to(monkeypatch):
     assert _plain_tensor_attributes(plain) == ["Module.table"]
     monkeypatch.setenv(runtime.NOTEBOOKS_ENV, str(nbs.SOLUTIONS))  # "mine" = the reference solutions
     monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
-    captioner = load_definitions("04_captioning_transformer.ipynb", ["CaptioningTransformer"])["CaptioningTransformer"]
+    captioner = load_definitions("04_captioning_data_and_model.ipynb", ["CaptioningTransformer"])["CaptioningTransformer"]
     for layers in ("mine", "torch"):
         model = captioner(vocab_size=11, feature_dim=6, num_regions=4, layers=layers)
         assert not _plain_tensor_attributes(model), (layers, _plain_tensor_attributes(model))

@@ -11,7 +11,7 @@ no implementation of a graded task, under its own name or any other. Two checks,
    What it did is recorded as the grading sandbox records it and scored by the judge
    (`grading.judge.judge_cell`). No callable may pass a hidden case that the release's own stub (the answer
    cell as students get it) or a stub that only raises the error a bad-input case expects does not pass:
-   such a stub earns those cases with no code, so passing them gives nothing away. Notebook 04's
+   such a stub earns those cases with no code, so passing them gives nothing away. Notebook 05's
    trained-model cases are left out: they grade the checkpoint a student hands in, not a function.
 
 2. **No function of the copy resembles an answer** (the similarity scan): every function and method of the
@@ -258,18 +258,18 @@ def _planted_answer(notebook: str, answer: str, new_name: str) -> str:
 
 @pytest.fixture(scope="module")
 def planted_copy(student_copy, tmp_path_factory) -> Path:
-    """The copy with known giveaways added to starter/: notebook 04's train_step under other names
+    """The copy with known giveaways added to starter/: notebook 05's train_step under other names
     (starter/planted.py), and the kit's old versions of graded tasks (tests/fixtures/student_copy)."""
     planted = tmp_path_factory.mktemp("planted") / "kit"
     shutil.copytree(student_copy, planted)
     (planted / "starter" / "planted.py").write_text(
-        _planted_answer("04_captioning_transformer", "train_step", "kit_step"))
+        _planted_answer("05_training_and_evaluation", "train_step", "kit_step"))
     for module in OLD_MODULES:
         shutil.copy(module, planted / "starter" / module.name)
     return planted
 
 
-# what the old kit handed out in place of each unfinished task of notebook 04 (its `_kit` table), but for
+# what the old kit handed out in place of each unfinished task of notebooks 04-05 (its `_kit` table), but for
 # evaluate_captions: the old version turned indices into words with `vocab.decode`, which the check's stand-in
 # vocabulary does not have (turning indices into words is part of that task), so it passes no case of it
 OLD_KIT_VERSIONS = {
@@ -278,22 +278,22 @@ OLD_KIT_VERSIONS = {
     "starter.old_pipeline._kit_encode": "04.test_encode_captions",
     "starter.old_data.FeatureCaptions": "04.test_caption_features",
     "starter.old_data.pad_collate": "04.test_collate_captions",
-    "starter.old_training.warmup_cosine": "04.test_lr_at_step",
-    "starter.old_training.default_step": "04.test_train_step",
-    "starter.old_training.mean_loss": "04.test_validation_loss",
-    "starter.old_training.default_fit": "04.test_fit",
+    "starter.old_training.warmup_cosine": "05.test_lr_at_step",
+    "starter.old_training.default_step": "05.test_train_step",
+    "starter.old_training.mean_loss": "05.test_validation_loss",
+    "starter.old_training.default_fit": "05.test_fit",
 }
 
 
 def test_planted_giveaways_are_caught_by_the_callable_check(planted_copy, tasks, tmp_path):
     """The check is able to fail: an answer copied into the copy under other names, and the old kit's
     versions, each pass the hidden cases of the task they answer."""
-    targets = {"04.test_train_step", *OLD_KIT_VERSIONS.values()}
+    targets = {"05.test_train_step", *OLD_KIT_VERSIONS.values()}
     chosen = [t for t in tasks if t.key in targets]
     run_candidates(planted_copy, [c for t in chosen for c in t.cases], tmp_path,
                    only=["starter.planted", "starter.old_"])
     outcomes = judge_results(chosen, tmp_path / "results")
-    step = outcomes["04.test_train_step"]
+    step = outcomes["05.test_train_step"]
     assert step.giveaways().get("starter.planted.kit_step") == {c.case for c in step.task.cases}, \
         "a renamed copy of train_step is not caught"
     missed = [f"{name} ({task})" for name, task in OLD_KIT_VERSIONS.items() if name not in outcomes[task].giveaways()]
@@ -406,10 +406,10 @@ def similar_pairs(functions: dict[str, list[str]], answer_types: dict[str, list[
 # the old giveaways that were copies of their answer, give or take names (the others were rewrites: see the
 # module's docstring), by the answer they copy
 OLD_COPIES = {
-    "old_training.default_step": "04.train_step",
-    "old_training._lr_factor": "04.lr_at_step",
-    "old_training.mean_loss": "04.validation_loss",
-    "old_training.default_fit": "04.fit",
+    "old_training.default_step": "05.train_step",
+    "old_training._lr_factor": "05.lr_at_step",
+    "old_training.mean_loss": "05.validation_loss",
+    "old_training.default_fit": "05.fit",
     "old_common.build_vocab": "04.build_vocab",
     "old_common.encode_captions": "04.encode_captions",
     "old_pipeline._kit_extract": "04.extract_grid_features",
@@ -435,7 +435,7 @@ def test_the_scan_catches_a_renamed_answer(planted_copy, answer_types):
     """train_step with every name it binds changed reads as the answer itself, and the scan reports it."""
     planted = {"starter.planted.kit_step": functions_of_copy(planted_copy)["starter.planted.kit_step"]}
     flagged = [(score, answer) for score, _, answer in similar_pairs(planted, answer_types) if score >= SIMILAR]
-    assert flagged == [(1.0, "04.train_step")]
+    assert flagged == [(1.0, "05.train_step")]
 
 
 def test_no_function_of_the_copy_resembles_an_answer(student_copy, answer_types):

@@ -26,6 +26,7 @@ from grading.autograde import autograde, graded_columns
 from starter.checks import case_names
 
 NB = "01_scaled_dot_product_attention"
+MODEL_NB = "04_captioning_data_and_model"
 POINTS = {g: p for s, g, p in graded_columns() if s == NB}
 FULL = sum(POINTS.values())
 WRONG_MASK = '''
@@ -471,42 +472,42 @@ class _RunsCode:
 
 
 def test_a_checkpoint_that_carries_code_is_refused(tmp_path, grading_db, trained_model_file):
-    """Notebook 04's trained model is a file the student hands in: one that runs code when loaded earns that
+    """Notebook 05's trained model is a file the student hands in: one that runs code when loaded earns that
     cell nothing, with torch's reason, and runs nothing (weights_only loading, inside the sandbox); a big
     one is left out with a note; the rest of the notebook is graded as usual."""
     import shutil
 
     import torch
 
-    nb04 = "04_captioning_transformer"
+    nb05 = "05_training_and_evaluation"
     marker = tmp_path / "pwned-by-checkpoint"
     subs = tmp_path / "subs"
-    write_nb(filled_submission(nb04), subs / "pickler" / f"{nb04}.ipynb")
-    (subs / "pickler" / "runs").mkdir()
-    torch.save({"state_dict": _RunsCode(str(marker))}, subs / "pickler" / nbs.CHECKPOINT_04)
-    write_nb(filled_submission(nb04), subs / "hoarder" / f"{nb04}.ipynb")
-    (subs / "hoarder" / "runs").mkdir()
-    with open(subs / "hoarder" / nbs.CHECKPOINT_04, "wb") as f:
+    for student in ("pickler", "hoarder"):
+        write_nb(filled_submission(nb05), subs / student / f"{nb05}.ipynb")
+        write_nb(filled_submission(MODEL_NB), subs / student / f"{MODEL_NB}.ipynb")  # the model's class
+        (subs / student / "runs").mkdir()
+    torch.save({"state_dict": _RunsCode(str(marker))}, subs / "pickler" / nbs.TRAINED_CHECKPOINT)
+    with open(subs / "hoarder" / nbs.TRAINED_CHECKPOINT, "wb") as f:
         f.truncate(nbs.MAX_HANDED_IN + 1)
-    shutil.copy(trained_model_file, subs / "hoarder" / "04_captioning_transformer.pt")  # an older copy, outside runs/
+    shutil.copy(trained_model_file, subs / "hoarder" / "captioning_transformer.pt")  # an older copy, outside runs/
     db_url, workers = grading_db
     results = {r.student: r for r in autograde(subs, tmp_path / "out", course_dir=tmp_path / "course",
                                                db_url=db_url, workers=workers)}
     with open(tmp_path / "out" / "grades.csv") as f:
         rows = {r["student"]: r for r in csv.DictReader(f)}
-    points = {g: p for s, g, p in graded_columns() if s == nb04}
+    points = {g: p for s, g, p in graded_columns() if s == nb05}
     for student in ("pickler", "hoarder"):
         row = rows[student]
-        assert float(row[f"{nb04}:test_trained_model"]) == 0.0, row
-        assert all(float(row[f"{nb04}:{g}"]) == p for g, p in points.items() if g != "test_trained_model"), row
+        assert float(row[f"{nb05}:test_trained_model"]) == 0.0, row
+        assert all(float(row[f"{nb05}:{g}"]) == p for g, p in points.items() if g != "test_trained_model"), row
     assert not marker.exists()
-    html = (tmp_path / "out" / "feedback" / "pickler" / f"{nb04}.html").read_text()
+    html = (tmp_path / "out" / "feedback" / "pickler" / f"{nb05}.html").read_text()
     assert "weights_only" in html.replace("Weights only", "weights_only"), "torch's reason is shown"
     notes = " ".join(results["hoarder"].notes)
     assert "not kept" in notes and "64 MB" in notes, notes
 
 
-# notebook 04's greedy_decode that, on the trained-model cases, looks the images up among the scenes it draws
+# notebook 05's greedy_decode that, on the trained-model cases, looks the images up among the scenes it draws
 # itself with the kit's unseen_images on the stream the hidden cases once used (2), with their captions
 LOOKS_UP_SCENES = '''
 import numpy as np
@@ -553,32 +554,33 @@ def greedy_decode(model, features, max_len, start_idx=1, end_idx=2, null_idx=0):
 
 
 def test_hidden_scenes_cannot_be_drawn_again_in_the_sandbox(tmp_path, grading_db, trained_model_file):
-    """Notebook 04's trained model is measured on hidden scenes that no code in the sandbox can draw: a
+    """Notebook 05's trained model is measured on hidden scenes that no code in the sandbox can draw: a
     greedy_decode that draws the scenes of unseen_images' streams itself and looks the images up earns what
     its one-step model earns (nothing), like the same model decoded honestly; a classmate's trained model in
     the same run earns the full mark, and their files are untouched."""
-    nb04 = "04_captioning_transformer"
+    nb05 = "05_training_and_evaluation"
     subs = tmp_path / "subs"
     one_step = nbs.trained_checkpoint(tmp_path / "one_step.pt", steps=1)
     for student, overrides, checkpoint in (("looks_up_scenes", {"greedy_decode": LOOKS_UP_SCENES}, one_step),
                                            ("one_step", {}, one_step), ("trained", {}, trained_model_file)):
-        write_nb(filled_submission(nb04, overrides), subs / student / f"{nb04}.ipynb")
-        for stem in ("02_positional_encoding", "03_multi_head_attention"):  # the layers the models are built with
+        write_nb(filled_submission(nb05, overrides), subs / student / f"{nb05}.ipynb")
+        # the model's class and the layers it is built with
+        for stem in ("02_positional_encoding", "03_multi_head_attention", MODEL_NB):
             write_nb(filled_submission(stem), subs / student / f"{stem}.ipynb")
         (subs / student / "runs").mkdir()
-        (subs / student / nbs.CHECKPOINT_04).write_bytes(checkpoint.read_bytes())
+        (subs / student / nbs.TRAINED_CHECKPOINT).write_bytes(checkpoint.read_bytes())
     before = {p: p.read_bytes() for p in (subs / "trained").rglob("*") if p.is_file()}
     db_url, workers = grading_db
     autograde(subs, tmp_path / "out", course_dir=tmp_path / "course", db_url=db_url, workers=workers)
     with open(tmp_path / "out" / "grades.csv") as f:
         rows = {r["student"]: r for r in csv.DictReader(f)}
-    points = {g: p for s, g, p in graded_columns() if s == nb04}
+    points = {g: p for s, g, p in graded_columns() if s == nb05}
     for student, trained_points in (("looks_up_scenes", 0.0), ("one_step", 0.0), ("trained", points["test_trained_model"])):
         row = rows[student]
         assert row["status"] == "graded", (student, row["notes"])
-        got = {g: float(row[f"{nb04}:{g}"]) for g in points}
+        got = {g: float(row[f"{nb05}:{g}"]) for g in points}
         assert got == {**points, "test_trained_model": trained_points}, (student, row["review"], row["notes"])
     for student in ("looks_up_scenes", "one_step"):  # the model loaded and captioned: it is what fell short
-        html = (tmp_path / "out" / "feedback" / student / f"{nb04}.html").read_text()
+        html = (tmp_path / "out" / "feedback" / student / f"{nb05}.html").read_text()
         assert "images exactly right" in html and "this case asks for 40%" in html, student
     assert before == {p: p.read_bytes() for p in (subs / "trained").rglob("*") if p.is_file()}

@@ -38,12 +38,12 @@ class TinySplit:
 
 @pytest.fixture(scope="module")
 def ns():
-    return nbs.solution("04_captioning_transformer")
+    return nbs.captioning_solution()
 
 
 def _train(*args, **kwargs):
     """starter.training.train with the solution's training pieces (the kit has none of its own)."""
-    return training.train(*args, **nbs.solution_training(nbs.solution("04_captioning_transformer")), **kwargs)
+    return training.train(*args, **nbs.solution_training(nbs.captioning_solution()), **kwargs)
 
 
 def _model(ns, **kw):
@@ -185,9 +185,9 @@ def test_time_budget_that_does_not_bind_changes_nothing(monkeypatch):
 
 
 def _shapes_training_args() -> dict:
-    """The train() arguments of notebook 04's `shapes` run, read from its settings cell (CONFIGS)."""
+    """The train() arguments of notebook 05's `shapes` run, read from its settings cell (CONFIGS)."""
     import ast
-    nb = nbs.read(nbs.SOLUTIONS / "04_captioning_transformer.ipynb")
+    nb = nbs.read(nbs.SOLUTIONS / "05_training_and_evaluation.ipynb")
     source = next(c.source for c in nb.cells if nbs.nbgrader_meta(c).get("grade_id") == "code_15")
     assignment = next(n for n in ast.parse(source).body if isinstance(n, ast.Assign)
                       and getattr(n.targets[0], "id", "") == "CONFIGS")
@@ -197,7 +197,7 @@ def _shapes_training_args() -> dict:
 
 
 def test_the_graded_run_trains_the_same_on_a_slow_machine(monkeypatch):
-    """Notebook 04's shapes run has no time budget, so a machine 50 times slower (10 s a step) trains the
+    """Notebook 05's shapes run has no time budget, so a machine 50 times slower (10 s a step) trains the
     same steps with the same rates and losses as a fast one: the trained-model mark does not depend on it."""
     args = _shapes_training_args()
     assert "time_limit" not in args, "the graded run must not be cut by the machine's speed"
@@ -214,14 +214,14 @@ def test_the_graded_run_trains_the_same_on_a_slow_machine(monkeypatch):
 
 
 def test_lambdalr_applies_the_same_schedule_step_by_step():
-    """Notebook 04 says PyTorch's LambdaLR, given the schedule divided by the peak and stepped once per step,
+    """Notebook 05 says PyTorch's LambdaLR, given the schedule divided by the peak and stepped once per step,
     applies the rates of the training loop (on whole steps: the time budget needs fractional ones)."""
     split = TinySplit()
     steps, warmup, lr = 30, 5, 1e-2
     hist = _train(_linear(), SlowMachine(0.0).loss_fn, split, steps=steps, batch_size=8, lr=lr,
                           warmup=warmup, progress=False)
     opt = torch.optim.SGD(_linear().parameters(), lr=lr)
-    lr_at_step = nbs.solution("04_captioning_transformer")["lr_at_step"]
+    lr_at_step = nbs.captioning_solution()["lr_at_step"]
     scheduler = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_at_step(s, steps, warmup, lr) / lr)
     rates = []
     for _ in range(steps):
@@ -280,3 +280,20 @@ def test_metrics_on_known_strings():
     assert metrics.tokenize("A red-ish Circle!") == "a red ish circle"
     with pytest.raises(ValueError):
         metrics.caption_scores(refs, {0: "x"})
+
+
+def test_a_machine_a_third_as_fast_trains_the_same_model():
+    """The notebook's `shapes` run (shortened to 40 steps) trained on the whole machine and under a CPU quota of a
+    third of a core gives the same weights, so the same trained-model mark: `benchmarks/bench_cpu_quota.py`, run
+    as it is run by hand (root and the cgroup CPU controller, or skipped)."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_cpu_quota.py"), "--steps", "40"],
+                         capture_output=True, text=True, timeout=900, cwd=ROOT)
+    if run.returncode == 3:
+        pytest.skip(run.stdout.strip())
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "40 of 40 steps" in run.stdout and "same weights: True; same shares: True" in run.stdout, run.stdout

@@ -61,7 +61,7 @@ torch.manual_seed(0)
 #
 # Translating *"we see the sky"* into Italian, the word *vediamo* ("we see") should look mostly at the first two inputs, e.g. $a_{1,1}=a_{1,2}=0.45$ and $a_{1,3}=a_{1,4}=0.05$. Nothing supervises these weights: everything is differentiable, so they are learned by backpropagation.
 #
-# The same recipe works for images. A CNN turns an image into an $H \times W$ grid of feature vectors $z_{i,j}$; a captioning decoder computes scores $e_{t,i,j}$ over the grid, a softmax over all $H\cdot W$ cells, and a context $c_t = \sum_{i,j} a_{t,i,j} z_{i,j}$ that "looks at" different image regions for different words. That is exactly what you will build and visualise in notebooks 04 and 05.
+# The same recipe works for images. A CNN turns an image into an $H \times W$ grid of feature vectors $z_{i,j}$; a captioning decoder computes scores $e_{t,i,j}$ over the grid, a softmax over all $H\cdot W$ cells, and a context $c_t = \sum_{i,j} a_{t,i,j} z_{i,j}$ that "looks at" different image regions for different words. That is exactly what you will build in notebooks 04–06 and visualise in notebook 07.
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_05", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ## 2 · Dot-product alignment, queries, keys and values
@@ -161,7 +161,7 @@ plt.show()
 
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_10", "locked": true, "schema_version": 3, "solution": false, "task": false}
-# Without scaling the variance follows $d$ exactly and the entropy falls towards 0 (a one-hot softmax); with scaling both stay flat. Keep this picture in mind when a model "refuses to learn": saturated softmaxes pass almost no gradient.
+# Without scaling the variance grows in proportion to $d$ (the points follow a line of slope 1 on the log-log plot, up to sampling noise) and the entropy falls towards 0 (a one-hot softmax); with scaling both stay flat. Keep this picture in mind when a model "refuses to learn": saturated softmaxes pass almost no gradient.
 #
 # ## 4 · Vectorised attention with masks
 #

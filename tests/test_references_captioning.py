@@ -1,4 +1,4 @@
-"""Cross-checks of notebook 04's stored references against independent implementations."""
+"""Cross-checks of the stored references of notebooks 04-06 (the captioner) against independent implementations."""
 from __future__ import annotations
 
 import h5py
@@ -12,7 +12,31 @@ from grading import notebooks as nbs
 from starter.checks import CheckFailed, check, load_case
 from starter.layers import ToyCaptioner, with_model
 
-STEM = "04_captioning_transformer"
+STEMS = nbs.CAPTIONING  # the captioner's notebooks: data and model, training and evaluation, decoding
+
+
+def _stored(folder):
+    return [folder / f"{stem}.h5" for stem in STEMS]
+
+
+def _all_case_names():
+    from conftest import case_names
+    return [n for stem in STEMS for n in case_names(stem)]
+
+
+def _hidden_case_names():
+    from conftest import case_names_in
+    return {n for path in _stored(nbs.HIDDEN_REFERENCES) for n in case_names_in(path)}
+
+
+def _mutant(grade_id, edits):
+    """The solution namespaces of 04-06 with one solution cell edited (in whichever notebook holds it)."""
+    from conftest import mutated_namespace
+    stem = next(s for s in STEMS if grade_id in nbs.solution_sources(s))
+    ns = mutated_namespace(stem, {grade_id: edits})
+    for name, value in nbs.captioning_solution().items():
+        ns.setdefault(name, value)
+    return ns
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -30,8 +54,8 @@ def monkeypatch_module():
 def _names(prefix, bad_input=False):
     """The cases of `prefix`; those of bad input (which expect an error, and store no values) only if asked."""
     out = []
-    for d in (nbs.PUBLIC_REFERENCES, nbs.HIDDEN_REFERENCES):
-        with h5py.File(d / f"{STEM}.h5", "r") as f:
+    for path in _stored(nbs.PUBLIC_REFERENCES) + _stored(nbs.HIDDEN_REFERENCES):
+        with h5py.File(path, "r") as f:
             out += [f"{prefix}/{n}" for n, g in f.get(prefix, {}).items()
                     if bad_input or '"raises"' not in g.attrs.get("properties", "")]
     return sorted(out)
@@ -157,13 +181,16 @@ def test_beam_matches_independent_search(name, dtype):
                                                         k["null_idx"]))
 
 
-# ---- beam search: the width rules and the length conventions (issue 14) ----------------------------------
-# Look-alike beam searches, written here independently of grading/cases/nb04.py's `_beam`, for the bugs
+# ---- beam search: the width rules and the length conventions -------------------------------------------
+# Look-alike beam searches, written here independently of grading/cases/captioning.py's `_beam`, for the bugs
 # that a correct-looking beam search hides: each must be named by its own message on some hidden case.
 
 def _hidden_names(prefix):
-    with h5py.File(nbs.HIDDEN_REFERENCES / f"{STEM}.h5", "r") as f:
-        return sorted(f"{prefix}/{n}" for n in f.get(prefix, {}))
+    out = []
+    for path in _stored(nbs.HIDDEN_REFERENCES):
+        with h5py.File(path, "r") as f:
+            out += [f"{prefix}/{n}" for n in f.get(prefix, {})]
+    return sorted(out)
 
 
 @torch.no_grad()
@@ -262,7 +289,7 @@ BEAM_LOOKALIKES = {  # known bug -> (look-alike search, words its message must c
 def test_beam_bug_messages_name_their_own_bug():
     """One line each; no two known beam bugs share a message or the advice after its first colon, and only the
     missing normalisation is told to divide by length ** length_penalty."""
-    from grading.cases.nb04 import BEAM_BUGS
+    from grading.cases.captioning import BEAM_BUGS
     assert set(BEAM_LOOKALIKES) <= set(BEAM_BUGS)
     for k, m in BEAM_BUGS.items():
         assert m and "\n" not in m and ": " in m, k
@@ -736,7 +763,7 @@ SPEC_POINT_BUGS = {
 
 def _answer(ns: dict, target: str):
     """The object a test cell checks, e.g. `with_model(greedy_decode)`, built from the namespace `ns`."""
-    from grading.cases.nb04 import PIPELINE_ADAPTERS
+    from grading.cases.captioning import PIPELINE_ADAPTERS
     from starter.layers import with_attention
     adapters = {**{a.__name__: a for a in PIPELINE_ADAPTERS.values()}, "with_model": with_model,
                 "with_attention": with_attention}
@@ -748,12 +775,11 @@ def _answer(ns: dict, target: str):
 
 @pytest.mark.parametrize("bug", sorted(SPEC_POINT_BUGS))
 def test_each_part_of_the_spec_is_seen_by_a_hidden_case(bug):
-    from conftest import case_names, case_names_in, mutated_namespace
     grade_id, edits, words = SPEC_POINT_BUGS[bug]
-    ns = mutated_namespace(STEM, {grade_id: edits})
-    hidden = set(case_names_in(nbs.HIDDEN_REFERENCES / f"{STEM}.h5"))
+    ns = _mutant(grade_id, edits)
+    hidden = _hidden_case_names()
     failed = {}
-    for name in case_names(STEM):
+    for name in _all_case_names():
         target = load_case(name).target
         if name.startswith("trained/") or grade_id not in target:
             continue
@@ -782,12 +808,11 @@ OBSERVED = ("the captions are", "every caption repeats", "differs from the refer
 
 @pytest.mark.parametrize("bug", sorted(UNNAMED_LOOKALIKES))
 def test_a_bug_that_looks_like_another_is_told_what_was_seen(bug):
-    from conftest import case_names, case_names_in, mutated_namespace
     grade_id, edits = UNNAMED_LOOKALIKES[bug]
-    ns = mutated_namespace(STEM, {grade_id: edits})
-    hidden = set(case_names_in(nbs.HIDDEN_REFERENCES / f"{STEM}.h5"))
+    ns = _mutant(grade_id, edits)
+    hidden = _hidden_case_names()
     failed = {}
-    for name in case_names(STEM):
+    for name in _all_case_names():
         target = load_case(name).target
         if grade_id in target and not name.startswith("trained/"):
             try:
@@ -801,7 +826,7 @@ def test_a_bug_that_looks_like_another_is_told_what_was_seen(bug):
 
 def test_decoding_messages_say_what_was_seen():
     """Every message of a decoding bug whose captions another mistake can give describes the captions."""
-    from grading.cases.nb04 import BEAM_BUGS, GREEDY_BUGS
+    from grading.cases.captioning import BEAM_BUGS, GREEDY_BUGS
     feed = ["start_only", "start_only_raw", "no_feedback", "last_token_only", "first_position", "start_ignored"]
     for message in [*BEAM_BUGS.values(), *(GREEDY_BUGS[k] for k in feed)]:
         assert any(words in message for words in OBSERVED[:2]), message

@@ -1,9 +1,9 @@
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_01", "locked": true, "schema_version": 3, "solution": false, "task": false}
-# # 05 · Visualising what the Transformer learned
+# # 07 · Visualising what the Transformer learned
 #
-# [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/attention-course-kit/attention-transformers/blob/main/notebooks/05_visualizing_attention.ipynb)
+# [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/attention-course-kit/attention-transformers/blob/main/notebooks/07_visualizing_attention.ipynb)
 #
-# A trained captioning Transformer is a pile of weight matrices, but its attention weights are readable: every weight says how much one position looked at another. In this notebook you open up the model of notebook 04 and look at
+# A trained captioning Transformer is a pile of weight matrices, but its attention weights are readable: every weight says how much one position looked at another. In this notebook you open up the model of notebooks 04–05 and look at
 #
 # 1. the **positional encoding** it adds to the words: its structure, and what "a shift is a rotation" means;
 # 2. **self-attention** over the words of a generated caption, for every layer and head;
@@ -11,11 +11,11 @@
 # 4. a **number** for how well that attention localises the objects, compared with chance;
 # 5. **failure cases**: wrong captions, and where the model was looking when it made the mistake.
 #
-# The graded tasks are the tools for this: turning a weight vector over regions into a grid (`attention_to_grid`), and the grid into an image-sized overlay (`upsample_attention`); picking one layer's and head's weights out of what the model returns (`collect_attention`); the localisation metric and its chance level (`localisation_accuracy`, `chance_accuracy`). They are checked on stored inputs, not on your model, so a bug in notebook 04 costs no points here.
+# The graded tasks are the tools for this: turning a weight vector over regions into a grid (`attention_to_grid`), and the grid into an image-sized overlay (`upsample_attention`); picking one layer's and head's weights out of what the model returns (`collect_attention`); the localisation metric and its chance level (`localisation_accuracy`, `chance_accuracy`). They are checked on stored inputs, not on your model, so a bug in notebooks 04–06 costs no points here.
 #
 # **How to work.** Fill in the cells marked `# YOUR CODE HERE` (delete the `raise NotImplementedError()` line) and run the test cell below each one: it prints `✓ … passed`, or one line naming the likely bug. The graded version of each test cell also runs hidden cases (other grid shapes, batch dimensions, float64, gradients). Don't edit or delete test cells.
 #
-# **What you need.** The pictures use the model you trained in notebook 04: finish `04_captioning_transformer.ipynb` and run it to the end first (it saves `runs/04_captioning_transformer.pt`), and keep it next to this notebook (on Colab: in the course folder or in `My Drive/Colab Notebooks`). While the notebook is being graded, the cells that need the trained model are skipped.
+# **What you need.** The pictures use the model you trained in notebook 05: finish `04_captioning_data_and_model.ipynb` and `05_training_and_evaluation.ipynb`, run 05 to the end first (it saves `runs/captioning_transformer.pt`), and keep them next to this notebook (on Colab: in the course folder or in `My Drive/Colab Notebooks`). While the notebook is being graded, the cells that need the trained model are skipped.
 
 # %% nbgrader={"grade": false, "grade_id": "code_02", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["colab"]
 # Run this cell first. On Google Colab it installs the course kit (only what Colab lacks, once per runtime)
@@ -50,7 +50,7 @@ from starter.plotting import (overlay_attention, show_attention, show_attention_
                               show_similarity_vs_distance, show_word_overlays)
 
 torch.manual_seed(0)
-# The pictures need the model trained in notebook 04. While nbgrader grades (NBGRADER_EXECUTION is set)
+# The pictures need the model trained in notebook 05. While nbgrader grades (NBGRADER_EXECUTION is set)
 # they are skipped: no graded test depends on them.
 RUN_MODEL = not os.environ.get("NBGRADER_EXECUTION")
 
@@ -283,42 +283,25 @@ check("collect/grad", collect_attention)
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_15", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ### Loading your model
 #
-# The next cell runs the set-up and answer cells of **your** `04_captioning_transformer.ipynb` (nothing else: no training, no plots) to get `CaptioningTransformer` and `greedy_decode`, then loads the weights you trained there from the checkpoint. The dataset is the one the checkpoint was trained on (set `DATASET` by hand if notebook 04 did not record it). `MODEL_SOURCE` says where the model definition comes from: `"notebook"` (your notebook 04, in the course folder or, on Colab, in `My Drive/Colab Notebooks`) is the only choice the course needs; change `NOTEBOOK_04`/`CHECKPOINT` if you keep them elsewhere. Without a checkpoint the cell says in one line how to get one, and the model sections are skipped.
+# The next cell runs the set-up and answer cells of **your** `04_captioning_data_and_model.ipynb` and `05_training_and_evaluation.ipynb` (nothing else: no training, no plots) to get `CaptioningTransformer` and `greedy_decode`, then loads the weights notebook 05 trained from the checkpoint (`starter.notebook_loader.load_trained_captioner`). The notebooks are looked for in the course folder and, on Colab, in `My Drive/Colab Notebooks`. The dataset is the one recorded in the checkpoint (set `DATASET` to override it); change `CHECKPOINT` if you keep it elsewhere. Without a checkpoint the cell says in one line how to get one, and the model sections are skipped.
 
 # %% nbgrader={"grade": false, "grade_id": "code_16", "locked": true, "schema_version": 3, "solution": false, "task": false}
-MODEL_SOURCE = "notebook"                                  # your CaptioningTransformer from notebook 04
-NOTEBOOK_04 = "04_captioning_transformer.ipynb"
-CHECKPOINT = os.path.join("runs", "04_captioning_transformer.pt")  # in the course folder, where 04 saved it
+CHECKPOINT = os.path.join("runs", "captioning_transformer.pt")  # in the course folder, where 05 saved it
 DATASET = None                                             # None: the dataset recorded in the checkpoint
 device = torch.device("cpu")                               # plenty for inspecting a trained model
 
 model = ds = None
-if RUN_MODEL:  # without your notebook 04 or its checkpoint: one line saying what to do, and no model sections
-    from starter.data import load_dataset
-    from starter.notebook_loader import NotebookLoadError, load_definitions
-    from starter.runtime import missing_checkpoint
-    from starter.training import load_checkpoint
+if RUN_MODEL:  # without your notebooks 04-05 or the checkpoint: one line saying what to do, and no model sections
+    from starter.notebook_loader import NotebookLoadError, load_trained_captioner
     try:
-        defs = load_definitions(NOTEBOOK_04, ["CaptioningTransformer", "greedy_decode"])
-        if not os.path.exists(CHECKPOINT):
-            raise NotebookLoadError(missing_checkpoint(CHECKPOINT, NOTEBOOK_04))
+        trained = load_trained_captioner(CHECKPOINT, dataset=DATASET, device=device)
     except NotebookLoadError as exc:
         print(f"model sections skipped: {exc}")
         RUN_MODEL = False
 if RUN_MODEL:
-    print(f"CaptioningTransformer and greedy_decode from {defs.path}")
-    CaptioningTransformer, greedy_decode = defs["CaptioningTransformer"], defs["greedy_decode"]
-    model, info = load_checkpoint(CHECKPOINT, CaptioningTransformer, device=device)   # eval mode
-    # the data the model was trained on (notebook 04 records it next to the weights; shapes by default)
-    DATASET = DATASET or info["extra"].get("dataset") or info["config"].get("dataset") or "shapes"
-    ds = load_dataset(DATASET)
-    if info["config"].get("num_regions", ds.num_regions) != ds.num_regions:
-        raise ValueError(f"{CHECKPOINT} was not trained on {DATASET!r} (the number of regions differs): "
-                         "set DATASET to the dataset notebook 04 used")
-    vocab = info["vocab"]   # the vocabulary notebook 04 built and trained with (saved with the weights)
+    model, ds, vocab, greedy_decode = trained.model, trained.dataset, trained.vocab, trained.greedy_decode
+    DATASET = ds.name
     val = ds.split("val")
-    print(f"model: {sum(p.numel() for p in model.parameters()):,} parameters | dataset {DATASET!r}: "
-          f"{ds.grid_shape[0]} x {ds.grid_shape[1]} regions, {val.num_images} validation images")
 elif os.environ.get("NBGRADER_EXECUTION"):
     print("model pictures skipped while grading (NBGRADER_EXECUTION is set)")
 
@@ -595,7 +578,7 @@ if RUN_MODEL and ds.num_regions > 1 and ds.name == "shapes":
           f"the mean of its heads {table[-1, Hh]:.1%}")
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_28", "locked": true, "schema_version": 3, "solution": false, "task": false}
-# How to read the number. Chance is what a model that attends to a random cell would score: $1/R = 1/49 \approx 2\%$ for the exact cell, about $9/49 \approx 18\%$ for the $3\times 3$ block (objects never sit on the border of the grid here, so no block is clipped). A hit rate far above that means the words do come from looking at the right place. It will not be 100%: the attention of one step may already be on the *next* object, or spread over a large object whose centre lies near a cell border, and the decoder can also find the object through self-attention to earlier words instead of looking again. Whether one head localises better than the mean of its layer's heads, and which layer localises best, this run prints under its table: heads share the work (one may follow the named object while the others look at the background, at the other object, or at nothing in particular), so a head can be sharper than the mean or blurrier, and an earlier layer may already have found the object that the last layer no longer needs to look at.
+# How to read the number. Chance is what a model that attends to a random cell would score: $1/R = 1/49 \approx 2\%$ for the exact cell, about $9/49 \approx 18\%$ for the $3\times 3$ block (objects never sit on the border of the grid here, so no block is clipped). A hit rate far above that means the words do come from looking at the right place. It will not be 100%: the attention of one step may already be on the *next* object, or spread over a large object whose centre lies near a cell border, and the decoder can also find the object through self-attention to earlier words instead of looking again. The headline number is the last layer's, the layer whose output becomes the word; the best single map can be another layer's, and this run prints which, under its table, with whether one head localises better than the mean of its layer's heads: heads share the work (one may follow the named object while the others look at the background, at the other object, or at nothing in particular), so a head can be sharper than the mean or blurrier, and an earlier layer may already have found the object that the last layer no longer needs to look at.
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_q_heads_mean", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # **Question 8 (2 points).** The table above gives the localisation accuracy of every head of every layer and of the mean of each layer's heads, and the printout compares the best head of the last layer with the mean of its heads. (a) Why can one head localise the objects better than the mean of the heads, and why can the mean sometimes do better than every single head? (b) What does this say about reading an attention map as an explanation of why the model wrote a word?
@@ -612,7 +595,7 @@ if RUN_MODEL and ds.num_regions > 1 and ds.name == "shapes":
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_29", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ## 7 · Failure cases
 #
-# Now the captions that are **wrong**: the generated sentence matches none of the image's reference captions. For each we print both and show the attention of every word, with the true objects outlined. Typical stories: a colour word whose attention lies on the *other* object (the model looked at the wrong place and said what it saw there); the right place but a wrong attribute (it looked and misread, e.g. a small square called a circle); or a position phrase ("top left") that is wrong although the attention was right, because where an object is must be read off *which* region was attended, not off what is in it.
+# Now the captions that are **wrong**: the generated sentence matches none of the image's reference captions. For each we print both and show the attention of every word, with the true objects outlined. Notebook 05 counted the kinds of mistake: on `shapes` most wrong captions **reverse a relation**, the right two objects in the wrong order ("a small red square above a large green cross" when the cross is above the square); a few get one attribute wrong, and a few leave an object out. Read the attention of each word. In a reversal whose object words attend to their own objects, the model found both objects and got wrong *which is where*: a relation is read off where the two objects are relative to each other, not off what either region contains. A wrong colour or shape whose attention lies on the *other* object says instead that the model looked at the wrong place and named what it saw there.
 
 # %% nbgrader={"grade": false, "grade_id": "code_30", "locked": true, "schema_version": 3, "solution": false, "task": false}
 if RUN_MODEL and ds.num_regions > 1 and ds.name == "shapes":
@@ -631,7 +614,7 @@ if RUN_MODEL and ds.num_regions > 1 and ds.name == "shapes":
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_31", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ## 8 · Other features: COCO grids and CS231n fc7 vectors
 #
-# **COCO grid features** (`load_dataset("coco-grid")`, built by `python -m data.coco_grid`) have the same $7 \times 7$ layout, so sections 4, 5 and 7 work unchanged on a model trained on them in notebook 04: set `CHECKPOINT` in section 3 to `runs/04_captioning_transformer_coco-grid.pt`, where that run saves it (the dataset is read from the checkpoint) and draw the attention over real photographs. That file has no object annotations, so section 6 (the number) is skipped and the overlays are the evidence. Expect them to be noisier than on the shapes: words like "a", "of", "with" have no place in the image, objects spread over several cells, and a $7 \times 7$ grid is coarse.
+# **COCO grid features** (`load_dataset("coco-grid")`, built by `python -m data.coco_grid`) have the same $7 \times 7$ layout, so sections 4, 5 and 7 work unchanged on a model trained on them in notebook 05: set `CHECKPOINT` in section 3 to `runs/captioning_transformer_coco-grid.pt`, where that run saves it (the dataset is read from the checkpoint) and draw the attention over real photographs. That file has no object annotations, so section 6 (the number) is skipped and the overlays are the evidence. Expect them to be noisier than on the shapes: words like "a", "of", "with" have no place in the image, objects spread over several cells, and a $7 \times 7$ grid is coarse.
 #
 # **CS231n fc7 features** (`load_dataset("coco-fc7")`) are one 512-dimensional vector per image: $R = 1$ memory token. Cross-attention then has nothing to choose from: a softmax over one key is $e^{s}/e^{s} = 1$, whatever the query. Every word "attends" 100% to the only token, and the context it receives is a projection of the same image vector at every step: the single-context bottleneck of the RNN encoder-decoder from the lecture, in Transformer clothing. There is no map to draw; with fc7 features only the self-attention (section 4) is worth looking at. A one-region attention layer shows it directly:
 
@@ -652,7 +635,7 @@ if RUN_MODEL and ds.num_regions == 1:
 
 # %% nbgrader={"grade": false, "grade_id": "code_check_public", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from starter.checks import check_public
-check_public("05_visualizing_attention", globals());
+check_public("07_visualizing_attention", globals());
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_33", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ## Summary

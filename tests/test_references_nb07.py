@@ -1,4 +1,4 @@
-"""Notebook 05's stored references agree with independent implementations, and typical bugs are named.
+"""Notebook 07's stored references agree with independent implementations, and typical bugs are named.
 
 The grid against explicit (i, j) indexing; the upsampling against a NumPy bilinear interpolation with
 pixel centres written out by hand (and against torch's interpolate for the convention); head/layer
@@ -15,7 +15,7 @@ from conftest import assert_matches_reference, case_names, load_any_case
 from grading import notebooks as nbs
 from starter.checks import CheckFailed, check
 
-STEM = "05_visualizing_attention"
+STEM = "07_visualizing_attention"
 
 
 _load = load_any_case

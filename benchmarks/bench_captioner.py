@@ -1,0 +1,94 @@
+"""The captioner's notebooks end to end, as a student runs them, now and at an earlier commit, side by side.
+
+    python benchmarks/bench_captioner.py [--before REV] [--rounds N]
+
+Executes the solution notebooks of the captioner (04-06 now; 04 alone at commits before the split) of this
+working tree and of commit REV (default: ec66fa1, the last commit before students wrote their own data
+pipeline, training loop and evaluation script), alternating between the two for N rounds (default 1), each
+notebook in a fresh kernel with its own kit (PYTHONPATH) and the same dataset files, one after the other in
+one course folder (as a student runs them). Prints, per run, the wall time of each notebook and of all,
+the training line and the greedy scores printed, then the ratio of the medians (now / before).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import nbformat
+from nbclient import NotebookClient
+
+
+def captioner_notebooks(tree: Path) -> list[str]:
+    """The notebooks that build, train and decode with the captioner: 04-06, or 04 before they were split."""
+    return [p.name for p in sorted((tree / "solutions").glob("0[4-6]_*.ipynb")) if "visualiz" not in p.name]
+
+
+def _tree_at(rev: str, dest: Path) -> Path:
+    """The files of commit `rev` (git archive: no worktree to clean up)."""
+    dest.mkdir(parents=True)
+    archive = subprocess.run(["git", "archive", rev], cwd=ROOT, capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
+    return dest
+
+
+def _run(tree: Path, scratch: Path) -> dict:
+    """Execute the captioner's notebooks of `tree` with that tree's kit; returns the wall times and the
+    printed results."""
+    folder = scratch / f"run-{time.monotonic_ns()}"
+    folder.mkdir()
+    for nb in sorted((tree / "solutions").glob("0*.ipynb")):  # each loads the earlier ones from the course folder
+        shutil.copy(nb, folder / nb.name)
+    env = {**os.environ, "PYTHONPATH": str(tree), "COURSE_NOTEBOOKS_DIR": str(folder), "MPLBACKEND": "Agg",
+           "COURSE_HIDDEN_REFERENCES": str(tree / "grading" / "references"),  # the solutions run their hidden tests
+           "COURSE_DATA_DIR": os.environ.get("COURSE_DATA_DIR", str(ROOT / "data" / "cache"))}
+    env.pop("NBGRADER_EXECUTION", None)
+    seconds, text = {}, ""
+    for name in captioner_notebooks(tree):
+        nb = nbformat.read(str(folder / name), as_version=4)
+        start = time.perf_counter()
+        client = NotebookClient(nb, timeout=900, kernel_name="python3", resources={"metadata": {"path": str(folder)}})
+        client.execute(env=env)  # (handed to the kernel manager: the kernel's environment, not this process's)
+        seconds[name[:2]] = time.perf_counter() - start
+        text += "\n".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
+                          if o.get("output_type") == "stream")
+    training = re.search(r"training on .*", text)
+    scores = re.search(r"BLEU-1 [^\n]*", text[text.find("greedy, "):] if "greedy, " in text else text)
+    exact = re.search(r"exact match: [\d.]+%", text)
+    return {"seconds": seconds, "training": training.group(0) if training else "?",
+            "scores": scores.group(0).strip() if scores else "?", "exact": exact.group(0) if exact else ""}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--before", default="ec66fa1")
+    ap.add_argument("--rounds", type=int, default=1)
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory(prefix="bench04-") as tmp:
+        scratch = Path(tmp)
+        trees = {"before": _tree_at(args.before, scratch / "before"), "now": ROOT}
+        times: dict[str, list[float]] = {"before": [], "now": []}
+        for r in range(args.rounds):
+            for label in (("before", "now") if r % 2 == 0 else ("now", "before")):
+                result = _run(trees[label], scratch)
+                times[label].append(sum(result["seconds"].values()))
+                each = ", ".join(f"{nb} {s:.1f} s" for nb, s in result["seconds"].items())
+                print(f"{label:>6} ({args.before if label == 'before' else 'working tree'}): {times[label][-1]:.1f} s "
+                      f"({each}) | {result['training']} | {result['scores']} {result['exact']}", flush=True)
+        before, now = statistics.median(times["before"]), statistics.median(times["now"])
+        print(f"the captioner's notebooks, median over {args.rounds} round(s): now {now:.1f} s, before {before:.1f} s, "
+              f"ratio {now / before:.2f}")
+
+
+if __name__ == "__main__":
+    main()

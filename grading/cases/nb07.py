@@ -1,0 +1,376 @@
+"""Reference cases of notebook 07 (visualising attention).
+
+The graded tools of notebook 07 are checked on stored inputs only, never on a trained model, so a bug
+in a student's notebooks 04-06 costs no points here. Public cases (public=True) are what students see;
+hidden ones use batch dimensions, non-square grids, float64, a single region (fc7 features), an
+all-zero map, large radii and gradients. Variants are known bugs, written here independently of the
+solution, that the check names.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from grading.references import CaseSpec, Row, deviation
+
+# ---- known bugs -----------------------------------------------------------------------------------
+
+def _grid_variants(grid_shape) -> dict:
+    H, W = grid_shape
+
+    def column_major(weights, gs):  # fill the grid column by column
+        return weights.unflatten(-1, (gs[1], gs[0])).transpose(-1, -2)
+
+    variants = {
+        "column_major": ("the grid is filled column by column (reshape to (W, H) and transpose): regions are "
+                         "flattened row by row, region r is cell (r // W, r % W), so reshape straight to (..., H, W).",
+                         lambda ns: column_major),
+    }
+    if H == W:
+        variants["transposed"] = ("the grid is transposed (rows and columns swapped): region r is cell "
+                                  "(row r // W, column r % W); reshape to (..., H, W) without a transpose.",
+                                  lambda ns: lambda weights, gs: weights.unflatten(-1, tuple(gs)).transpose(-1, -2))
+    return variants
+
+
+def _up(grid, size, mode="bilinear", align_corners=False, norm="max"):
+    lead, (h, w) = grid.shape[:-2], grid.shape[-2:]
+    x = grid.reshape(-1, 1, h, w)
+    if mode == "nearest":
+        up = F.interpolate(x, size=tuple(size), mode="nearest")
+    else:
+        up = F.interpolate(x, size=tuple(size), mode=mode, align_corners=align_corners)
+    up = up.reshape(*lead, *up.shape[-2:])
+    if norm == "max":
+        return up / up.amax(dim=(-2, -1), keepdim=True).clamp_min(1e-12)
+    if norm == "none":
+        return up
+    if norm == "no_clamp":
+        return up / up.amax(dim=(-2, -1), keepdim=True)
+    if norm == "sum":
+        return up / up.sum(dim=(-2, -1), keepdim=True).clamp_min(1e-12)
+    if norm == "minmax":
+        lo = up.amin(dim=(-2, -1), keepdim=True)
+        return (up - lo) / (up.amax(dim=(-2, -1), keepdim=True) - lo).clamp_min(1e-12)
+    if norm == "global":
+        return up / up.max().clamp_min(1e-12)
+    if norm == "grid_max":
+        return up / grid.amax(dim=(-2, -1), keepdim=True).clamp_min(1e-12)
+    raise ValueError(norm)
+
+
+def _upsample_variants(batched: bool, zero: bool = False) -> dict:
+    variants = {
+        "align_corners": ("looks like align_corners=True: use the pixel-centre convention, "
+                          "F.interpolate(..., mode='bilinear', align_corners=False).",
+                          deviation(_up, align_corners=True)),
+        "nearest": ("nearest-neighbour (blocky) upsampling: use mode='bilinear' (align_corners=False).",
+                    deviation(_up, mode="nearest")),
+        "bicubic": ("bicubic upsampling: use mode='bilinear' (align_corners=False).", deviation(_up, mode="bicubic")),
+        "unnormalised": ("the upsampling looks right but the maps are not normalised: divide each map by its "
+                         "own maximum so that its peak is 1.", deviation(_up, norm="none")),
+        "sum": ("each map normalised to sum 1: divide by its maximum instead, so that its peak is 1.",
+                deviation(_up, norm="sum")),
+        "minmax": ("min-max normalised: only divide by the maximum (don't subtract the minimum), so zero "
+                   "attention stays 0.", deviation(_up, norm="minmax")),
+        "grid_max": ("divided by the maximum of the grid before upsampling: divide by the maximum of each "
+                     "upsampled map, so that its peak is exactly 1.", deviation(_up, norm="grid_max")),
+    }
+    if zero:
+        variants["no_clamp"] = ("an all-zero map became NaN (0 / 0): clamp each maximum at 1e-12 before dividing "
+                                "(`.clamp_min(1e-12)`).", deviation(_up, norm="no_clamp"))
+    if batched:
+        variants["global"] = ("one maximum for the whole batch: normalise every (height, width) map by its own "
+                              "maximum (amax over the last two dims, keepdim=True).", deviation(_up, norm="global"))
+    return variants
+
+
+def _collect(layers, layer=-1, head=None, bug=None):
+    w = layers[0] if bug == "first_layer" else layers[layer]
+    if bug == "layers_mean":
+        w = torch.stack(list(layers)).mean(0)
+    if bug == "head_zero_as_none" and head == 0:  # `if head:` treats head 0 as "no head given"
+        return w.mean(dim=1)
+    if head is not None:
+        return w[head] if bug == "head_on_batch" else w[:, head]
+    if bug == "batch_mean":
+        return w.mean(dim=0)
+    if bug == "sum":
+        return w.sum(dim=1)
+    if bug == "max":
+        return w.amax(dim=1)
+    return w.mean(dim=1)
+
+
+def _collect_variants(head, layer) -> dict:
+    out = {
+        "first_layer": (f"took the first layer: `layer={layer}` counts like a Python index (-1 is the last "
+                        "layer), so use layers[layer].", deviation(_collect, bug="first_layer")),
+        "layers_mean": ("averaged over the layers: pick the one layer `layers[layer]`.",
+                        deviation(_collect, bug="layers_mean")),
+    }
+    if layer == 0:
+        del out["first_layer"]
+    if head is None:
+        out.update({
+            "batch_mean": ("averaged over the batch axis: the heads are axis 1 of (B, heads, T, S), so mean(dim=1).",
+                           deviation(_collect, bug="batch_mean")),
+            "sum": ("summed over the heads: take the mean, so that each row stays a probability distribution.",
+                    deviation(_collect, bug="sum")),
+            "max": ("took the maximum over the heads: take the mean (dim=1).", deviation(_collect, bug="max")),
+        })
+    else:
+        out["head_on_batch"] = ("indexed the head on the batch axis: weights are (B, heads, T, S), so one head is "
+                                "weights[:, head].", deviation(_collect, bug="head_on_batch"))
+        if head == 0:
+            out["head_zero_as_none"] = ("returned the mean of the heads for head=0: test `head is None`, not `if head:` "
+                                        "(0 is a valid head and is falsy).", deviation(_collect, bug="head_zero_as_none"))
+    return out
+
+
+def _locacc(cross, target, grid_shape, radius=0, bug=None):
+    H, W = grid_shape
+    peak = cross.argmax(dim=-1)
+    if bug == "flat":
+        hit = (peak - target).abs() <= radius
+    else:
+        div = H if bug == "height" else W
+        pr, pc, tr, tc = peak // div, peak % div, target // div, target % div
+        if bug == "manhattan":
+            hit = (pr - tr).abs() + (pc - tc).abs() <= radius
+        else:
+            hit = ((pr - tr).abs() <= radius) & ((pc - tc).abs() <= radius)
+    acc = hit.to(cross.dtype).mean()
+    if bug == "miss":
+        return 1 - acc
+    if bug == "count":
+        return hit.to(cross.dtype).sum()
+    if bug == "min":
+        return (cross.argmin(dim=-1) == target).to(cross.dtype).mean()
+    return acc
+
+
+def _locacc_variants(radius, square) -> dict:
+    out = {
+        "miss": ("returned the fraction of misses: return hits / words.", deviation(_locacc, bug="miss")),
+        "count": ("returned the number of hits: divide by the number of words (take the mean).",
+                  deviation(_locacc, bug="count")),
+    }
+    if radius > 0:
+        out["flat"] = ("compared flat indices (|peak - target| <= radius): convert both to (row, col) with "
+                       "row = idx // W, col = idx % W and compare each.", deviation(_locacc, bug="flat"))
+        out["manhattan"] = ("used |dr| + |dc| <= radius: a hit needs |dr| <= radius AND |dc| <= radius "
+                            "(a (2 radius + 1)^2 block).", deviation(_locacc, bug="manhattan"))
+    if not square:
+        out["height"] = ("converted flat indices with the grid height: row = idx // W and col = idx % W, "
+                         "with W = grid_shape[1] the width.", deviation(_locacc, bug="height"))
+    return out
+
+
+def _chance(target, grid_shape, radius=0, bug=None):
+    H, W = grid_shape
+    if bug == "uniform":
+        return torch.tensor(1.0 / (H * W))
+    if bug == "unclipped":
+        return torch.tensor(min((2 * radius + 1) ** 2, H * W) / (H * W), dtype=torch.float32)
+    div = H if bug == "height" else W
+    r, c = target // div, target % div
+    rows = (r + radius).clamp(max=H - 1) - (r - radius).clamp(min=0) + 1
+    cols = (c + radius).clamp(max=W - 1) - (c - radius).clamp(min=0) + 1
+    p = (rows * cols).float() / (H * W)
+    if bug == "count":
+        return (rows * cols).float().mean()
+    return p.mean()
+
+
+def _chance_variants(radius, square) -> dict:
+    out = {
+        "count": ("returned the number of cells near the target: divide by the number of cells H * W.",
+                  deviation(_chance, bug="count")),
+    }
+    if radius > 0:
+        out["uniform"] = ("returned 1/R: with radius > 0 a random peak hits any of the cells within the radius.",
+                          deviation(_chance, bug="uniform"))
+        out["unclipped"] = ("used (2 radius + 1)^2 / R for every target: near the border part of that block "
+                            "falls off the grid; count only the cells inside it.", deviation(_chance, bug="unclipped"))
+    if not square:
+        out["height"] = ("converted flat indices with the grid height: row = idx // W, col = idx % W.",
+                         deviation(_chance, bug="height"))
+    return out
+
+
+# ---- cases ----------------------------------------------------------------------------------------
+
+def _attention(*shape, g, dtype=torch.float32, sharp=2.0):
+    """Random attention weights (rows sum to 1) with distinct values, so argmax has no ties."""
+    scores = torch.randn(*shape, generator=g, dtype=torch.float64) * sharp
+    return torch.softmax(scores, dim=-1).to(dtype)
+
+
+def _near(cross, gs, frac_hit, frac_near, g):
+    """Targets: some at the argmax, some one cell away (if possible), the rest random."""
+    H, W = gs
+    peak = cross.argmax(-1).flatten()
+    tgt = torch.randint(0, H * W, peak.shape, generator=g)
+    u = torch.rand(peak.shape, generator=g)
+    r, c = peak // W, peak % W
+    dr = torch.randint(-1, 2, peak.shape, generator=g)
+    dc = torch.where(dr == 0, torch.ones_like(dr), torch.randint(-1, 2, peak.shape, generator=g))
+    nr, nc = (r + dr).clamp(0, H - 1), (c + dc).clamp(0, W - 1)
+    tgt = torch.where(u < frac_hit, peak, torch.where(u < frac_hit + frac_near, nr * W + nc, tgt))
+    return tgt.reshape(cross.shape[:-1])
+
+
+@dataclass(frozen=True, kw_only=True)
+class GridCase(Row):
+    """attention_to_grid(weights of `shape`, grid_shape); weights whose regions don't fill the grid are a case of
+    bad input (a ValueError)."""
+    shape: tuple[int, ...]  # of weights (..., R)
+    grid_shape: tuple[int, int]  # (H, W)
+    dtype: torch.dtype = torch.float32
+    grad: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class UpsampleCase(Row):
+    """upsample_attention(grid of `shape`, image_size)."""
+    shape: tuple[int, ...]  # of grid (..., H, W)
+    size: tuple[int, int]  # image_size
+    dtype: torch.dtype = torch.float32
+    zero_first: bool = False  # the first of two 3 x 3 maps is all zeros
+    grad: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class CollectCase(Row):
+    """collect_attention(layers stacked as (L, B, heads, T, S), layer, head)."""
+    shape: tuple[int, ...]
+    layer: int = -1
+    head: int | None = None
+    dtype: torch.dtype = torch.float32
+    grad: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class LocaccCase(Row):
+    """localisation_accuracy(cross of `shape`, target_cells, grid_shape, radius)."""
+    shape: tuple[int, ...]
+    grid_shape: tuple[int, int]
+    radius: int = 0
+    dtype: torch.dtype = torch.float32
+
+
+@dataclass(frozen=True, kw_only=True)
+class ChanceCase(Row):
+    """chance_accuracy(target_cells, grid_shape, radius)."""
+    cells: list[int]
+    grid_shape: tuple[int, int]
+    radius: int = 0
+
+
+def _grid_spec(c: GridCase, g: torch.Generator) -> CaseSpec:
+    H, W = c.grid_shape
+    mismatch = c.shape[-1] != H * W  # a case of bad input: the function must raise, nothing is compared
+    raises = ["raises", "ValueError", f"when {c.shape[-1]} regions don't fill a {H} x {W} grid"]
+    return CaseSpec(
+        name=c.name, target="attention_to_grid", args=["weights"], const_args=[list(c.grid_shape)],
+        inputs={"weights": _attention(*c.shape, g=g, dtype=c.dtype)}, outputs=["grid"],
+        grad_wrt=["weights"] if c.grad else [], public=c.public,
+        variants={} if mismatch else _grid_variants(c.grid_shape), properties=[raises] if mismatch else [],
+        hint="" if mismatch else "grid[..., i, j] = weights[..., i * W + j] (row-major), leading dims unchanged.")
+
+
+def _upsample_spec(c: UpsampleCase, g: torch.Generator) -> CaseSpec:
+    if c.zero_first:  # the first map is all zeros, the second a normal one
+        grid = torch.stack([torch.zeros(3, 3), _attention(9, g=g).reshape(3, 3)])
+    else:
+        h, w = c.shape[-2:]
+        grid = _attention(*c.shape[:-2], h * w, g=g, dtype=c.dtype).reshape(c.shape)
+    return CaseSpec(
+        name=c.name, target="upsample_attention", args=["grid"], const_args=[list(c.size)], inputs={"grid": grid},
+        outputs=["heat"], grad_wrt=["grid"] if c.grad else [], public=c.public,
+        variants=_upsample_variants(len(c.shape) > 2, c.zero_first),
+        hint="F.interpolate(mode='bilinear', align_corners=False) on (N, 1, H, W), then each map / its own max.")
+
+
+def _collect_spec(c: CollectCase, g: torch.Generator) -> CaseSpec:
+    return CaseSpec(
+        name=c.name, target="collect_attention", args=["layers"], const_kwargs={"layer": c.layer, "head": c.head},
+        inputs={"layers": _attention(*c.shape, g=g, dtype=c.dtype)}, outputs=["weights"],
+        grad_wrt=["layers"] if c.grad else [], public=c.public, variants=_collect_variants(c.head, c.layer),
+        properties=[["rows_sum_to_one", "weights"]],
+        hint="layers[layer] is (B, heads, T, S): mean over dim 1 (head=None) or [:, head].")
+
+
+def _locacc_spec(c: LocaccCase, g: torch.Generator) -> CaseSpec:
+    cross = _attention(*c.shape, g=g, dtype=c.dtype)
+    target = _near(cross, c.grid_shape, 0.4, 0.3, g)
+    return CaseSpec(
+        name=c.name, target="localisation_accuracy", args=["cross", "target_cells"],
+        const_args=[list(c.grid_shape)], const_kwargs={"radius": c.radius},
+        inputs={"cross": cross, "target_cells": target}, outputs=["accuracy"], public=c.public,
+        variants=_locacc_variants(c.radius, c.grid_shape[0] == c.grid_shape[1]),
+        hint="hit: |peak // W - target // W| <= radius and |peak % W - target % W| <= radius; return hits / words.")
+
+
+def _chance_spec(c: ChanceCase) -> CaseSpec:
+    return CaseSpec(
+        name=c.name, target="chance_accuracy", args=["target_cells"], const_args=[list(c.grid_shape)],
+        const_kwargs={"radius": c.radius}, inputs={"target_cells": torch.tensor(c.cells)}, outputs=["chance"],
+        public=c.public, variants=_chance_variants(c.radius, c.grid_shape[0] == c.grid_shape[1]),
+        hint="mean over targets of (cells of the grid within radius of the target, clipped at the border) / (H*W).")
+
+
+def cases(ns) -> list[CaseSpec]:
+    g = torch.Generator().manual_seed(5005)
+    out = []
+    # attention_to_grid(weights, grid_shape)
+    out += [_grid_spec(c, g) for c in [
+        GridCase(name="grid/basic", shape=(4, 49), grid_shape=(7, 7), public=True),
+        GridCase(name="grid/batched", shape=(2, 3, 5, 16), grid_shape=(4, 4)),
+        GridCase(name="grid/nonsquare_float64", shape=(3, 15), grid_shape=(3, 5), dtype=torch.float64),
+        GridCase(name="grid/one_region", shape=(2, 6, 1), grid_shape=(1, 1)),
+        GridCase(name="grid/grad", shape=(2, 12), grid_shape=(3, 4), grad=True),
+    ]]
+    # upsample_attention(grid, image_size)
+    out += [_upsample_spec(c, g) for c in [
+        UpsampleCase(name="upsample/basic", shape=(7, 7), size=(28, 28), public=True),
+        UpsampleCase(name="upsample/batched", shape=(2, 3, 4, 4), size=(12, 16)),
+        UpsampleCase(name="upsample/nonsquare_float64", shape=(3, 5), size=(9, 20), dtype=torch.float64),
+        UpsampleCase(name="upsample/one_region", shape=(4, 1, 1), size=(6, 6)),
+        UpsampleCase(name="upsample/all_zero", shape=(2, 3, 3), size=(6, 6), zero_first=True),
+        UpsampleCase(name="upsample/grad", shape=(2, 3, 3), size=(8, 8), grad=True),
+    ]]
+    # collect_attention(layers, layer=-1, head=None): layers stacked as (L, B, heads, T, S)
+    out += [_collect_spec(c, g) for c in [
+        CollectCase(name="collect/mean_heads", shape=(3, 2, 2, 4, 5), public=True),
+        CollectCase(name="collect/one_head", shape=(2, 3, 3, 4, 4), head=1, public=True),
+        CollectCase(name="collect/first_layer", shape=(3, 2, 2, 3, 3), layer=0),
+        CollectCase(name="collect/float64_cross", shape=(2, 4, 4, 3, 9), layer=-2, head=2, dtype=torch.float64),
+        CollectCase(name="collect/grad", shape=(2, 2, 4, 3, 6), layer=1, grad=True),
+    ]]
+    # localisation_accuracy(cross, target_cells, grid_shape, radius=0)
+    out += [_locacc_spec(c, g) for c in [
+        LocaccCase(name="locacc/basic", shape=(20, 49), grid_shape=(7, 7), public=True),
+        LocaccCase(name="locacc/radius1", shape=(32, 49), grid_shape=(7, 7), radius=1, public=True),
+        LocaccCase(name="locacc/nonsquare", shape=(40, 15), grid_shape=(3, 5), radius=1),
+        LocaccCase(name="locacc/batched_float64", shape=(3, 8, 16), grid_shape=(4, 4), dtype=torch.float64),
+        LocaccCase(name="locacc/large_radius", shape=(10, 12), grid_shape=(3, 4), radius=5),
+    ]]
+    # chance_accuracy(target_cells, grid_shape, radius=0)
+    out += [_chance_spec(c) for c in [
+        ChanceCase(name="chance/radius1", cells=[8, 10, 24, 40, 0, 6, 3, 48], grid_shape=(7, 7), radius=1, public=True),
+        ChanceCase(name="chance/radius0", cells=[1, 5, 7], grid_shape=(7, 7)),
+        ChanceCase(name="chance/corners_nonsquare", cells=[0, 4, 10, 14, 7, 2], grid_shape=(3, 5), radius=1),
+        ChanceCase(name="chance/large_radius", cells=[0, 5, 11], grid_shape=(3, 4), radius=6),
+    ]]
+    # errors: attention_to_grid refuses a grid of the wrong size
+    out += [_grid_spec(c, g) for c in [
+        GridCase(name="grid/mismatch", shape=(3, 49), grid_shape=(6, 8), public=True),
+        GridCase(name="grid/mismatch_small", shape=(2, 12), grid_shape=(5, 3)),
+    ]]
+    # drawn last, so that adding it left every earlier case's random inputs as they were
+    out += [_collect_spec(CollectCase(name="collect/head_zero", shape=(2, 2, 3, 4, 5), head=0), g)]
+    return out

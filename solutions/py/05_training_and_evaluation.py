@@ -1,0 +1,751 @@
+# %% [markdown] nbgrader={"grade": false, "grade_id": "md_01", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# # 05 · Training and evaluating the captioner
+#
+# [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/attention-course-kit/attention-transformers/blob/main/notebooks/05_training_and_evaluation.ipynb)
+#
+# Notebook 04 prepared the data and built the model. Here you write the two scripts of an experiment around it and run them:
+#
+# - **the training script**: the learning-rate schedule `lr_at_step`, one optimisation step `train_step`, the validation loss `validation_loss`, and the loop `fit` around them;
+# - **generation and the evaluation script**: `greedy_decode`, and `evaluate_captions` (BLEU, CIDEr, ROUGE-L and the share of captions exactly right).
+#
+# Then your model is trained on `shapes` (about a minute on a laptop CPU), saved, graded on new scenes, and one experiment shows what the causal mask is for.
+#
+# Given: the driver that calls your loop (`starter.training.train`: device moves, a progress bar with the time left, a time budget used only while grading), the metric implementations (BLEU, CIDEr, ROUGE-L from `pycocoevalcap`, in `starter/metrics.py`) and the plots. The kit has no version of these pieces: while one does not pass its public check yet, the notebook says so in one line and skips what needs it (training, the scores).
+#
+# **What you need from notebook 04.** Section 1 loads your `build_vocab`, `encode_captions`, `CaptionFeatures`, `collate_captions`, `CaptioningTransformer`, `caption_loss` and `teacher_forcing_loss` from your `04_captioning_data_and_model.ipynb` (its set-up and answer cells only: no plots, no test cells), found next to this notebook (on Colab: in the course folder or in `My Drive/Colab Notebooks`). A data piece that does not pass its public check yet is replaced by the dataset's stored data (vocabulary, encoded captions, batches), with one line saying so; without a working model and loss, nothing is trained. The graded checks of this notebook run on stand-ins and do not use notebook 04, except the trained-model cell, which measures your trained model.
+#
+# **How to work.** Fill in the cells marked `# YOUR CODE HERE` (delete the `raise NotImplementedError()` line) and run the test cell below each one: it prints `✓ … passed` or one line naming the likely bug. The graded version of each test cell also runs hidden cases. Don't edit or delete test cells.
+
+# %% nbgrader={"grade": false, "grade_id": "code_02", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["colab"]
+# Run this cell first. On Google Colab it installs the course kit (only what Colab lacks, once per runtime)
+# and, with USE_DRIVE, keeps your notebooks and checkpoints in one Google Drive folder. Locally it installs
+# nothing (`python3 kit.py setup` did); everywhere it makes unfinished tasks show as one line, not a traceback.
+USE_DRIVE = True                  # Colab: work in My Drive/COURSE_DIR (Colab asks once for access to Drive)
+COURSE_DIR = "attention-course"   # the course folder in your Google Drive
+import os, subprocess, sys
+if "google.colab" in sys.modules:
+    KIT = "/content/attention-transformers"
+    if not os.path.isdir(os.path.join(KIT, "starter")):
+        COURSE_REPO = os.environ.get("COURSE_REPO", "https://github.com/attention-course-kit/attention-transformers.git")
+        print("installing the course kit (about 30 s, once per runtime) ...")
+        subprocess.run(["git", "clone", "--quiet", "--depth", "1", COURSE_REPO, KIT], check=True)
+        subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", KIT], check=True)
+    sys.path.insert(0, KIT)  # importable now, without restarting the runtime
+from starter.runtime import start_notebook
+COURSE_FOLDER = start_notebook(use_drive=USE_DRIVE, course_dir=COURSE_DIR)
+
+# %% nbgrader={"grade": false, "grade_id": "code_03", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["setup"]
+import math
+import os
+import re
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+import h5py
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.data import DataLoader, Dataset
+
+from starter.checks import check
+from starter.data import StoredBatches, Vocab, load_dataset
+from starter.layers import get_layers, with_model
+from starter.metrics import caption_scores, format_scores
+from starter.notebook_loader import load_or_none
+from starter.pipeline import yours_if_it_passes
+from starter.plotting import plot_losses, show_attention, show_captions
+from starter.runtime import checkpoint_file
+from starter.training import (GRADING, count_parameters, load_checkpoint, overfit_small_batch, pick_device,
+                              save_checkpoint, seed_everything, train)
+
+torch.manual_seed(0)
+
+# %% nbgrader={"grade": false, "grade_id": "code_prep_2", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["setup"]
+SPECIAL_TOKENS = ["<NULL>", "<START>", "<END>", "<UNK>"]
+
+def tokenize(caption):
+    """"A dog's ball." -> ["a", "dog", "s", "ball"]: lower case, maximal runs of letters a-z and digits 0-9."""
+    return re.findall(r"[a-z0-9]+", caption.lower())
+
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "md_from04", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# ## 1 · The data, and your pieces from notebook 04
+#
+# The dataset is chosen here, in one line (`shapes` by default; COCO in section 7): a dataset that is not on disk is an error naming the command that fetches it. Then your pieces of notebook 04 are loaded and each one runs its public check; the line printed for each says whether yours is used.
+
+# %% nbgrader={"grade": false, "grade_id": "code_data05", "locked": true, "schema_version": 3, "solution": false, "task": false}
+DATASET = "shapes"   # or "coco-fc7" (CS231n features: python -m data.coco_cs231n), "coco-grid" (python -m data.coco_grid)
+
+ds = load_dataset(DATASET)
+train_split, val_split = ds.split("train"), ds.split("val")
+texts = {"train": train_split.texts(), "val": val_split.texts()}
+print(ds)
+
+# %% nbgrader={"grade": false, "grade_id": "code_from04", "locked": true, "schema_version": 3, "solution": false, "task": false}
+PIECES_04 = ["build_vocab", "encode_captions", "CaptionFeatures", "collate_captions", "CaptioningTransformer",
+             "caption_loss", "teacher_forcing_loss"]
+mine = load_or_none("04_captioning_data_and_model.ipynb", PIECES_04)   # None for each piece if the notebook can't be loaded
+CaptioningTransformer, teacher_forcing_loss = mine["CaptioningTransformer"], mine["teacher_forcing_loss"]
+
+stored = "the dataset's stored vocabulary and encoded captions are used (the two go together)"
+vocab_fn = yours_if_it_passes("build_vocab", mine["build_vocab"], instead=stored)
+encode = yours_if_it_passes("encode_captions", mine["encode_captions"], instead=stored)
+if vocab_fn is not None and encode is not None:
+    vocab = Vocab(vocab_fn(texts["train"], min_count=1))
+    encoded = {name: encode(texts[name], vocab.word_to_idx, ds.max_length) for name in texts}
+else:
+    vocab, encoded = ds.vocab, {name: ds.split(name).captions for name in texts}
+print(vocab)
+
+stored = "the loaders give the stored batches, padded to the dataset's caption length (StoredBatches)"
+FeatureDataset = yours_if_it_passes("CaptionFeatures", mine["CaptionFeatures"], instead=stored)
+collate = yours_if_it_passes("collate_captions", mine["collate_captions"], instead=stored)
+
+
+def make_loader(split, batch_size, shuffle, seed=0):
+    """Batches of (features, captions) of `split`'s captions as encoded above."""
+    if FeatureDataset is None or collate is None:
+        return StoredBatches(split, encoded[split.name], batch_size, shuffle, drop_last=shuffle, seed=seed)
+    data = FeatureDataset(*split.features_file, encoded[split.name], split.image_idxs)
+    return DataLoader(data, batch_size=batch_size, shuffle=shuffle, collate_fn=collate, drop_last=shuffle,
+                      generator=torch.Generator().manual_seed(seed))
+
+
+untrained = "the model stays untrained and nothing is saved (the cells that need a trained model say so)"
+model_ready = (yours_if_it_passes("CaptioningTransformer", CaptioningTransformer, instead=untrained) is not None
+               and yours_if_it_passes("teacher_forcing_loss", teacher_forcing_loss, instead=untrained) is not None)
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "md_layers", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# The model uses a decoder layer and a positional encoding with the interfaces of notebooks 02–03, as in notebook 04: yours (`LAYERS = "mine"`, loaded from your notebooks 02 and 03, which must pass their public checks) or PyTorch's (`LAYERS = "torch"`). Either way the rest of the notebook is the same.
+
+# %% nbgrader={"grade": false, "grade_id": "code_layers", "locked": true, "schema_version": 3, "solution": false, "task": false}
+LAYERS = "mine"   # or "torch": PyTorch-backed layers with the same interface (starter/layers.py)
+
+if model_ready:
+    get_layers(LAYERS, verbose=True)   # stops here, with one line, if your layers are not ready
+
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "md_14", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# ## 2 · Training
+#
+# A training script has four parts: the **learning-rate schedule**, the **training step** (one minibatch: forward, loss, backward, update), the **validation loss** (how the model does on data it does not train on) and the **loop** around them. You write all four. The loop draws batches from your `DataLoader`, calls your step with your schedule's learning rate, and measures the validation loss every so often; a `TrainingPlan` of the kit hands it the steps and shows a progress bar with the time left (and, only while the notebook is graded, keeps the run to a time budget). It runs on the GPU when there is one (`pick_device`), and it is seeded, so a run repeats on the same machine.
+#
+# ### Task 1 · `lr_at_step(step, total_steps, warmup_steps, peak_lr)`
+#
+# Transformers are trained with a **warm-up**: the first updates of Adam are large and noisy (its running averages of the gradient have seen little), and a small learning rate at the start keeps them from wrecking the freshly initialised attention. Notebook 03 chose pre-norm because it needs little or no warm-up, unlike post-norm, which needs a long one to train at all; here a short warm-up (50 of 700 steps on `shapes`) only protects those first Adam steps. After it, a **cosine decay** lowers the rate smoothly so the last steps fine-tune. Return the learning rate at `step` (0-based; it may be fractional):
+#
+# - warm-up, `step < warmup_steps`: $\eta = \eta_{peak} \cdot \min\left(1, \frac{step + 1}{warmup\_steps}\right)$ (the first step already moves, and step `warmup_steps - 1` is at the peak);
+# - then, with $p = \min\left(1, \frac{step - warmup\_steps}{\max(1,\ total\_steps - warmup\_steps)}\right)$: $\eta = \eta_{peak}\left(0.1 + 0.45\,(1 + \cos \pi p)\right)$, from the peak down to 10 % of it at `total_steps`, and flat after that.
+#
+# PyTorch's `torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_at_step(s, total_steps, warmup_steps, peak_lr) / peak_lr)`, stepped once per training step, applies the same rates on whole steps. Here you write the function itself, because a run on a time budget (while grading) evaluates it at fractional steps.
+
+# %% nbgrader={"grade": false, "grade_id": "lr_at_step", "locked": false, "schema_version": 3, "solution": true, "task": false}
+def lr_at_step(step, total_steps, warmup_steps, peak_lr):
+    """Learning rate at `step` (0-based, may be fractional): linear warm-up, then cosine decay to 10% of the peak.
+
+    Returns:
+        a Python float.
+    """
+    ### BEGIN SOLUTION
+    if step < warmup_steps:
+        return peak_lr * min(1.0, (step + 1) / warmup_steps)
+    progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
+    return peak_lr * (0.1 + 0.45 * (1 + math.cos(math.pi * progress)))
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_lr_at_step", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+from starter.checks import check
+from starter.pipeline import over_steps
+check("schedule/basic", over_steps(lr_at_step))
+### BEGIN HIDDEN TESTS
+check("schedule/long_warmup", over_steps(lr_at_step))
+check("schedule/fractional_steps", over_steps(lr_at_step))
+check("schedule/past_the_end", over_steps(lr_at_step))
+check("schedule/no_warmup", over_steps(lr_at_step))
+### END HIDDEN TESTS
+
+# %% nbgrader={"grade": false, "grade_id": "code_sched_plot", "locked": true, "schema_version": 3, "solution": false, "task": false}
+schedule = yours_if_it_passes("lr_at_step", lr_at_step, instead="no plot until it passes")
+if schedule is not None:
+    steps = list(range(700))
+    plt.figure(figsize=(6, 2.5))
+    plt.plot(steps, [schedule(s, 700, 50, 2e-3) for s in steps])
+    plt.xlabel("step"); plt.ylabel("learning rate"); plt.title("warm-up (50 steps), then cosine decay to 10 %")
+    plt.tight_layout(); plt.show()
+
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "md_step_1", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# ### Task 2 · `train_step(model, loss_fn, optimizer, features, captions, lr, grad_clip=1.0)`
+#
+# One optimisation step, in this order:
+#
+# 1. set the learning rate `lr` in every parameter group of the optimiser (`optimizer.param_groups`: a list of dicts with an `"lr"` entry), and put the model in training mode (`model.train()`: dropout on);
+# 2. clear the gradients of the previous step (`optimizer.zero_grad()`): PyTorch **adds** each backward pass's gradients to `.grad`, so without it every step would use the sum of all gradients so far;
+# 3. `loss = loss_fn(model, features, captions)` (your `teacher_forcing_loss` of notebook 04 in this notebook), then `loss.backward()`;
+# 4. if `grad_clip` is not `None`, rescale the gradients so that their total norm is at most `grad_clip` (`torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)`): one unlucky batch then cannot throw the weights far. This must come **after** `backward` (there is nothing to clip before) and **before** the update;
+# 5. `optimizer.step()`, and return the loss as a Python float (`loss.item()`), for the progress bar and the loss curve.
+
+# %% nbgrader={"grade": false, "grade_id": "train_step", "locked": false, "schema_version": 3, "solution": true, "task": false}
+def train_step(model, loss_fn, optimizer, features, captions, lr, grad_clip=1.0):
+    """One training step on one batch; returns the loss (a float, before the update).
+
+    Args:
+        model: the model; loss_fn(model, features, captions) -> scalar loss tensor.
+        optimizer: a torch.optim optimiser over the model's parameters.
+        features: (B, R, D) float; captions: (B, T) int64.
+        lr: the learning rate of this step; grad_clip: max gradient norm, or None for no clipping.
+    """
+    ### BEGIN SOLUTION
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    model.train()
+    optimizer.zero_grad()
+    loss = loss_fn(model, features, captions)
+    loss.backward()
+    if grad_clip is not None:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+    optimizer.step()
+    return loss.item()
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_train_step", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
+from starter.checks import check
+from starter.pipeline import with_optimizer
+check("step/adamw", with_optimizer(train_step))
+### BEGIN HIDDEN TESTS
+check("step/sgd", with_optimizer(train_step))
+check("step/sgd_clipped", with_optimizer(train_step))
+check("step/no_clipping", with_optimizer(train_step))
+check("step/adamw_changing_lr", with_optimizer(train_step))
+check("step/two_param_groups", with_optimizer(train_step))
+### END HIDDEN TESTS
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "md_val_1", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# ### Task 3 · `validation_loss(model, loss_fn, batches)`
+#
+# The mean of `loss_fn(model, features, captions)` over `batches` (a list of `(features, captions)` pairs), as a Python float, measured the way the model will be used:
+#
+# - in **eval mode** (`model.eval()`): dropout off, so the number does not depend on random masks;
+# - without gradients (`torch.no_grad()`): nothing is learned from validation data, and no graph is kept in memory;
+# - and then put the model back in the mode it was in (`model.training` tells you), because the loop calls this in the middle of training: a model left in eval mode would train on without dropout.
+#
+# Average the batches' losses (each batch counts once).
+
+# %% nbgrader={"grade": false, "grade_id": "validation_loss", "locked": false, "schema_version": 3, "solution": true, "task": false}
+def validation_loss(model, loss_fn, batches):
+    """Mean loss over batches [(features, captions), ...], in eval mode without gradients; a float.
+    The model's train/eval mode is the same afterwards as before."""
+    ### BEGIN SOLUTION
+    was_training = model.training
+    model.eval()
+    with torch.no_grad():
+        losses = [loss_fn(model, features, captions).item() for features, captions in batches]
+    model.train(was_training)
+    return sum(losses) / len(losses)
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_validation_loss", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+from starter.checks import check
+from starter.pipeline import with_batches
+check("validation/basic", with_batches(validation_loss))
+### BEGIN HIDDEN TESTS
+check("validation/uneven_batches", with_batches(validation_loss))
+check("validation/one_batch", with_batches(validation_loss))
+check("validation/handed_over_in_eval_mode", with_batches(validation_loss))
+### END HIDDEN TESTS
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "md_fit_1", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# ### Task 4 · the training loop: `fit(model, loss_fn, optimizer, loader, plan, val_batches, val_every, step_fn, val_fn, device)`
+#
+# The loop puts the pieces together. `plan` is a `starter.training.TrainingPlan`: iterating over it gives `(step, lr)` pairs, `step` = 0, 1, 2, … (0-based) with the learning rate your schedule gives that step, until the run is over (it may end early when a time budget binds, as it does while grading, so loop over the plan rather than over a step count). For each `(step, lr)`:
+#
+# 1. take the **next batch** `(features, captions)` from `loader`. A `DataLoader` runs out at the end of an epoch: then start the next epoch with a new `iter(loader)` (a shuffling loader draws a new order for it) and carry on. Keep one iterator between steps: `next(iter(loader))` every step would start a new epoch each time;
+# 2. move the batch to `device` (`.to(device)`: the model is there, on the GPU when there is one);
+# 3. `loss = step_fn(model, loss_fn, optimizer, features, captions, lr)`: your `train_step`, with `grad_clip` already set by the kit's `train`, which calls your `fit`;
+# 4. record the step in `history`: `history["step"]` the number of steps done (`step + 1`), `history["loss"]` the loss, `history["lr"]` the rate;
+# 5. every `val_every` steps (when `(step + 1) % val_every == 0`) append `step + 1` to `history["val_step"]` and `val_fn(model, loss_fn, val_batches)` (your `validation_loss`) to `history["val_loss"]`. The validation batches are only measured, never trained on: the validation loss is useful only as long as the model has not seen them.
+#
+# After the loop, if the last step did not end with a validation, measure once more, so the curve ends where training ended. Return `history`, a dict of five lists with the keys `"step"`, `"loss"`, `"lr"`, `"val_step"`, `"val_loss"`.
+
+# %% nbgrader={"grade": false, "grade_id": "fit", "locked": false, "schema_version": 3, "solution": true, "task": false}
+def fit(model, loss_fn, optimizer, loader, plan, val_batches, val_every, step_fn, val_fn, device):
+    """Train `model` for the steps of `plan` on batches from `loader`, epoch after epoch.
+
+    Args:
+        model, loss_fn, optimizer: as for train_step.
+        loader: an iterable of (features (B, R, D), captions (B, T)) batches, one epoch per pass (a DataLoader).
+        plan: yields (step, lr) pairs: step 0, 1, 2, ... and its learning rate.
+        val_batches: list of (features, captions) on `device`; val_every: validate every this many steps.
+        step_fn(model, loss_fn, optimizer, features, captions, lr) -> loss (float); val_fn(model, loss_fn, batches) -> float.
+        device: where the model is; batches are moved there.
+    Returns:
+        history: {"step": [...], "loss": [...], "lr": [...], "val_step": [...], "val_loss": [...]}.
+    """
+    history = {"step": [], "loss": [], "lr": [], "val_step": [], "val_loss": []}
+    ### BEGIN SOLUTION
+    batches = iter(loader)
+    for step, lr in plan:
+        try:
+            features, captions = next(batches)
+        except StopIteration:  # the end of an epoch: start the next one
+            batches = iter(loader)
+            features, captions = next(batches)
+        loss = step_fn(model, loss_fn, optimizer, features.to(device), captions.to(device), lr)
+        history["step"].append(step + 1)
+        history["loss"].append(loss)
+        history["lr"].append(lr)
+        if (step + 1) % val_every == 0:
+            history["val_step"].append(step + 1)
+            history["val_loss"].append(val_fn(model, loss_fn, val_batches))
+    if history["step"] and (not history["val_step"] or history["val_step"][-1] != history["step"][-1]):
+        history["val_step"].append(history["step"][-1])
+        history["val_loss"].append(val_fn(model, loss_fn, val_batches))
+    ### END SOLUTION
+    return history
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_fit", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
+from starter.checks import check
+from starter.pipeline import with_loader
+check("fit/basic", with_loader(fit))
+### BEGIN HIDDEN TESTS
+check("fit/whole_epochs", with_loader(fit))
+check("fit/validate_once", with_loader(fit))
+check("fit/every_step", with_loader(fit))
+### END HIDDEN TESTS
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "md_fit_2", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# *How this check works:* `with_loader(fit)` runs your loop for a few steps on a tiny stand-in model with stored weights, with a stand-in loader (three or so batches per epoch, in an order that changes each epoch, as a shuffling loader's does) and a stand-in plan of stored learning rates, and with stand-ins for the step and the validation loss that do not train: the step returns the batch's loss and moves every weight by an amount that depends on the batch and the rate, the validation reads the weights. It compares the history and the weights afterwards with the stored ones, so it tests your loop alone (which batches, in which order, at which rates, validated when), whatever your `train_step` does.
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "md_step_2", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# **Settings.** One configuration per dataset. On `shapes`, a small model (2 layers, $d_{model} = 64$, 4 heads, about 0.15 M parameters) trains 700 steps in about 15 s on a 2-core CPU. It trains without dropout: 700 steps of 64 captions see each of the 9000 training captions about 5 times, too few to overfit (the validation loss still falls at the end, see the curve below), so dropout would only slow learning down (measured with `benchmarks/bench_training.py`: with dropout 0.1 the same 700 steps score lower, and each step takes about 1.4 times as long). The COCO configurations, with far more parameters per caption, keep it. The run takes all 700 steps on any machine: a slower one takes longer (the progress bar shows the time left) but trains the same steps with the same learning rates, so the trained-model mark does not depend on the machine. When nbgrader runs this notebook, `GRADING` is True and training is cut to 30 steps within 10 seconds (`time_limit`, with the warm-up and cosine decay compressed to fit): the graded tests don't depend on training at all, and the trained-model cell measures the checkpoint you hand in.
+#
+# **Sanity check first: overfit one small batch.** Before a long run, train a fresh model on one batch of 8 captions, as at the end of notebook 04, but now with your `train_step`: a correct step drives the loss close to zero within a few seconds. If it stalls while notebook 04's memorisation passed, look at the step (the learning rate it sets, the gradients it clears, the loss it returns).
+
+# %% nbgrader={"grade": false, "grade_id": "code_15", "locked": true, "schema_version": 3, "solution": false, "task": false}
+CONFIGS = {
+    # model: constructor arguments; train: arguments of starter.training.train
+    "shapes": dict(model=dict(d_model=64, num_heads=4, num_layers=2, dim_feedforward=256, dropout=0.0),
+                   train=dict(steps=700, batch_size=64, lr=2e-3, warmup=50)),
+    # COCO, for a Colab GPU (section 7): sized for a T4; times and scores are whatever your run prints
+    "coco-fc7": dict(model=dict(d_model=256, num_heads=8, num_layers=3, dim_feedforward=1024, dropout=0.2),
+                     train=dict(steps=15000, batch_size=256, lr=5e-4, warmup=500)),
+    "coco-grid": dict(model=dict(d_model=256, num_heads=8, num_layers=3, dim_feedforward=1024, dropout=0.2),
+                      train=dict(steps=15000, batch_size=128, lr=5e-4, warmup=500)),
+}
+config = CONFIGS.get(DATASET, CONFIGS["coco-grid"])
+train_args = dict(config["train"])
+if GRADING:  # nbgrader is running the notebook: a tiny budget, the graded tests don't need a trained model
+    train_args.update(steps=30, time_limit=10)
+batch_size = train_args.pop("batch_size")
+train_args["val_batches"] = 4   # the validation loss: the mean over 4 fixed batches of validation captions
+train_loader = make_loader(train_split, batch_size, shuffle=True)   # your Dataset and collate function
+val_loader = make_loader(val_split, batch_size, shuffle=False)
+
+RUN_DIR = Path("runs")   # where checkpoints go, in the course folder (notebooks 06 and 07 look there)
+if GRADING:
+    RUN_DIR = Path(tempfile.mkdtemp())
+CHECKPOINT = RUN_DIR / Path(checkpoint_file(DATASET)).name  # the graded shapes model, or its COCO twin
+
+device = pick_device()
+model_config = dict(vocab_size=len(vocab), feature_dim=ds.feature_dim, num_regions=ds.num_regions,
+                    max_len=ds.max_length, layers=LAYERS, **config["model"])
+
+
+def new_model(model_class=None):
+    """A freshly initialised model of this configuration (seed 0): every model of this notebook is made here."""
+    seed_everything(0)
+    return (model_class or CaptioningTransformer)(**model_config).to(device)
+
+
+model = None   # the trained model, once section 2 has trained it
+if model_ready:
+    print(f"{count_parameters(new_model()):,} parameters; batch size {batch_size}; training: {train_args}")
+    print(f"the validation loss: {train_args['val_batches']} fixed batches, {train_args['val_batches'] * batch_size} "
+          f"of the {len(val_split)} validation captions, the same at every measurement")
+yours = dict(fit_fn=yours_if_it_passes("fit", fit, instead=untrained),
+             step_fn=yours_if_it_passes("train_step", train_step, instead=untrained),
+             lr_fn=yours_if_it_passes("lr_at_step", lr_at_step, instead=untrained),
+             val_fn=yours_if_it_passes("validation_loss", validation_loss, instead=untrained))
+can_train = model_ready and all(fn is not None for fn in yours.values())
+
+# %% nbgrader={"grade": false, "grade_id": "code_16", "locked": true, "schema_version": 3, "solution": false, "task": false}
+if model_ready and yours["step_fn"] is not None:
+    overfit = overfit_small_batch(new_model(), teacher_forcing_loss, train_loader, yours["step_fn"], batch_size=8,
+                                  steps=60 if GRADING else 150)
+else:
+    print("no overfit check: it trains your model with your train_step")
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "md_17", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# Now the real run, with your loader, training loop, schedule, training step and validation loss (under a minute on a laptop CPU for `shapes`; longer on a slower machine, with the same 700 steps). It ends with one line naming the device and the time taken. The validation loss it records 10 times is measured on a sample, 4 fixed batches of validation captions (printed above): cheap enough to measure often, and the same captions every time, so that the curve moves only with the model; section 4's evaluation then scores every validation image. Re-running the cell starts over from a new model with the same seed; the model is saved to `CHECKPOINT` at the end with its configuration and **your vocabulary**, and notebooks 06 and 07 load it from there. Each dataset has its own file: `runs/captioning_transformer.pt` is the `shapes` model, the one that is graded; a COCO run saves `runs/captioning_transformer_coco-grid.pt` (or `_coco-fc7`) and never overwrites it.
+
+# %% nbgrader={"grade": false, "grade_id": "code_18", "locked": true, "schema_version": 3, "solution": false, "task": false}
+model = history = None
+if can_train:
+    model = new_model()
+    history = train(model, teacher_forcing_loss, train_loader, val_split=val_loader, device=device, seed=0, **yours,
+                    **train_args)
+    print(f"final validation loss {history['val_loss'][-1]:.3f}")
+    save_checkpoint(CHECKPOINT, model, model_config, vocab, history=history, dataset=DATASET)
+    print("saved", CHECKPOINT)
+else:
+    print("not trained: the model and loss of notebook 04 and the training pieces above do not all pass yet")
+
+# %% nbgrader={"grade": false, "grade_id": "code_19", "locked": true, "schema_version": 3, "solution": false, "task": false}
+if history is not None:
+    plot_losses(history, title=f"training on {DATASET}")
+    plt.show()
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "md_20", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# The loss is per real word, in nats: $\log V$ for a model that guesses uniformly (printed below). It cannot reach zero on `shapes`: each image has its three phrasings among its captions, and a caption is fully determined by the image once its phrasing is chosen, so the model must guess which phrasing it is writing, $\ln 3 \approx 1.10$ nats per caption. Spread over the words of a caption, that is the floor printed below, next to your final validation loss.
+
+# %% nbgrader={"grade": false, "grade_id": "code_loss_floor", "locked": true, "schema_version": 3, "solution": false, "task": false}
+targets = encoded["train"][:, 1:]
+words_per_caption = float((targets != vocab.null_idx).sum(1).float().mean())   # real target words, <END> included
+print(f"uniform guess: log V = log {len(vocab)} = {math.log(len(vocab)):.2f} nats per word")
+if DATASET == "shapes" and history is not None:
+    print(f"phrasing floor: ln 3 / {words_per_caption:.1f} words per caption = {math.log(3) / words_per_caption:.3f} nats per word; "
+          f"your final validation loss: {history['val_loss'][-1]:.3f}")
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "md_20b", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# A checkpoint holds the weights, the constructor arguments and the vocabulary, so a model can be rebuilt without this notebook's variables:
+
+# %% nbgrader={"grade": false, "grade_id": "code_21", "locked": true, "schema_version": 3, "solution": false, "task": false}
+if history is not None:
+    restored, info = load_checkpoint(CHECKPOINT, CaptioningTransformer, device=device)
+    features, captions = next(iter(val_loader))
+    with torch.no_grad():
+        same = torch.allclose(restored(features.to(device), captions.to(device)), model.eval()(features.to(device), captions.to(device)))
+    print("restored model gives the same logits:", same, "| vocabulary of", len(info["vocab"]), "words")
+
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "md_22", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# ## 3 · Generating captions
+#
+# At test time there is no caption to feed: the model writes its own. Start from `<START>`, ask the model for the distribution of the next word, choose a word, **append it to the input**, and repeat until `<END>` (or a length limit). Each step runs the model on the whole prefix written so far and uses the logits of its **last** position.
+#
+# ### Greedy decoding
+#
+# Choose the most likely word at every step (`argmax`). Do it for the whole batch at once: every caption advances by one word per step; a caption that has produced `<END>` is finished, and everything after its `<END>` is `<NULL>`. Stop as soon as every caption has finished (or after `max_len` words).
+#
+# ### Task 5 · `greedy_decode(model, features, max_len, start_idx=1, end_idx=2, null_idx=0)`
+#
+# Return a `(B, max_len)` int64 tensor of generated words, **without** the `<START>` token, with the `<END>` token kept, and `null_idx` after it (and in every position not generated because decoding stopped early). Create new tensors on `features.device`. Run it under `torch.no_grad()` (a decorator is fine); the model is assumed to be in eval mode already.
+
+# %% nbgrader={"grade": false, "grade_id": "greedy_decode", "locked": false, "schema_version": 3, "solution": true, "task": false}
+@torch.no_grad()
+def greedy_decode(model, features, max_len, start_idx=1, end_idx=2, null_idx=0):
+    """Batched greedy decoding.
+
+    Args:
+        model: maps (features (B, R, D), words (B, t)) to logits (B, t, V).
+        features: (B, R, D).
+        max_len: number of words to generate at most.
+    Returns:
+        (B, max_len) int64: the generated words (no <START>), <END> kept, null_idx after it.
+    """
+    ### BEGIN SOLUTION
+    B, device = features.shape[0], features.device
+    words = torch.full((B, 1), start_idx, dtype=torch.long, device=device)
+    out = torch.full((B, max_len), null_idx, dtype=torch.long, device=device)
+    finished = torch.zeros(B, dtype=torch.bool, device=device)
+    for t in range(max_len):
+        next_word = model(features, words)[:, -1].argmax(dim=-1)
+        next_word = next_word.masked_fill(finished, null_idx)
+        out[:, t] = next_word
+        finished = finished | (next_word == end_idx)
+        if finished.all():
+            break
+        words = torch.cat([words, next_word[:, None]], dim=1)
+    return out
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_greedy_decode", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
+from starter.checks import check
+check("greedy/basic", with_model(greedy_decode))
+### BEGIN HIDDEN TESTS
+check("greedy/one_image", with_model(greedy_decode))
+check("greedy/all_end_early", with_model(greedy_decode))
+check("greedy/other_special_tokens", with_model(greedy_decode))
+check("greedy/float64", with_model(greedy_decode))
+### END HIDDEN TESTS
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "md_23", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# *How the decoding checks work:* `with_model(greedy_decode)` runs your function on a tiny stand-in model (`starter.layers.ToyCaptioner`, not a Transformer) with stored weights, so these checks test the decoding alone, whatever your model does.
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "md_eval_0", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# ## 4 · Evaluation on held-out images
+#
+# BLEU-$n$ measures the overlap of $n$-grams (1 to 4 words) between the generated caption and all the reference captions of the image (precision, with a penalty for captions that are too short); BLEU-4 is the usual headline number. CIDEr weighs $n$-grams by how specific they are (TF-IDF over the references), so a correct rare word counts more than "a"; it is scaled by 10, and on `shapes` values far above 1 are normal because every scene's captions share most words. ROUGE-L is based on the longest common subsequence. All three are computed by `pycocoevalcap` (tokenised in Python, so no Java is needed) on the **validation** images, which the model never trained on.
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "md_eval_1", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# ### Task 6 · the evaluation script: `evaluate_captions(model, decode_fn, split, vocab, max_len, batch_size=250)`
+#
+# Caption every image of `split` and score the captions against **all** the reference captions of each image:
+#
+# 1. put the model in eval mode (`model.eval()`: dropout off) and run everything under `torch.no_grad()` (no graph is built: faster, and less memory);
+# 2. for the images `0 .. split.num_images - 1`, in batches of `batch_size` image indices (the last batch may be smaller): `features = split.features(idx).to(device)` (`device`: the model's, `next(model.parameters()).device`), then `tokens = decode_fn(model, features, max_len)`, an `(n, max_len)` tensor of word indices;
+# 3. turn each row into a string: stop at `vocab.end_idx`, skip `vocab.null_idx` and `vocab.start_idx`, look the other indices up in `vocab.idx_to_word`, join with single spaces;
+# 4. score: `caption_scores(references, generated)` (given, from `starter.metrics`, with dicts image index → list of reference strings, `split.references(i)`, and image index → generated string) returns BLEU-1..4, CIDEr and ROUGE-L; add `"exact_match"`: the fraction of images whose caption equals one of its references word for word (compare `tokenize`d words).
+#
+# Return `(scores, generated)`: the dict of scores and the list of generated strings, in image order.
+#
+# BLEU counts the n-grams of a generated caption that appear in *any* reference of its image: with all references, a caption that says the same thing in another valid phrasing is not punished, which is why COCO gives five references per image. CIDEr weights n-grams by how rare they are across the references of all evaluated images, so it rewards the specific words ("red", "left") over the ubiquitous ones ("a", "the").
+
+# %% nbgrader={"grade": false, "grade_id": "evaluate_captions", "locked": false, "schema_version": 3, "solution": true, "task": false}
+def evaluate_captions(model, decode_fn, split, vocab, max_len, batch_size=250):
+    """Caption every image of `split` with decode_fn(model, features, max_len) and score the captions.
+
+    Returns:
+        (scores, generated): scores is caption_scores' dict plus "exact_match"; generated the list of
+        caption strings, generated[i] for image i.
+    """
+    ### BEGIN SOLUTION
+    device = next(model.parameters()).device
+    model.eval()
+    generated = []
+    with torch.no_grad():
+        for start in range(0, split.num_images, batch_size):
+            idx = list(range(start, min(split.num_images, start + batch_size)))
+            tokens = decode_fn(model, split.features(idx).to(device), max_len)
+            for row in tokens.tolist():
+                words = []
+                for t in row:
+                    if t == vocab.end_idx:
+                        break
+                    if t not in (vocab.null_idx, vocab.start_idx):
+                        words.append(vocab.idx_to_word[t])
+                generated.append(" ".join(words))
+    references = {i: split.references(i) for i in range(split.num_images)}
+    scores = caption_scores(references, dict(enumerate(generated)))
+    hits = [tokenize(generated[i]) in [tokenize(r) for r in refs] for i, refs in references.items()]
+    scores["exact_match"] = sum(hits) / len(hits)
+    return scores, generated
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_evaluate_captions", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
+from starter.checks import check
+from starter.pipeline import with_split
+check("evaluate/basic", with_split(evaluate_captions))
+### BEGIN HIDDEN TESTS
+check("evaluate/uneven_batches", with_split(evaluate_captions))
+check("evaluate/many_references", with_split(evaluate_captions))
+check("evaluate/words_after_end", with_split(evaluate_captions))
+check("evaluate/one_batch", with_split(evaluate_captions))
+check("evaluate/unknown_words", with_split(evaluate_captions))
+### END HIDDEN TESTS
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "md_eval_2", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# Your evaluation of the trained model, with greedy decoding, on the validation images (all of them for `shapes`, the first 5000 for COCO). BLEU-4 alone hides failures: on `shapes` a caption with the two objects swapped still shares most of its 4-grams with the references, so the exact-match rate, the share of captions that are *fully* right, is printed too.
+
+# %% nbgrader={"grade": false, "grade_id": "code_24", "locked": true, "schema_version": 3, "solution": false, "task": false}
+evaluate = yours_if_it_passes("evaluate_captions", evaluate_captions,
+                              instead="no scores and no generated captions until it passes")
+eval_images = 100 if GRADING else (None if DATASET == "shapes" else 5000)
+eval_split = val_split if eval_images is None else val_split.head(eval_images)
+generated = None
+if evaluate is not None and model is not None:
+    t0 = time.perf_counter()
+    scores, generated = evaluate(model, greedy_decode, eval_split, vocab, max_len=ds.max_length - 1)
+    print(f"greedy, {len(generated)} validation images ({time.perf_counter() - t0:.1f} s):")
+    print(format_scores(scores))
+    print(f"exact match: {scores['exact_match']:.1%} of the captions equal one of their image's references")
+
+# %% nbgrader={"grade": false, "grade_id": "code_25", "locked": true, "schema_version": 3, "solution": false, "task": false}
+if generated is not None:
+    show = [0, 1, 2, 3, 4, 5]
+    images = [val_split.image(i) for i in show] if DATASET != "coco-fc7" else None
+    show_captions(images, [generated[i] for i in show], [val_split.references(i) for i in show],
+                  title="validation images: generated caption (bold) and the ground truth")
+    plt.show()
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "md_error_kinds", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# ### What kind of mistakes?
+#
+# BLEU-4 and exact match say how often the captions are wrong; on `shapes` we can also say *how*. Each wrong caption is compared with its image's references (`starter.metrics.shapes_error`): an object left out (`missing_object`) or one too many (`extra_object`), the relation between two objects reversed, a wrong colour, shape, size or position (of a single object), several of these at once, or other wording. The counts are printed and plotted, with one wrong caption of each kind that occurs.
+
+# %% nbgrader={"grade": false, "grade_id": "code_error_kinds", "locked": true, "schema_version": 3, "solution": false, "task": false}
+if DATASET == "shapes" and generated is not None:
+    from starter.metrics import SHAPES_ERRORS, shapes_error
+    kinds = [shapes_error(generated[i], eval_split.references(i)) for i in range(len(generated))]
+    counts = Counter(kinds)
+    two = [i for i in range(len(generated)) if len(eval_split.objects(i)) == 2]
+    print(f"{len(generated)} validation captions: " + ", ".join(f"{k} {counts[k]}" for k in SHAPES_ERRORS if counts[k]))
+    print(f"relation reversed in {sum(kinds[i] == 'relation' for i in two)} of the {len(two)} two-object images "
+          f"({sum(kinds[i] == 'relation' for i in two) / max(1, len(two)):.1%})")
+    wrong = [k for k in SHAPES_ERRORS[1:] if counts[k]]
+    if wrong:
+        plt.figure(figsize=(6, 2.6))
+        plt.bar(wrong, [counts[k] for k in wrong], color="tab:red")
+        plt.ylabel("captions"); plt.title(f"wrong captions by kind ({len(generated)} validation images)")
+        plt.show()
+        examples = [kinds.index(k) for k in wrong][:6]
+        show_captions([val_split.image(i) for i in examples], [f"[{kinds[i]}] {generated[i]}" for i in examples],
+                      [val_split.references(i) for i in examples], title="one wrong caption of each kind (generated in bold)")
+        plt.show()
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "md_trained_model", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# ### Graded: your trained model
+#
+# The next test cell measures the model you trained in section 2, as it was saved: it loads `runs/captioning_transformer.pt` (the checkpoint of your `shapes` run) into your `CaptioningTransformer` (from notebook 04), captions images with your `greedy_decode`, and counts the captions that are exactly one of their image's references. Its images are 100 new scenes, drawn like the validation images (combinations never seen in training); the public case asks for 65 % of them right. While grading, the same is asked on 100 scenes nobody has seen: 40 %, 55 % and 65 % right earn a point each. Compare with the exact match your evaluation printed above.
+#
+# **Hand in the checkpoint with your notebooks** (the `runs/` folder next to them): the grader does not train your model again, it loads that file. Retraining or changing the model after saving does not change what is graded until you save again.
+
+# %% nbgrader={"grade": true, "grade_id": "test_trained_model", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
+from starter.checks import check
+from starter.layers import trained_captioner
+check("trained/new_scenes", trained_captioner(CaptioningTransformer, greedy_decode))
+### BEGIN HIDDEN TESTS
+check("trained/hidden_scenes_40", trained_captioner(CaptioningTransformer, greedy_decode))
+check("trained/hidden_scenes_55", trained_captioner(CaptioningTransformer, greedy_decode))
+check("trained/hidden_scenes_65", trained_captioner(CaptioningTransformer, greedy_decode))
+### END HIDDEN TESTS
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "md_q_bleu_exact", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# **Question 4 (2 points).** Your evaluation printed a BLEU-4 and an exact-match rate for the same captions. (a) How can a caption that matches none of its image's references still score a high BLEU-4? Name a kind of mistake on `shapes` that BLEU barely punishes (the breakdown above counts them), and say why, in terms of the n-grams it keeps. (b) Exact match is the stricter number here; why would it be useless on COCO?
+#
+# Write your answer in the cell below.
+
+# %% [markdown] nbgrader={"grade": true, "grade_id": "q_bleu_exact", "locked": false, "points": 2, "schema_version": 3, "solution": true, "task": false}
+# ### BEGIN SOLUTION
+# **Model answer.** (a) BLEU-4 is a (geometric mean of) n-gram precisions against *any* reference: a caption whose pieces each appear in some reference scores high even if the whole is wrong. Swapping the two objects of a relation ("a red circle to the left of a blue square" for "a blue square to the left of a red circle") keeps every 1- to 3-gram inside each noun phrase and most 4-grams, and the other phrasing of the same scene ("a blue square to the right of a red circle") supplies more of them; a wrong colour or size changes only the few n-grams that contain that word. (b) COCO captions are free text written by different people: there are many correct captions per image and the five references cover few of them, so almost no generated caption, however good, equals a reference word for word; exact match would be near zero for every model and would not rank them.
+#
+# **Rubric.** 1 point: n-gram overlap with any reference explains it, with a concrete shapes error (relation swap, or colour/size/shape) and what happens to its n-grams. 1 point: COCO has many valid phrasings, so exact match is near zero for all models.
+# ### END SOLUTION
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "md_26", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# Where does the model look? The cross-attention of the last layer, averaged over heads, for each generated word of the first validation image, over the $7 \times 7$ regions (notebook 07 studies this in detail):
+
+# %% nbgrader={"grade": false, "grade_id": "code_27", "locked": true, "schema_version": 3, "solution": false, "task": false}
+if ds.num_regions > 1 and model is not None:
+    model.eval()
+    feats = val_split.features([0]).to(device)
+    words = greedy_decode(model, feats, ds.max_length - 1)[0]
+    length = int((words != vocab.null_idx).sum())
+    inputs = torch.cat([torch.tensor([vocab.start_idx], device=device), words[:length - 1]])[None]
+    with torch.no_grad():
+        _, att = model(feats, inputs, return_attention=True)
+    cross = att["cross"][-1][0].mean(0).cpu()                 # (T, R), averaged over heads
+    labels = [vocab.idx_to_word[int(w)] for w in words[:length]]
+    show_attention(cross, queries=labels, keys=[f"{r // ds.grid_shape[1]},{r % ds.grid_shape[1]}" for r in range(ds.num_regions)],
+                   title=f"last layer cross-attention: '{vocab.decode(words)}'", annotate=False)
+    plt.gcf().set_size_inches(13, 3.6)
+    plt.show()
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "md_leaky", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# ## 5 · What the causal mask is for, measured
+#
+# The same model, trained the same way, but with a **leaky mask**: every word may attend to every word of the input, later ones included. The cell trains it briefly and prints its teacher-forced validation loss and its greedy exact match on the first 100 validation images, next to your model's.
+
+# %% nbgrader={"grade": false, "grade_id": "code_leaky", "locked": true, "schema_version": 3, "solution": false, "task": false}
+if history is not None and evaluate is not None:   # it needs your model class, trained model and evaluation
+    class LeakyCaptioner(CaptioningTransformer):
+        """Your model with a mask that allows everything: position t also sees the words after it."""
+
+        def forward(self, features, captions, return_attention=False):
+            R, T = features.shape[1], captions.shape[1]
+            memory = self.feature_proj(features) + self.region_embed.weight[:R]
+            x = self.pos_encoding(self.word_embed(captions))
+            for layer in self.decoder_layers:
+                x, _, _ = layer(x, memory, tgt_mask=torch.ones(T, T, dtype=torch.bool, device=captions.device))
+            return self.vocab_head(self.final_norm(x))
+
+    compare_split = val_split.head(20 if GRADING else 100)
+    greedy_scores, _ = evaluate(model, greedy_decode, compare_split, vocab, max_len=ds.max_length - 1)
+    leaky = new_model(LeakyCaptioner)
+    leaky_history = train(leaky, teacher_forcing_loss, train_loader, val_split=val_loader, device=device, seed=0,
+                          **yours, **dict(train_args, steps=min(300, train_args["steps"])))
+    leaky_scores, leaky_captions = evaluate(leaky, greedy_decode, compare_split, vocab, max_len=ds.max_length - 1)
+    print(f"your model ({len(history['val_loss'])} validations): teacher-forced val loss {history['val_loss'][-1]:.4f}, "
+          f"greedy exact match {greedy_scores['exact_match']:.1%}")
+    print(f"leaky mask ({len(leaky_history['step'])} steps):      teacher-forced val loss {leaky_history['val_loss'][-1]:.4f}, "
+          f"greedy exact match {leaky_scores['exact_match']:.1%}")
+    print(f"leaky model: {len(set(leaky_captions))} different captions for {len(leaky_captions)} images, the first three:",
+          leaky_captions[:3])
+else:
+    print("skipped: it trains and evaluates with your training pieces and evaluate_captions")
+
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "md_q_causal_mask", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# **Question 5 (2 points).** Explain the two numbers of the leaky model printed above: (a) why its teacher-forced validation loss is what it is, compared with your model's (look at the teacher-forcing table of notebook 04, section 6: which input word does position $t$ have to predict?), and (b) why its generated captions are what they are.
+#
+# Write your answer in the cell below.
+
+# %% [markdown] nbgrader={"grade": true, "grade_id": "q_causal_mask", "locked": false, "points": 2, "schema_version": 3, "solution": true, "task": false}
+# ### BEGIN SOLUTION
+# **Model answer.** (a) With teacher forcing the target at position $t$ is the input word at position $t+1$. Without the causal mask position $t$ can attend to position $t+1$ and simply copy that word, so the loss drops far below what predicting the next word honestly allows (below the phrasing floor printed in section 2), without the model learning the language or looking at the image much. (b) At generation time there is no word $t+1$ yet: the prefix ends at $t$, so the copying shortcut has nothing to copy, and the model never learned to predict a word from the image and the words before it. What it writes then is fluent but blind: a handful of captions whatever the image (the run prints how many different ones it wrote for 100 images), so its exact match is close to zero. The low loss measured a different, easier task than captioning.
+#
+# **Rubric.** 1 point: position $t$ sees its own target (the next input word) and copies it. 1 point: at generation there is no future word, so the learned shortcut fails; the teacher-forced loss does not measure generation.
+# ### END SOLUTION
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "md_bottleneck", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# ## 6 · What attention over the regions buys, measured
+#
+# The classic encoder–decoder squeezes the image into **one vector**, and every word has to come from that summary: the bottleneck that attention removes (notebook 01). Here is the same decoder, trained the same way for the same number of steps, given the image as one memory vector, the mean of its 49 region features ($R = 1$: cross-attention then has a single key and gives it weight 1, so every word gets the same context). The cell prints both models' greedy exact match on the first 100 validation images, and the first captions of the one-vector model.
+
+# %% nbgrader={"grade": false, "grade_id": "code_bottleneck", "locked": true, "schema_version": 3, "solution": false, "task": false}
+class PooledCaptioner(nn.Module):
+    """Your model given the image as one vector: the mean of its region features, a single memory token."""
+
+    def __init__(self, **config):
+        super().__init__()
+        self.inner = CaptioningTransformer(**dict(config, num_regions=1))
+
+    def forward(self, features, captions, return_attention=False):
+        return self.inner(features.mean(dim=1, keepdim=True), captions, return_attention=return_attention)
+
+
+if history is not None and evaluate is not None and ds.num_regions > 1:
+    pooled = new_model(PooledCaptioner)
+    pooled_history = train(pooled, teacher_forcing_loss, train_loader, val_split=val_loader, device=device, seed=0,
+                           **yours, **train_args)
+    pooled_scores, pooled_captions = evaluate(pooled, greedy_decode, compare_split, vocab, max_len=ds.max_length - 1)
+    print(f"attention over {ds.num_regions} regions: greedy exact match {greedy_scores['exact_match']:.1%} "
+          f"(teacher-forced val loss {history['val_loss'][-1]:.4f})")
+    print(f"one mean-pooled vector:      greedy exact match {pooled_scores['exact_match']:.1%} "
+          f"(teacher-forced val loss {pooled_history['val_loss'][-1]:.4f})")
+    for i in range(3):
+        print(f"  one vector: {pooled_captions[i]:<50} | reference: {compare_split.references(i)[0]}")
+else:
+    print("skipped: it trains and evaluates with your pieces, on a dataset with more than one region")
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "md_check_public", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# ### Check everything
+#
+# Every public case of this notebook, on your answers as they are now: one line each. Hidden cases, which grade your work, vary the same situations (sizes, dtypes, masks, training mode), so a ✓ on every line is the best sign you can get here.
+
+# %% nbgrader={"grade": false, "grade_id": "code_check_public", "locked": true, "schema_version": 3, "solution": false, "task": false}
+from starter.checks import check_public
+check_public("05_training_and_evaluation", globals());
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "md_31", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# ## 7 · COCO on a GPU
+#
+# The same notebook trains on COCO: change `DATASET` in section 1 and run everything on a GPU (on Colab: *Runtime → Change runtime type → GPU*; `pick_device` finds it). Get the data first:
+#
+# - `"coco-fc7"`: the CS231n files (one 512-d fc7 vector per image, so $R = 1$ and cross-attention has a single region to look at), `python -m data.coco_cs231n` (about 1 GB download);
+# - `"coco-grid"`: $7 \times 7$ grid features built from the official COCO images, `python -m data.coco_grid` (downloads images and runs a CNN: build it once on a GPU, see its `--help`).
+#
+# The configurations in `CONFIGS` above are sized for a Colab T4 GPU: `coco-fc7` and `coco-grid` both train a 3-layer model with $d_{model} = 256$ and 8 heads for 15 000 steps (batches of 256 and 128 captions). This course kit was not run on COCO (its builders had no COCO data), so no time or score is claimed here: the training cell prints your time, and the evaluation cell your scores.
+#
+# For comparison, papers' own figures on their own COCO test splits, not runs of this kit: *Show, Attend and Tell* (Xu et al., 2015), an LSTM decoder with attention over a CNN grid, reports BLEU-4 0.243 (soft attention) and 0.250 (hard attention); the Meshed-Memory Transformer (Cornia et al., CVPR 2020), a Transformer over detected object regions trained further on CIDEr itself, reports BLEU-4 0.391 and CIDEr 1.312 (printed as 131.2 in papers). The point here is the method. Evaluation uses the first 5000 validation images (`eval_images`); with one vector per image, CS231n's fc7 files come without usable image links, so no images are shown for `coco-fc7`.
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "md_summary", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# ## Summary
+#
+# - A training script: a **warm-up then cosine** learning-rate schedule, a **step** (rate, `zero_grad`, loss, `backward`, clipping, update), a **validation loss** on data the model does not train on (in eval mode, without gradients), and the **loop** that calls them.
+# - Generation feeds back the model's own words: **greedy** decoding takes the argmax and stops each caption at `<END>`.
+# - An evaluation script: BLEU, CIDEr and ROUGE-L against all references of held-out images, and the share of captions exactly right, which BLEU alone hides.
+# - The bottleneck, measured: the same decoder given one mean-pooled vector instead of the regions (section 6).
+# - Overfit a small batch before a long run; a low teacher-forced loss is no proof of good captions (the leaky mask).
+#
+# Next, **06 · Decoding** writes beam search for the model trained here and compares three decoders.

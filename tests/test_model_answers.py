@@ -1,0 +1,83 @@
+"""The model answers of the written questions say what the run beside them shows.
+
+Notebooks 05 and 06 are executed end to end here, as `kit.py run` runs them (the solution, the default data,
+full training), and each figure or trend a model answer states is checked against what the run printed."""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from grading import execute
+from grading import notebooks as nbs
+
+NUMBER = r"(\d+(?:\.\d+)?)"
+
+
+@pytest.fixture(scope="module")
+def printed(tmp_path_factory) -> dict[str, str]:
+    """What notebooks 05 and 06 print, run one after the other in one folder (06 loads 05's checkpoint)."""
+    out = tmp_path_factory.mktemp("executed")
+    text = {}
+    for stem in ("05_training_and_evaluation", "06_decoding"):
+        result = execute.execute_notebook(nbs.SOLUTIONS / f"{stem}.ipynb", out, timeout=900,
+                                          figures_dir=out / "figures" / stem)
+        assert result["ok"], result["errors"]
+        text[stem] = execute.printed_text(nbs.read(out / f"{stem}.ipynb"))
+    return text
+
+
+def _model_answer(stem: str, grade_id: str) -> str:
+    (cell,) = [c for c in nbs.read(nbs.SOLUTIONS / f"{stem}.ipynb").cells if nbs.nbgrader_meta(c).get("grade_id") == grade_id]
+    return cell.source
+
+
+def _scores(line: str) -> dict[str, float]:
+    return {k: float(v) for k, v in re.findall(r"(BLEU-\d|CIDEr|ROUGE-L) " + NUMBER, line)}
+
+
+def test_q4_the_mistake_bleu_barely_punishes_is_the_commonest(printed):
+    """Q4 names the relation swap as the shapes mistake BLEU-4 barely punishes: it is the commonest kind."""
+    assert "Swapping the two objects of a relation" in _model_answer("05_training_and_evaluation", "q_bleu_exact")
+    counts = dict(re.findall(r"(\w+) (\d+)", re.search(r"validation captions: (.*)", printed[
+        "05_training_and_evaluation"]).group(1)))
+    wrong = {k: int(v) for k, v in counts.items() if k != "correct"}
+    assert max(wrong, key=wrong.get) == "relation", wrong
+
+
+def test_q5_the_leaky_model_copies_and_then_writes_one_caption(printed):
+    """Q5: the leaky model's teacher-forced loss is far below the phrasing floor and the honest model's; it
+    writes a handful of captions whatever the image; its exact match is close to zero."""
+    text = printed["05_training_and_evaluation"]
+    answer = _model_answer("05_training_and_evaluation", "q_causal_mask")
+    assert "below the phrasing floor" in answer and "a handful of captions whatever the image" in answer
+    floor = float(re.search(r"phrasing floor: .* = " + NUMBER + " nats per word", text).group(1))
+    yours = float(re.search(r"your model .*teacher-forced val loss " + NUMBER, text).group(1))
+    leaky_loss, leaky_exact = map(float, re.search(r"leaky mask .*teacher-forced val loss " + NUMBER
+                                                   + r", greedy exact match " + NUMBER + "%", text).groups())
+    different, images = map(int, re.search(r"leaky model: (\d+) different captions for (\d+) images", text).groups())
+    assert leaky_loss < floor / 3 and leaky_loss < yours / 3, (leaky_loss, floor, yours)
+    assert different <= images // 10, (different, images)
+    assert leaky_exact <= 5.0, leaky_exact
+
+
+def test_q6_beam_search_gains_at_many_times_the_time_and_sampling_trades_accuracy(printed):
+    """Q6: beam raised the exact match and every score at many times greedy's time; sampling at the lowest
+    temperature matches greedy's exact match with about 2 different captions in 3; higher temperatures lose
+    accuracy and gain diversity."""
+    text = printed["06_decoding"]
+    answer = _model_answer("06_decoding", "q_decoding")
+    assert "many times greedy's time" in answer and "about 2 different captions, not 1" in answer
+    greedy, beam = (re.search(rf"^{name} .*$", text, re.M).group(0) for name in ("greedy", r"beam, k = 3"))
+    exact = {name: float(re.search(r"exact match " + NUMBER + "%", line).group(1))
+             for name, line in (("greedy", greedy), ("beam", beam))}
+    assert exact["beam"] > exact["greedy"], exact
+    assert all(b >= g for g, b in zip(_scores(greedy).values(), _scores(beam).values(), strict=True)), (greedy, beam)
+    ratio = int(re.search(r"beam search took (\d+) times greedy's time", text).group(1))
+    assert ratio >= 3, ratio
+    sampled = [(float(t), float(a), float(d)) for t, a, d in re.findall(
+        r"sampling, temperature " + NUMBER + ": exact match " + NUMBER + "%, " + NUMBER + " different", text)]
+    (_, coldest_exact, coldest_diversity), *_ = sampled
+    assert abs(coldest_exact - exact["greedy"]) <= 5 and 1.5 <= coldest_diversity <= 2.5, sampled
+    assert [a for _, a, _ in sampled] == sorted((a for _, a, _ in sampled), reverse=True), sampled
+    assert [d for _, _, d in sampled] == sorted(d for _, _, d in sampled), sampled
