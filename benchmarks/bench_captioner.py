@@ -15,31 +15,17 @@ import argparse
 import os
 import re
 import shutil
-import statistics
-import subprocess
-import sys
-import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
 import nbformat
 from nbclient import NotebookClient
+from side_by_side import ROOT, alternate
 
 
 def captioner_notebooks(tree: Path) -> list[str]:
     """The notebooks that build, train and decode with the captioner: 04-06, or 04 before they were split."""
     return [p.name for p in sorted((tree / "solutions").glob("0[4-6]_*.ipynb")) if "visualiz" not in p.name]
-
-
-def _tree_at(rev: str, dest: Path) -> Path:
-    """The files of commit `rev` (git archive: no worktree to clean up)."""
-    dest.mkdir(parents=True)
-    archive = subprocess.run(["git", "archive", rev], cwd=ROOT, capture_output=True, check=True).stdout
-    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
-    return dest
 
 
 def _run(tree: Path, scratch: Path) -> dict:
@@ -69,25 +55,18 @@ def _run(tree: Path, scratch: Path) -> dict:
             "scores": scores.group(0).strip() if scores else "?", "exact": exact.group(0) if exact else ""}
 
 
+def _timed(tree: Path, scratch: Path) -> tuple[float, str]:
+    result = _run(tree, scratch)
+    each = ", ".join(f"{nb} {s:.1f} s" for nb, s in result["seconds"].items())
+    return sum(result["seconds"].values()), f"({each}) | {result['training']} | {result['scores']} {result['exact']}"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--before", default="ec66fa1")
     ap.add_argument("--rounds", type=int, default=1)
     args = ap.parse_args()
-    with tempfile.TemporaryDirectory(prefix="bench04-") as tmp:
-        scratch = Path(tmp)
-        trees = {"before": _tree_at(args.before, scratch / "before"), "now": ROOT}
-        times: dict[str, list[float]] = {"before": [], "now": []}
-        for r in range(args.rounds):
-            for label in (("before", "now") if r % 2 == 0 else ("now", "before")):
-                result = _run(trees[label], scratch)
-                times[label].append(sum(result["seconds"].values()))
-                each = ", ".join(f"{nb} {s:.1f} s" for nb, s in result["seconds"].items())
-                print(f"{label:>6} ({args.before if label == 'before' else 'working tree'}): {times[label][-1]:.1f} s "
-                      f"({each}) | {result['training']} | {result['scores']} {result['exact']}", flush=True)
-        before, now = statistics.median(times["before"]), statistics.median(times["now"])
-        print(f"the captioner's notebooks, median over {args.rounds} round(s): now {now:.1f} s, before {before:.1f} s, "
-              f"ratio {now / before:.2f}")
+    alternate(args.before, args.rounds, _timed, "the captioner's notebooks")
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ import logging
 import os
 import re
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import nbformat
@@ -172,22 +173,50 @@ def write_html(nb, path: Path, source_dir: Path) -> Path:
     return path
 
 
-def execute_notebook(path: Path, out_dir: Path, timeout: int = 1200, figures_dir: Path | None = None) -> dict:
+def start_kernel(cwd: Path):
+    """A fresh kernel for a notebook to run in, started now: `execute_all` starts the next notebook's kernel while
+    one runs, so that kernel start-up overlaps work. Nothing runs in it before the notebook."""
+    from jupyter_client.manager import AsyncKernelManager
+    from jupyter_core.utils import run_sync
+
+    cwd.mkdir(parents=True, exist_ok=True)
+    km = AsyncKernelManager(kernel_name="python3")
+    run_sync(km.start_kernel)(extra_arguments=[f"--HistoryManager.hist_file={HISTORY}"], env=kernel_env(),
+                              cwd=str(cwd), **_launch_options())
+    return km
+
+
+def stop_kernel(km) -> None:
+    from jupyter_core.utils import run_sync
+    run_sync(km.shutdown_kernel)(now=True)
+
+
+HISTORY = ":memory:"  # nbclient's default for the kernel's history (none on disk)
+
+
+def execute_notebook(path: Path, out_dir: Path, timeout: int = 1200, figures_dir: Path | None = None,
+                     km=None, exports=None) -> dict:
     """Run one notebook; write out_dir/<name>.ipynb and .html and the PNGs (figures_dir, default
-    build/figures/<name>); return {name, seconds, ok, errors, tests_passed, tests, figures, numbers, html}."""
+    build/figures/<name>); return {name, seconds, ok, errors, tests_passed, tests, figures, numbers, html}.
+    `km`: a kernel from `start_kernel` (its cwd out_dir) to run in, else a new one; either way it is shut down.
+    `exports`: an executor to write the HTML on, so that the next notebook need not wait for it (its errors
+    then come with `finish_exports`)."""
     nb = notebooks.read(path)
     out_dir.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     error = None
+    client = NotebookClient(nb, timeout=timeout, kernel_name="python3", allow_errors=True, km=km,
+                            resources={"metadata": {"path": str(out_dir)}})
     try:
-        client = NotebookClient(nb, timeout=timeout, kernel_name="python3", allow_errors=True,
-                                resources={"metadata": {"path": str(out_dir)}})
         client.execute(env=kernel_env(), **_launch_options())  # both go to KernelManager.start_kernel
     except CellExecutionError as exc:  # pragma: no cover - allow_errors keeps going
         error = str(exc).splitlines()[0]
     except Exception as exc:
         error = f"{type(exc).__name__}: {exc}"
-    seconds = time.perf_counter() - start
+    finally:
+        seconds = time.perf_counter() - start
+        if km is not None:  # nbclient shuts down only the kernels it started
+            stop_kernel(km)
     errors = []
     tests = passed = 0
     for index, cell in enumerate(nb.cells):
@@ -202,16 +231,32 @@ def execute_notebook(path: Path, out_dir: Path, timeout: int = 1200, figures_dir
     if error:
         errors.append(error)
     nbformat.write(nb, str(out_dir / path.name))
-    html: Path | None = out_dir / f"{path.stem}.html"
-    try:
-        write_html(nb, out_dir / f"{path.stem}.html", path.parent)
-    except Exception as exc:
-        errors.append(f"HTML export: {type(exc).__name__}: {exc}")
-        html = None
+    html = out_dir / f"{path.stem}.html"
     figures = save_figures(nb, (figures_dir or BUILD / "figures" / path.stem))
-    return {"name": path.stem, "seconds": seconds, "ok": not errors, "errors": errors,
-            "tests": tests, "tests_passed": passed, "figures": figures,
-            "numbers": key_numbers(printed_text(nb)), "html": str(html) if html else None}
+    result = {"name": path.stem, "seconds": seconds, "ok": not errors, "errors": errors,
+              "tests": tests, "tests_passed": passed, "figures": figures,
+              "numbers": key_numbers(printed_text(nb)), "html": str(html)}
+    if exports is None:
+        _export(result, nb, html, path.parent)
+    else:
+        result["_export"] = exports.submit(_export, result, nb, html, path.parent)
+    return result
+
+
+def _export(result: dict, nb, html: Path, source_dir: Path) -> None:
+    try:
+        write_html(nb, html, source_dir)
+    except Exception as exc:
+        result["errors"].append(f"HTML export: {type(exc).__name__}: {exc}")
+        result["ok"], result["html"] = False, None
+
+
+def finish_exports(results: list[dict]) -> None:
+    """Wait for the HTML exports `execute_notebook` left running."""
+    for r in results:
+        pending = r.pop("_export", None)
+        if pending is not None:
+            pending.result()
 
 
 def _row(r: dict) -> str:
@@ -260,30 +305,33 @@ def _machine() -> str:
     return f"{os.cpu_count()} CPU cores, {gpu}"
 
 
-def run_figures(results: list[dict], date: str | None = None, machine: str | None = None) -> str:
+def run_figures(results: list[dict], date: str | None = None, machine: str | None = None,
+                wall: float | None = None) -> str:
     """The README's block of run figures: per notebook its points, run time, tests passed and key numbers, and
-    the estimated student time."""
+    the estimated student time; the whole run's wall time (`wall`, default the notebooks' sum)."""
     lines = [RUN_FIGURES[0], "",
              f"Measured by `python3 kit.py run` on {date or time.strftime('%Y-%m-%d')} ({machine or _machine()}): each "
-             "solution notebook run top to bottom in a fresh kernel, on the default data. A student's time is the "
-             "course's estimate, not a measurement.", "",
+             "solution notebook run top to bottom in a fresh kernel, on the default data; \"all\" is the whole run's wall "
+             "time (each kernel starts while the notebook before runs). A student's time is the course's estimate, "
+             "not a measurement.", "",
              "| notebook | points | run time | tests passed | key numbers | a student's time (estimate) |",
              "|---|---:|---:|---:|---|---:|"]
     points = {r["name"]: notebook_points(notebooks.SOLUTIONS / f"{r['name']}.ipynb") for r in results}
     for r in results:
         lines.append(f"| `{r['name']}` | {points[r['name']]} | {r['seconds']:.0f} s | {r['tests_passed']}/{r['tests']} | "
                      f"{format_numbers(r['numbers'])} | {STUDENT_HOURS.get(r['name'][:2], '-')} |")
-    lines.append(f"| all | {sum(points.values())} | {sum(r['seconds'] for r in results):.0f} s | | | |")
+    total = sum(r["seconds"] for r in results) if wall is None else wall
+    lines.append(f"| all | {sum(points.values())} | {total:.0f} s | | | |")
     return "\n".join([*lines, "", RUN_FIGURES[1]])
 
 
-def write_run_figures(results: list[dict], readme: Path = README) -> None:
+def write_run_figures(results: list[dict], readme: Path = README, wall: float | None = None) -> None:
     """Replace the README's block of run figures with those of `results`."""
     text = readme.read_text(encoding="utf-8")
     start, end = text.find(RUN_FIGURES[0]), text.find(RUN_FIGURES[1])
     if start < 0 or end < start:
         raise ValueError(f"{readme} has no block of run figures (its first and last lines: {RUN_FIGURES})")
-    readme.write_text(text[:start] + run_figures(results) + text[end + len(RUN_FIGURES[1]):], encoding="utf-8")
+    readme.write_text(text[:start] + run_figures(results, wall=wall) + text[end + len(RUN_FIGURES[1]):], encoding="utf-8")
 
 
 def execute_all(names: list[str] | None = None, out: Path | None = None, figures: Path | None = None,
@@ -298,14 +346,22 @@ def execute_all(names: list[str] | None = None, out: Path | None = None, figures
     print(f"executing {len(paths)} solution notebook{'s' * (len(paths) != 1)}, each in a fresh kernel", flush=True)
     print(HEADER, flush=True)
     results = []
-    for path in paths:
-        r = execute_notebook(path, out, figures_dir=figures / path.stem)
-        results.append(r)
-        print(_row(r), flush=True)
-        for e in r["errors"]:
-            print(f"    {e}", flush=True)
+    began = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=1) as exports:
+        km = start_kernel(out)
+        for i, path in enumerate(paths):
+            this, km = km, (start_kernel(out) if i + 1 < len(paths) else None)  # the next one starts meanwhile
+            r = execute_notebook(path, out, figures_dir=figures / path.stem, km=this, exports=exports)
+            results.append(r)
+            print(_row(r), flush=True)
+            for e in r["errors"]:
+                print(f"    {e}", flush=True)
+    finish_exports(results)
+    for r in results:
+        if r["errors"] and r["errors"][-1].startswith("HTML export"):
+            print(f"    {r['name']}: {r['errors'][-1]}", flush=True)
     write_index(results, index, out, figures)
-    total = sum(r["seconds"] for r in results)
+    total = time.perf_counter() - began
     n_figures = sum(r["figures"] for r in results)
 
     def rel(p: Path) -> str:
@@ -317,6 +373,6 @@ def execute_all(names: list[str] | None = None, out: Path | None = None, figures
           f"HTML in {rel(out)}, {n_figures} figure{'s' * (n_figures != 1)} in {rel(figures)}, index in {rel(index)}")
     passed = all(r["ok"] for r in results)
     if readme is not None and not names and passed:
-        write_run_figures(results, readme)
+        write_run_figures(results, readme, wall=total)
         print(f"run figures written into {rel(readme)}")
     return passed

@@ -61,6 +61,17 @@ def trained_model_file(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def colab_walk(tmp_path_factory):
+    """A Colab student's walk through every notebook (tests/support/colab.py), once per session: the Colab test
+    checks the path, the model-answer test reads what notebooks 05 and 06 printed on it."""
+    from support import colab
+    if not colab.available():
+        pytest.skip("the Colab simulation mounts a fresh /content in a private mount namespace: needs root, "
+                    "unshare and git")
+    return colab.walk(tmp_path_factory.mktemp("colab"), SOLUTION_STEMS)
+
+
+@pytest.fixture(scope="session")
 def grading_db():
     """(db_url, workers) for autograde runs: a PostgreSQL server with 2 workers when one can be
     started (always in CI), else the default SQLite gradebook with 1 worker."""

@@ -1,12 +1,14 @@
 """The model answers of the written questions say what the run beside them shows.
 
-Notebooks 05 and 06 are executed end to end here, as `kit.py run` runs them (the solution, the default data,
-full training), and each figure or trend a model answer states is checked against what the run printed."""
+Notebooks 05 and 06 are executed end to end (the solution's answers, the default data, full training: on the
+Colab walk of tests/test_colab.py where this machine can simulate Colab, else here), and each figure or trend a
+model answer states is checked against what the run printed."""
 from __future__ import annotations
 
 import re
 
 import pytest
+from support import colab
 
 from grading import execute
 from grading import notebooks as nbs
@@ -15,11 +17,17 @@ NUMBER = r"(\d+(?:\.\d+)?)"
 
 
 @pytest.fixture(scope="module")
-def printed(tmp_path_factory) -> dict[str, str]:
-    """What notebooks 05 and 06 print, run one after the other in one folder (06 loads 05's checkpoint)."""
+def printed(request, tmp_path_factory) -> dict[str, str]:
+    """What notebooks 05 and 06 print in a full run. Where this machine can simulate Colab, the Colab walk's
+    (the same notebooks with the same answers, so the model is trained once for both tests); else the solution
+    notebooks run here, one after the other in one folder (06 loads 05's checkpoint)."""
+    stems = ("05_training_and_evaluation", "06_decoding")
+    if colab.available():
+        executed = request.getfixturevalue("colab_walk")["executed"]
+        return {stem: execute.printed_text(executed[stem]) for stem in stems}
     out = tmp_path_factory.mktemp("executed")
     text = {}
-    for stem in ("05_training_and_evaluation", "06_decoding"):
+    for stem in stems:
         result = execute.execute_notebook(nbs.SOLUTIONS / f"{stem}.ipynb", out, timeout=900,
                                           figures_dir=out / "figures" / stem)
         assert result["ok"], result["errors"]
