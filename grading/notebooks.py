@@ -105,7 +105,8 @@ def captioning_solution() -> dict:
 
 def solution_training(ns: dict) -> dict:
     """The training pieces of notebook 05 (a solution namespace) as `starter.training.train` takes them."""
-    return dict(fit_fn=ns["fit"], step_fn=ns["train_step"], lr_fn=ns["lr_at_step"], val_fn=ns["validation_loss"])
+    return dict(fit_fn=ns["fit"], step_fn=ns["train_step"], lr_fn=ns["lr_at_step"], val_fn=ns["validation_loss"],
+                optimizer_fn=ns["make_optimizer"])
 
 
 def strip_solution_markers(source: str) -> str:

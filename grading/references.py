@@ -58,6 +58,7 @@ class CaseSpec:
     # outputs that come from data, not from running the solution (a trained model's references: the captions
     # of the images); such a case stores no known bugs and no gradients
     expected: dict[str, torch.Tensor] | None = None
+    init_weights: bool = False  # keep the weights the module's init sets (a worked example), not random ones
 
 
 def _run(spec: CaseSpec, obj, params: dict[str, torch.Tensor] | None, dtype64: bool, with_grad: bool):
@@ -128,6 +129,9 @@ def build_case(spec: CaseSpec, ns: dict) -> Case:
         g = torch.Generator().manual_seed(spec.seed + 1)
         params = {}
         for name, p in module.named_parameters():  # random weights, not the init's: any order bug shows
+            if spec.init_weights:
+                params[name] = p.detach().clone()
+                continue
             params[name] = (torch.randn(p.shape, generator=g) / max(1, p.shape[-1]) ** 0.5).to(p.dtype)
             if name.endswith("bias") or p.dim() == 1:
                 params[name] = torch.randn(p.shape, generator=g).mul(0.1).to(p.dtype)

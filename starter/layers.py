@@ -35,7 +35,8 @@ from .runtime import TRAINED_MODEL, OneLineError
 _multi_head_attention_forward = nn.functional.multi_head_attention_forward
 
 __all__ = ["TorchDecoderLayer", "LearnedPositionalEncoding", "get_layers", "LayerLoadError",
-           "ToyCaptioner", "with_model", "with_attention", "follows_module", "trained_captioner"]
+           "ToyCaptioner", "BigramCaptioner", "with_model", "with_bigram", "with_attention", "follows_module",
+           "trained_captioner"]
 
 
 class TorchDecoderLayer(nn.TransformerDecoderLayer):
@@ -233,6 +234,27 @@ class ToyCaptioner(nn.Module):
                                                              dtype=features.dtype)[:, None]
         h = self.token(captions) + ctx + self.position.weight[:T] + self.image(features.mean(1))[:, None]
         return self.out(torch.tanh(h))
+
+
+class BigramCaptioner(nn.Module):
+    """A stand-in model small enough to follow by hand: the next word depends on the previous word only, with
+    the probabilities of row w of `probabilities` (V x V) after word w; the image is ignored.
+    ``forward(features, captions (B, T)) -> logits (B, T, V)``, the log of those probabilities."""
+
+    def __init__(self, vocab_size, probabilities=None):
+        super().__init__()
+        self.table = nn.Embedding(vocab_size, vocab_size)
+        if probabilities is not None:
+            with torch.no_grad():
+                self.table.weight.copy_(torch.tensor(probabilities, dtype=torch.float64).clamp_min(1e-13).log())
+
+    def forward(self, features, captions):
+        return self.table(captions).to(features.dtype)
+
+
+def with_bigram(fn_of_model):
+    """``with_model`` on a `BigramCaptioner`: the worked example of beam search."""
+    return with_model(fn_of_model, BigramCaptioner)
 
 
 def with_model(fn_of_model, model_class=ToyCaptioner):

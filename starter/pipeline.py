@@ -11,6 +11,7 @@ the task into a tensor function the checks can compare:
     check("dataset/basic", with_h5_file(CaptionFeatures))         # every item of a file the check writes
     check("collate/basic", with_items(collate_captions))          # a batch padded from its items
     check("schedule/basic", over_steps(lr_at_step))               # the learning rate at many steps
+    check("optimizer/basic", with_param_groups(make_optimizer))   # each parameter's group, weights after steps
     check("step/adamw", with_optimizer(train_step))               # losses and weights after a few steps
     check("validation/basic", with_batches(validation_loss))      # the loss, and the mode it ran in
     check("fit/basic", with_loader(fit))                          # the history and weights after a short run
@@ -38,7 +39,8 @@ from data.efficientnet_lite import STD as IMAGENET_STD
 from .layers import ToyCaptioner, with_model
 
 __all__ = ["with_cnn", "TinyCNN", "IMAGENET_MEAN", "IMAGENET_STD", "with_probe_words", "with_long_output",
-           "with_h5_file", "with_items", "over_steps", "with_optimizer", "with_batches", "with_loader", "with_split",
+           "with_h5_file", "with_items", "over_steps", "ParameterKinds", "with_param_groups", "with_optimizer",
+           "with_batches", "with_loader", "with_split",
            "yours_if_it_passes", "SCORE_NAMES", "PUBLIC_CASES"]
 
 SCORE_NAMES = ("BLEU-1", "BLEU-2", "BLEU-3", "BLEU-4", "CIDEr", "exact_match")
@@ -187,17 +189,57 @@ def _toy_loss(model, features, captions):
     return nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), captions[:, 1:].reshape(-1))
 
 
+class ParameterKinds(nn.Module):
+    """A module with a parameter of every kind a captioning Transformer has: an embedding table, weight
+    matrices, biases, and a LayerNorm's gain and shift. (The optimiser checks' model: it is never run.)"""
+
+    def __init__(self, vocab_size=7, hidden=4):
+        super().__init__()
+        self.embed = nn.Embedding(vocab_size, hidden)
+        self.proj = nn.Linear(hidden, hidden)
+        self.norm = nn.LayerNorm(hidden)
+        self.head = nn.Linear(hidden, vocab_size)
+
+
+def with_param_groups(make_optimizer, model_class=ParameterKinds):
+    """``make_optimizer(model, lr, weight_decay)`` on a ``model_class`` with the stored weights, then `steps`
+    steps of the optimiser it returns with gradients drawn from `grad_seed`. Returns (per parameter, in
+    ``model.parameters()`` order: the weight decay and learning rate of its group, -1 for both if no group
+    holds it, and how many groups hold it;
+    every parameter after the steps, flattened and concatenated)."""
+    def run(self, lr, weight_decay, steps, grad_seed):
+        _require(make_optimizer)
+        opt = make_optimizer(self.model, lr, weight_decay)
+        if not isinstance(opt, torch.optim.Optimizer):
+            raise TypeError(f"make_optimizer must return a torch.optim optimiser, got {type(opt).__name__}")
+        params = list(self.model.parameters())
+        groups = []
+        for p in params:
+            holding = [g for g in opt.param_groups if any(q is p for q in g["params"])]
+            first = holding[0] if holding else {"weight_decay": -1.0, "lr": -1.0}  # -1: in no group
+            groups.append([float(first.get("weight_decay", 0.0)), float(first["lr"]), float(len(holding))])
+        g = torch.Generator().manual_seed(grad_seed)
+        for _ in range(steps):
+            for p in params:
+                p.grad = torch.randn(p.shape, generator=g, dtype=torch.float64).to(p.dtype)
+            opt.step()
+        flat = torch.cat([p.detach().reshape(-1) for p in params])
+        return torch.tensor(groups, dtype=flat.dtype), flat
+
+    return _on_model(run, model_class, make_optimizer)
+
+
 def with_optimizer(train_step, model_class=ToyCaptioner):
     """``train_step(model, loss_fn, optimizer, features, captions, lr, grad_clip)`` called once per entry
     of `lrs` on a ``model_class`` with the stored weights; `optimizer`: "sgd", "adamw", or "sgd_two_groups"
-    (two parameter groups, each of which must get `lr`). Returns (the losses it returned, every
-    parameter afterwards, flattened and concatenated)."""
+    (the parameters split into two groups, each of which must get `lr`). Returns (the losses it returned,
+    every parameter afterwards, flattened and concatenated)."""
     def run(self, features, captions, optimizer, lrs, grad_clip):
         _require(train_step)
         params = list(self.model.parameters())
-        if optimizer == "sgd_two_groups":  # matrices and vectors apart, as for weight decay
-            opt = torch.optim.SGD([{"params": [p for p in params if p.dim() > 1]},
-                                   {"params": [p for p in params if p.dim() <= 1]}], lr=1.0)
+        if optimizer == "sgd_two_groups":
+            half = len(params) // 2
+            opt = torch.optim.SGD([{"params": params[:half]}, {"params": params[half:]}], lr=1.0)
         else:
             opt = (torch.optim.SGD(params, lr=1.0) if optimizer == "sgd" else
                    torch.optim.AdamW(params, lr=1.0, weight_decay=0.01))
@@ -418,6 +460,7 @@ PUBLIC_CASES = {
     "CaptionFeatures": ("dataset/basic", with_h5_file),
     "collate_captions": ("collate/basic", with_items),
     "lr_at_step": ("schedule/basic", over_steps),
+    "make_optimizer": ("optimizer/basic", with_param_groups),
     "train_step": ("step/adamw", with_optimizer),
     "validation_loss": ("validation/basic", with_batches),
     "fit": ("fit/basic", with_loader),

@@ -203,13 +203,14 @@ class TrainingPlan:
 def train(model, loss_fn, split, steps: int, batch_size: int = 64, lr: float = 2e-3, weight_decay: float = 0.01,
           warmup: int = 50, grad_clip: float | None = 1.0, device=None, seed: int = 0, val_split=None,
           val_every: int | None = None, val_batches: int = 4, time_limit: float | None = None,
-          progress: bool = True, history: dict | None = None, *, fit_fn, step_fn, lr_fn, val_fn) -> dict:
-    """Train `model` with AdamW on minibatches of `split` for `steps` steps, or fewer if `time_limit` binds.
+          progress: bool = True, history: dict | None = None, *, fit_fn, step_fn, lr_fn, val_fn,
+          optimizer_fn) -> dict:
+    """Train `model` on minibatches of `split` for `steps` steps, or fewer if `time_limit` binds.
 
     `split`: a Split (batches from ``split.sample_batch``, a new shuffle each epoch) or a DataLoader of
     (features, captions) batches (`batch_size` is then the loader's); either way seeded by `seed`, so the
     same seed gives the same batches. The pieces are notebook 05's, yours (the kit has no version of them):
-    the loop is ``fit_fn(model, loss_fn, optimizer, loader, plan, val_batches, val_every, step_fn, val_fn,
+    the optimiser is ``optimizer_fn(model, lr, weight_decay)`` (your `make_optimizer`), the loop is ``fit_fn(model, loss_fn, optimizer, loader, plan, val_batches, val_every, step_fn, val_fn,
     device)`` (your `fit`) over a `TrainingPlan` (the steps, their learning rates ``lr_fn(step, steps,
     warmup, lr)`` from your `lr_at_step`, the time budget and the progress bar). Each step is
     ``step_fn(model, loss_fn, optimizer, features, captions, lr, grad_clip)`` (your `train_step`).
@@ -225,17 +226,17 @@ def train(model, loss_fn, split, steps: int, batch_size: int = 64, lr: float = 2
     the time budget shortened the run), "summary" (that line). Pass it back in as `history` to continue
     a run's curve: steps and seconds add up.
     """
-    missing = [name for name, fn in (("fit_fn", fit_fn), ("step_fn", step_fn), ("lr_fn", lr_fn), ("val_fn", val_fn))
-               if not callable(fn)]
+    missing = [name for name, fn in (("fit_fn", fit_fn), ("step_fn", step_fn), ("lr_fn", lr_fn), ("val_fn", val_fn),
+                                     ("optimizer_fn", optimizer_fn)) if not callable(fn)]
     if missing:
         raise TypeError(f"train needs your training pieces as functions: {', '.join(missing)} "
                         f"{'is' if len(missing) == 1 else 'are'} not (fit_fn=fit, step_fn=train_step, "
-                        "lr_fn=lr_at_step, val_fn=validation_loss)")
+                        "lr_fn=lr_at_step, val_fn=validation_loss, optimizer_fn=make_optimizer)")
     device = torch.device(device) if device is not None else next(model.parameters()).device
     plan = TrainingPlan(steps, lr_fn, warmup, lr, time_limit=time_limit, progress=progress)
     seed_everything(seed)
     model.to(device).train()
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
+    opt = optimizer_fn(model, lr, weight_decay)
     fixed_val = [] if val_split is None else _fixed_batches(val_split, batch_size, val_batches, device)
 
     def step(model, loss_fn, optimizer, features, captions, lr):

@@ -10,7 +10,7 @@ from torch import nn
 
 from grading import notebooks as nbs
 from starter.checks import CheckFailed, check, load_case
-from starter.layers import ToyCaptioner, with_model
+from starter.layers import BigramCaptioner, ToyCaptioner, with_model
 
 STEMS = nbs.CAPTIONING  # the captioner's notebooks: data and model, training and evaluation, decoding
 
@@ -98,7 +98,7 @@ def test_loss_matches_cross_entropy_ignore_index(name):
 
 
 def _toy(case, dtype=torch.float64):
-    model = ToyCaptioner(**case.init)
+    model = (BigramCaptioner if "probabilities" in case.init else ToyCaptioner)(**case.init)
     model.load_state_dict({k.removeprefix("model."): _t(v) for k, v in case.params.items()})
     return model.to(dtype).eval()
 
@@ -301,6 +301,29 @@ def test_beam_bug_messages_name_their_own_bug():
         assert [o for o, m in BEAM_BUGS.items() if words in m] == [k], words
 
 
+def test_the_worked_example_of_beam_search_is_what_the_text_says():
+    """Notebook 06 works beam search out by hand on the public case beam/worked_example: its answer, the
+    keep-k-alive beam's other answer, and the length-normalised scores it states are those of this file's
+    searches on the stored model."""
+    from grading.cases.captioning import WORKED_NEXT, WORKED_WORDS
+    text = "".join(c.source for c in nbs.read(nbs.SOLUTIONS / "06_decoding.ipynb").cells
+                   if nbs.nbgrader_meta(c).get("grade_id") == "md_28")
+    case = load_case("beam/worked_example")
+    model, feats = _toy(case), _t(case.inputs["features"]).double()
+    k = case.const_kwargs
+    words = lambda tokens: " ".join(WORKED_WORDS[t] for t in tokens if t not in (0, 2))  # noqa: E731
+    narrowing = words(_exhaustive_best(model, feats, case))
+    alive = words(_beam_keeping_k_live(model, feats, k["beam_width"], k["max_len"],
+                                       length_penalty=k["length_penalty"])[0].tolist())
+    assert narrowing == "a" and alive == "a cat"
+    assert f"the answer is **{narrowing}**" in text and f"returns *{alive}*" in text
+    log_p = {cap: sum(math.log(WORKED_NEXT[w][v]) for w, v in zip(["<START>", *cap.split()], cap.split()))
+             for cap in ("a <END>", "big dog <END>", "a cat <END>")}
+    for cap, total in log_p.items():
+        normalised = total / len(cap.split()) ** k["length_penalty"]
+        assert f"{total:.3f}".replace("-", "−") in text and f"{normalised:.3f}" in text, (cap, total, normalised)
+
+
 def test_width_rules_and_length_conventions_are_stored_by_hidden_cases():
     stored = {k: [n for n in _hidden_names("beam") if k in load_case(n).variants] for k in BEAM_LOOKALIKES}
     assert all(stored.values()), f"no hidden beam case stores: {[k for k, v in stored.items() if not v]}"
@@ -422,6 +445,32 @@ def test_train_step_references_match_a_hand_written_update(name):
     np.testing.assert_allclose(case.expected["losses"], losses, rtol=1e-5)
     flat = torch.cat([p.detach().reshape(-1) for p in params]).numpy()
     np.testing.assert_allclose(case.expected["parameters"], flat, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", _names("optimizer"))
+def test_optimizer_references_match_adamw_written_out(name):
+    """AdamW written out (decoupled weight decay on the parameters of 2 or more dimensions only, betas (0.9, 0.999),
+    eps 1e-8), with the gradients the adapter draws, on the stored weights."""
+    from starter.pipeline import ParameterKinds
+    case = load_case(name)
+    kw = case.const_kwargs
+    model = ParameterKinds(**case.init)
+    model.load_state_dict({k.removeprefix("model."): _t(v) for k, v in case.params.items()})
+    params = [p.detach().clone().double() for p in model.parameters()]
+    decay = [kw["weight_decay"] if p.dim() >= 2 else 0.0 for p in params]
+    m = [torch.zeros_like(p) for p in params]
+    v = [torch.zeros_like(p) for p in params]
+    g = torch.Generator().manual_seed(kw["grad_seed"])
+    for t in range(1, kw["steps"] + 1):
+        for i, p in enumerate(params):
+            grad = torch.randn(p.shape, generator=g, dtype=torch.float64).float().double()
+            p *= 1 - kw["lr"] * decay[i]
+            m[i] = 0.9 * m[i] + 0.1 * grad
+            v[i] = 0.999 * v[i] + 0.001 * grad * grad
+            p -= kw["lr"] * (m[i] / (1 - 0.9 ** t)) / ((v[i] / (1 - 0.999 ** t)).sqrt() + 1e-8)
+    np.testing.assert_allclose(case.expected["groups"], [[d, kw["lr"], 1.0] for d in decay], rtol=1e-6)
+    np.testing.assert_allclose(case.expected["parameters"], torch.cat([p.reshape(-1) for p in params]).numpy(),
+                               rtol=1e-5, atol=1e-6)
 
 
 def test_evaluate_references_match_an_evaluation_written_here():
@@ -604,6 +653,9 @@ ALTERNATIVES = {  # correct, written differently from the solution: every case p
     "schedule": P.over_steps(lambda s, total, warm, peak: peak * min(1.0, (s + 1) / warm) if s < warm else
                              0.1 * peak + 0.9 * peak * (1 + math.cos(math.pi * min(1.0, (s - warm) / max(1, total - warm)))) / 2),
     "step": P.with_optimizer(_step_with()),
+    "optimizer": P.with_param_groups(lambda model, lr, weight_decay: torch.optim.AdamW(
+        [{"params": [p for _, p in model.named_parameters() if p.ndim < 2], "weight_decay": 0.0},
+         {"params": [p for _, p in model.named_parameters() if p.ndim > 1], "weight_decay": weight_decay}], lr=lr)),
     "evaluate": P.with_split(_evaluate_with()),
     "fit": P.with_loader(_fit_with()),
 }
@@ -644,6 +696,16 @@ PIPELINE_BUGS = [  # (case, look-alike buggy answer, words the one-line message 
     ("schedule/past_the_end", P.over_steps(lambda s, total, warm, peak: peak * (s + 1) / warm if s < warm else
                                            peak * (0.1 + 0.45 * (1 + math.cos(math.pi * (s - warm) / (total - warm))))),
      "rises again"),
+    ("optimizer/basic", P.with_param_groups(lambda model, lr, weight_decay: torch.optim.Adam(
+        [{"params": [p for p in model.parameters() if p.ndim > 1], "weight_decay": weight_decay},
+         {"params": [p for p in model.parameters() if p.ndim < 2], "weight_decay": 0.0}], lr=lr)), "use torch.optim.AdamW"),
+    ("optimizer/strong_decay", P.with_param_groups(lambda model, lr, weight_decay: torch.optim.AdamW(
+        model.parameters(), lr=lr, weight_decay=weight_decay)), "weight_decay 0.0"),
+    ("optimizer/wider", P.with_param_groups(lambda model, lr, weight_decay: torch.optim.AdamW(
+        [{"params": [m.weight for m in model.modules() if isinstance(m, nn.Linear)], "weight_decay": weight_decay},
+         {"params": [p for n, p in model.named_parameters() if not (n.endswith("weight") and n not in
+                                                                    ("norm.weight", "embed.weight"))],
+          "weight_decay": 0.0}], lr=lr)), "embedding tables"),
     ("step/sgd", P.with_optimizer(_step_with(zero=False)), "accumulate"),
     ("step/sgd_clipped", P.with_optimizer(_step_with(clip_first=False)), "unclipped"),
     ("step/adamw", P.with_optimizer(_step_with(set_lr=False)), "`lr` is not used"),
@@ -764,9 +826,9 @@ SPEC_POINT_BUGS = {
 def _answer(ns: dict, target: str):
     """The object a test cell checks, e.g. `with_model(greedy_decode)`, built from the namespace `ns`."""
     from grading.cases.captioning import PIPELINE_ADAPTERS
-    from starter.layers import with_attention
+    from starter.layers import with_attention, with_bigram
     adapters = {**{a.__name__: a for a in PIPELINE_ADAPTERS.values()}, "with_model": with_model,
-                "with_attention": with_attention}
+                "with_bigram": with_bigram, "with_attention": with_attention}
     if "(" not in target:
         return ns[target]
     adapter, inner = target[:-1].split("(", 1)

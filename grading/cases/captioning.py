@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from grading.references import CaseSpec, Row, build_case, randn, with_forward
-from starter.layers import with_attention, with_model
+from starter.layers import with_attention, with_bigram, with_model
 from starter.pipeline import (
     IMAGENET_MEAN,
     IMAGENET_STD,
@@ -36,6 +36,7 @@ from starter.pipeline import (
     with_loader,
     with_long_output,
     with_optimizer,
+    with_param_groups,
     with_probe_words,
     with_split,
 )
@@ -553,6 +554,32 @@ def _beam_spec(c: BeamCase, g: torch.Generator, ns: dict) -> CaseSpec:
     return spec
 
 
+# notebook 06's worked example: a bigram model over 7 words, beam width 2, 3 words at most. The narrowing beam
+# finds "a" (a <END>: -1.109 / 2 ** 0.7 = -0.682, better than big dog <END>: -1.532 / 3 ** 0.7 = -0.710); a beam
+# that keeps two hypotheses alive also follows "a cat" and returns it (-1.309 / 3 ** 0.7 = -0.607)
+WORKED_WORDS = ["<NULL>", "<START>", "<END>", "a", "big", "cat", "dog"]
+WORKED_NEXT = {"<START>": {"a": 0.6, "big": 0.4}, "a": {"<END>": 0.55, "cat": 0.45}, "big": {"dog": 0.9, "<END>": 0.1},
+               "dog": {"<END>": 0.6, "cat": 0.4}, "cat": {"<END>": 1.0}, "<NULL>": {"<END>": 1.0},
+               "<END>": {"<END>": 1.0}}
+
+
+def _worked_beam_spec(ns: dict) -> CaseSpec:
+    probabilities = [[WORKED_NEXT[w].get(v, 0.0) for v in WORKED_WORDS] for w in WORKED_WORDS]
+    spec = CaseSpec(
+        name="beam/worked_example", target="with_bigram(beam_search)", kind="module",
+        init={"vocab_size": len(WORKED_WORDS), "probabilities": probabilities}, args=["features"],
+        const_kwargs={"beam_width": 2, "max_len": 3, "start_idx": 1, "end_idx": 2, "null_idx": 0,
+                      "length_penalty": 0.7},
+        inputs={"features": torch.zeros(1, 1, 1)}, outputs=["tokens"], init_weights=True,
+        variants=_variants(BEAM_BUGS, _beam_bug, with_bigram), public=True,
+        hint="the worked example of the text: step 2 keeps big dog and a <END> (finished), so step 3 keeps 2 - 1 = 1 "
+             "candidate, big dog <END>; a <END> wins on its length-normalised score.")
+    ns.setdefault("with_bigram(beam_search)", with_bigram(ns["beam_search"]))
+    distinct = _distinct_bugs(spec, ns)
+    spec.variants = {k: v for k, v in spec.variants.items() if k in distinct}
+    return spec
+
+
 def _distinct_bugs(spec: CaseSpec, ns: dict) -> set[str]:
     """The known bugs whose output on `spec` (at its current seed) differs from the correct one and from every
     other bug's: two bugs that give the same captions are both left out, since the check would name one for the
@@ -572,7 +599,7 @@ def _distinct_bugs(spec: CaseSpec, ns: dict) -> set[str]:
 
 # which notebook a case belongs to, by the task its name starts with
 PREFIXES = {"04": ("features/", "vocab/", "encode/", "dataset/", "collate/", "captioner/", "loss/", "teacher/"),
-            "05": ("schedule/", "step/", "validation/", "fit/", "greedy/", "evaluate/", "trained/"),
+            "05": ("schedule/", "optimizer/", "step/", "validation/", "fit/", "greedy/", "evaluate/", "trained/"),
             "06": ("beam/",)}
 
 
@@ -674,6 +701,7 @@ def all_cases(ns) -> list[CaseSpec]:
         BeamCase(name="beam/end_in_length", batch=3, regions=3, feature_dim=5, vocab=8, beam_width=3, max_len=7,
                  want=("length_without_end", "per_hypothesis_best")),
     ]]
+    out += [_worked_beam_spec(ns)]
     # every layer's attention, hidden (the public case has two layers too), from its own generator
     g_layers = torch.Generator().manual_seed(3031)
     out += [_model_spec(ModelCase(name="captioner/attention_three_layers", batch=2, length=4, regions=6,
@@ -808,7 +836,8 @@ def _greedy_on(spec, ns):
 SPECIALS = ["<NULL>", "<START>", "<END>", "<UNK>"]
 PIPELINE_ADAPTERS = {"extract_grid_features": with_cnn, "build_vocab": with_probe_words,
                      "encode_captions": with_long_output, "CaptionFeatures": with_h5_file,
-                     "collate_captions": with_items, "lr_at_step": over_steps, "train_step": with_optimizer,
+                     "collate_captions": with_items, "lr_at_step": over_steps, "make_optimizer": with_param_groups,
+                     "train_step": with_optimizer,
                      "validation_loss": with_batches, "fit": with_loader, "evaluate_captions": with_split}
 
 
@@ -973,6 +1002,46 @@ SCHEDULE_BUGS = {
 }
 
 
+def _optimizer_bug(kind):
+    def make(model, lr, weight_decay):
+        params = list(model.parameters())
+        matrices = [p for p in params if p.dim() >= 2]
+        if kind == "linear_weights_only":  # the embedding tables counted with the vectors
+            tables = {id(m.weight) for m in model.modules() if isinstance(m, torch.nn.Embedding)}
+            matrices = [p for p in matrices if id(p) not in tables]
+        vectors = [p for p in params if all(p is not q for q in matrices)]
+        decay, none = (vectors, matrices) if kind == "swapped" else (matrices, vectors)
+        if kind == "decay_everything":
+            return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
+        if kind == "defaults":
+            return torch.optim.AdamW(params)
+        if kind == "default_lr":
+            return torch.optim.AdamW([{"params": decay, "weight_decay": weight_decay},
+                                      {"params": none, "weight_decay": 0.0}])
+        if kind == "matrices_only":
+            return torch.optim.AdamW(decay, lr=lr, weight_decay=weight_decay)
+        optimizer = torch.optim.Adam if kind == "adam" else torch.optim.AdamW
+        return optimizer([{"params": decay, "weight_decay": weight_decay}, {"params": none, "weight_decay": 0.0}],
+                         lr=lr)
+    return make
+
+
+OPTIMIZER_BUGS = {
+    "decay_everything": "the biases and LayerNorm parameters (1-D) are decayed too: put them in a group with "
+                        "weight_decay 0.0, and the parameters of 2 or more dimensions in one with weight_decay.",
+    "defaults": "every parameter has AdamW's default weight decay 0.01 and learning rate 0.001, not `lr` and "
+                "`weight_decay`: pass them, in two groups.",
+    "default_lr": "the learning rate is AdamW's default 0.001: pass lr=lr.",
+    "swapped": "the weight decay is on the 1-D parameters and not on the matrices: the other way round.",
+    "linear_weights_only": "the embedding tables get no weight decay: they are 2-D like the weight matrices, and the "
+                           "rule is by dimension (p.dim() >= 2 decays).",
+    "matrices_only": "the 1-D parameters are in no group, so they would never be trained: every parameter goes in "
+                     "exactly one group.",
+    "adam": "torch.optim.Adam adds the weight decay to the gradient, where Adam's scaling changes it; AdamW shrinks "
+            "the weights directly (decoupled weight decay): use torch.optim.AdamW.",
+}
+
+
 def _step_bug(kind):
     def step(model, loss_fn, optimizer, features, captions, lr, grad_clip=1.0):
         if kind == "lr_first_group_only":
@@ -1124,6 +1193,16 @@ class ScheduleCase(Row):
 
 
 @dataclass(frozen=True, kw_only=True)
+class OptimizerCase(Row):
+    """make_optimizer(model, lr, weight_decay) on starter.pipeline.ParameterKinds, then `steps` AdamW steps."""
+    lr: float
+    weight_decay: float
+    steps: int = 3
+    vocab: int = 7
+    hidden: int = 4
+
+
+@dataclass(frozen=True, kw_only=True)
 class StepCase(Row):
     """train_step(...) once per learning rate of `lrs`, on the toy model and one batch of captions."""
     optimizer: str
@@ -1200,6 +1279,17 @@ def _schedule_spec(c: ScheduleCase) -> CaseSpec:
         inputs={"steps": torch.tensor(c.steps, dtype=torch.float64)}, outputs=["lr"], atol=1e-9, rtol=1e-6,
         variants=_variants(SCHEDULE_BUGS, _schedule_bug, over_steps), public=c.public,
         hint="warm-up peak * min(1, (step + 1) / warmup); then peak * (0.1 + 0.45 (1 + cos(pi p))).")
+
+
+def _optimizer_spec(c: OptimizerCase) -> CaseSpec:
+    return CaseSpec(
+        name=c.name, target="with_param_groups(make_optimizer)", kind="module",
+        init={"vocab_size": c.vocab, "hidden": c.hidden}, args=[], inputs={},
+        const_kwargs={"lr": c.lr, "weight_decay": c.weight_decay, "steps": c.steps, "grad_seed": 5},
+        outputs=["groups", "parameters"], atol=1e-6, rtol=1e-5,
+        variants=_variants(OPTIMIZER_BUGS, _optimizer_bug, with_param_groups), public=c.public,
+        hint="torch.optim.AdamW([{'params': the parameters with p.dim() >= 2, 'weight_decay': weight_decay}, "
+             "{'params': the others, 'weight_decay': 0.0}], lr=lr).")
 
 
 def _step_spec(c: StepCase, g: torch.Generator) -> CaseSpec:
@@ -1339,6 +1429,15 @@ def pipeline_cases(ns) -> list[CaseSpec]:
                                 grad_clip=1.0, lengths=[2, 4, 3]), g_spec)]
     out += [_evaluate_spec(EvaluateCase(name="evaluate/unknown_words", images=6, references=2, batch_size=4,
                                         unknown_words=True), g_spec)]
+
+    # make_optimizer(model, lr, weight_decay): the groups, and the weights after a few steps (no random inputs:
+    # the weights come from the case's seed, the gradients from the adapter's)
+    out += [_optimizer_spec(c) for c in [
+        OptimizerCase(name="optimizer/basic", lr=0.01, weight_decay=0.1, public=True),
+        OptimizerCase(name="optimizer/strong_decay", lr=0.05, weight_decay=0.5, steps=4),
+        OptimizerCase(name="optimizer/no_decay", lr=0.002, weight_decay=0.0, steps=2),
+        OptimizerCase(name="optimizer/wider", lr=0.02, weight_decay=0.01, vocab=11, hidden=6),
+    ]]
     return out
 
 

@@ -77,7 +77,17 @@ elif not RUN_MODEL:
 # 2. keep the best $k - f$ candidates **over all of them** (not the best word of each hypothesis), $f$ being the number of hypotheses finished so far: `topk` over the flattened scores, then `index // V` is the hypothesis and `index % V` the word;
 # 3. a kept candidate whose word is `<END>`, or that has reached `max_len` words, is **finished**: set it aside with its score; the others live on. Stop when no hypothesis is alive. The beam narrows as hypotheses finish, and there are at most `max_len` steps.
 #
-# **The graded variant is this narrowing beam.** A common variant keeps $k$ hypotheses alive at every step until $k$ have finished; it finds other captions on some of the checks' cases and loses points there. For example, with $k = 3$: when one hypothesis has finished by step 2, step 3 keeps the best $3 - 1 = 2$ candidates, and once a second finishes, one; the search ends when all three are finished.
+# **The graded variant is this narrowing beam.** A common variant keeps $k$ hypotheses alive at every step until $k$ have finished; it finds other captions on some of the checks' cases and loses points there.
+#
+# **A worked example** (the public case `beam/worked_example`). A stand-in model whose next word depends only on the word before it, over the words `<NULL> <START> <END> a big cat dog`: after `<START>`, *a* 0.6, *big* 0.4; after *a*, `<END>` 0.55, *cat* 0.45; after *big*, *dog* 0.9, `<END>` 0.1; after *dog*, `<END>` 0.6, *cat* 0.4; after *cat*, `<END>` 1. Beam width $k = 2$, at most 3 words, $\alpha = 0.7$ (scores are sums of natural logs):
+#
+# | step | candidates, best first | kept |
+# |---|---|---|
+# | 1 | *a* −0.511, *big* −0.916 | both live |
+# | 2 | *big dog* −1.022, *a* `<END>` −1.109, *a cat* −1.309, *big* `<END>` −3.219 | the best $k - 0 = 2$: *big dog* lives on; *a* `<END>` is finished |
+# | 3 | *big dog* `<END>` −1.532, *big dog cat* −1.938 | the best $k - 1 = 1$: *big dog* `<END>`, finished (the last step finishes every kept one) |
+#
+# The finished hypotheses, by their length-normalised score: *a* `<END>` $-1.109 / 2^{0.7} = -0.682$ and *big dog* `<END>` $-1.532 / 3^{0.7} = -0.710$, so the answer is **a**. A beam that keeps two alive at step 2 also keeps *a cat* and finishes it at step 3 with $-1.309 / 3^{0.7} = -0.607$, and returns *a cat*: another caption, which this check marks wrong.
 #
 # **Length handling.** A sum of log-probabilities only goes down with every word, so raw scores prefer short captions. Finished hypotheses are compared by their **length-normalised** score $\frac{\sum \log p}{L^{\alpha}}$, with $L$ the number of words including `<END>` and $\alpha$ = `length_penalty`: $\alpha = 0$ is the raw sum, $\alpha = 1$ the mean log-probability per word. Only this final comparison is normalised; during the search hypotheses are ranked by their raw sum (they all have the same length at a given step).
 #
@@ -130,6 +140,8 @@ def beam_search(model, features, beam_width, max_len, start_idx=1, end_idx=2, nu
 
 # %% nbgrader={"grade": true, "grade_id": "test_beam_search", "locked": true, "points": 5, "schema_version": 3, "solution": false, "task": false}
 from starter.checks import check
+from starter.layers import with_bigram
+check("beam/worked_example", with_bigram(beam_search))
 check("beam/basic", with_model(beam_search))
 ### BEGIN HIDDEN TESTS
 check("beam/width_one_is_greedy", with_model(beam_search))
