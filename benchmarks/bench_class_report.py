@@ -12,13 +12,11 @@ import argparse
 import csv
 import json
 import random
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 from grading import class_report, notebooks
 from grading.report import graded_columns

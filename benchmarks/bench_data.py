@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -21,8 +20,6 @@ from pathlib import Path
 import numpy as np
 import torch
 from PIL import Image
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from data import coco_grid, shapes
 from starter.data import load_dataset

@@ -22,7 +22,6 @@ import torch
 from torch import nn
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 from grading import notebooks
 

@@ -1,4 +1,4 @@
-"""Python mirrors of the solution notebooks, for code review (issue 15).
+"""Python mirrors of the solution notebooks, for code review.
 
 `solutions/NN_name.ipynb` is the source of truth; `solutions/py/NN_name.py` is its jupytext "percent" mirror,
 written by `python -m grading release` and committed, so that a review reads a Python diff instead of notebook

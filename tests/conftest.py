@@ -15,8 +15,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+ROOT = Path(__file__).resolve().parent.parent  # the kit's packages are installed (editable) by `kit.py setup`
 
 from grading import notebooks as nbs
 from grading.notebooks import filled_submission, solution_sources  # noqa: F401 - the tests import them from here
