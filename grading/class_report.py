@@ -29,6 +29,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from . import notebooks
+from .notebooks import written_columns
 from .spreadsheet import read_csv
 
 # Failures that name what is wrong (a misconception the class can be taught about) ...
@@ -218,8 +219,6 @@ def build(out: Path, anonymise: bool = False) -> dict:
 def written_questions(rows: list[dict]) -> list[dict]:
     """Each written question (graded by a person in nbgrader's formgrader) with how far its grading has
     got, from the grades table's rows of the graded students: answers graded, awaiting, mean score."""
-    from .report import written_columns
-
     found = []
     for stem, question, points in written_columns():
         given = [float(r[f"{stem}:{question}"]) for r in rows if r.get(f"{stem}:{question}", "") != ""]

@@ -171,3 +171,26 @@ def trained_checkpoint(path: Path, steps: int | None = None, layers: str = "mine
                     **solution_training(ns), **train_args)
     with torch.no_grad():
         return save_checkpoint(path, model, config, ds.vocab, history=history, dataset="shapes")
+
+
+# ---- the graded cells, as the grades table's columns
+def _graded_cells(is_kind) -> list[tuple[str, str, float]]:
+    """(notebook stem, grade_id, points) of every solution-notebook cell for which `is_kind(cell)`, in order."""
+    cols = []
+    for path in solution_notebooks():
+        for cell in read(path).cells:
+            if is_kind(cell):
+                meta = nbgrader_meta(cell)
+                cols.append((path.stem, meta["grade_id"], float(meta.get("points", 0))))
+    return cols
+
+
+def graded_columns() -> list[tuple[str, str, float]]:
+    """(notebook stem, grade_id, points) of every test cell, in notebook order."""
+    return _graded_cells(is_test)
+
+
+def written_columns() -> list[tuple[str, str, float]]:
+    """(notebook stem, grade_id, points) of every written question (a Markdown answer cell that a person
+    grades in nbgrader's formgrader), in notebook order."""
+    return _graded_cells(is_written_answer)

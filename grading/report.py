@@ -12,9 +12,9 @@ import warnings
 from dataclasses import asdict
 from pathlib import Path
 
-from . import class_report, notebooks
+from . import class_report
 from .intake import StudentResult
-from .notebooks import ASSIGNMENT
+from .notebooks import ASSIGNMENT, graded_columns, written_columns
 from .spreadsheet import read_csv, write_csv
 
 TITLE = re.compile(r"<title>(.*?)</title>", re.S)
@@ -33,28 +33,6 @@ def copy_feedback(root: Path, out: Path, student: str, name: str = "") -> None:
         text = page.read_text(encoding="utf-8")
         (dst / page.name).write_text(TITLE.sub(lambda m: f"<title>{whose}{m.group(1)}</title>", text, count=1),
                                      encoding="utf-8")
-
-
-def _graded_cells(is_kind) -> list[tuple[str, str, float]]:
-    """(notebook stem, grade_id, points) of every solution-notebook cell for which `is_kind(cell)`, in order."""
-    cols = []
-    for path in notebooks.solution_notebooks():
-        for cell in notebooks.read(path).cells:
-            if is_kind(cell):
-                meta = notebooks.nbgrader_meta(cell)
-                cols.append((path.stem, meta["grade_id"], float(meta.get("points", 0))))
-    return cols
-
-
-def graded_columns() -> list[tuple[str, str, float]]:
-    """(notebook stem, grade_id, points) of every test cell, in notebook order."""
-    return _graded_cells(notebooks.is_test)
-
-
-def written_columns() -> list[tuple[str, str, float]]:
-    """(notebook stem, grade_id, points) of every written question (a Markdown answer cell that a person
-    grades in nbgrader's formgrader), in notebook order."""
-    return _graded_cells(notebooks.is_written_answer)
 
 
 def scores_from_gradebook(gb, student: str) -> dict[tuple[str, str], float | None]:

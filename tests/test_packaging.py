@@ -111,3 +111,12 @@ def test_wheel_builds_cleanly_ships_public_references_only_and_runs_a_check_once
                          env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "MPLBACKEND": "Agg"})
     assert run.returncode == 0, run.stderr[-2000:]
     assert "sdpa/basic passed" in run.stdout and run.stdout.strip().endswith(str(Path(site) / "starter" / "__init__.py"))
+
+
+def test_the_grading_package_imports_in_one_direction():
+    """No module of grading/ imports, directly or through others, a module that imports it back: imports inside
+    functions count too."""
+    from support.imports import cycles, import_graph
+    graph = import_graph(("grading", "starter", "data"))
+    assert "grading.report" in graph and "grading.report" in graph["grading.autograde"]  # the reader sees imports
+    assert [c for c in cycles(graph) if any(m.startswith("grading") for m in c)] == []
