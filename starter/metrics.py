@@ -3,9 +3,10 @@
     from starter.metrics import caption_scores
     caption_scores({0: ["a red circle", "a red circle on the left"]}, {0: "a red circle"})
 
-pycocoevalcap's own ``PTBTokenizer`` runs a Java program; we tokenize in Python instead (lower case,
-words and numbers only, punctuation dropped), which is what the PTB tokenizer amounts to for
-captions. Scores are corpus-level, as in the COCO evaluation: BLEU combines the n-gram counts of all
+pycocoevalcap's own ``PTBTokenizer`` runs a Java program; we tokenize in Python instead, with the rule the
+vocabulary is built with (notebook 04's ``tokenize``: lower case, maximal runs of letters and digits, the
+rest dropped), so that a caption the model writes from its vocabulary can match a reference word for word
+("A dog's ball." is "a dog s ball" on both sides). Scores are corpus-level, as in the COCO evaluation: BLEU combines the n-gram counts of all
 images (each generated caption against all the references of its image), CIDEr uses document
 frequencies over the references of the evaluated images, so it depends on which images you evaluate.
 """
@@ -18,12 +19,12 @@ import re
 __all__ = ["tokenize", "caption_scores", "format_scores", "shapes_error",
            "SHAPES_ERRORS"]
 
-_WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
+_WORD = re.compile(r"[a-z0-9]+")  # the vocabulary's words: a caption made of them can equal a reference
 METRICS = ("BLEU-1", "BLEU-2", "BLEU-3", "BLEU-4", "CIDEr", "ROUGE-L")
 
 
 def tokenize(sentence: str) -> str:
-    """"A red circle, left." -> "a red circle left" (lower case, punctuation dropped)."""
+    """"A red circle, left." -> "a red circle left"; "A dog's ball." -> "a dog s ball" (the vocabulary's rule)."""
     return " ".join(_WORD.findall(str(sentence).lower()))
 
 
