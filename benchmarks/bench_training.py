@@ -2,6 +2,7 @@
 
     python benchmarks/bench_training.py [--layers torch|mine] [--steps N] [--threads N] [--seed S] [--lr LR] [--dropout P]
                                         [--label-smoothing EPS] [--data split stored yours]
+                                        [--batch-size B] [--ff F]
 
 Uses the solution notebook's definitions and its "shapes" configuration (the CONFIGS cell). `--data`
 names the data paths to train with, one after the other in this run, same seed:
@@ -49,6 +50,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--lr", type=float, default=None, help="peak learning rate (default: the notebook's)")
     ap.add_argument("--dropout", type=float, default=None, help="the model's dropout (default: the notebook's)")
+    ap.add_argument("--batch-size", type=int, default=None, help="captions per step (default: the notebook's)")
+    ap.add_argument("--ff", type=int, default=None, help="the model's dim_feedforward (default: the notebook's)")
     ap.add_argument("--seed", type=int, default=0, help="seed of the model, the batches and dropout (the notebook: 0)")
     ap.add_argument("--label-smoothing", type=float, default=0.0, help="train with label smoothing EPS (default 0)")
     ap.add_argument("--data", nargs="+", default=["split", "stored", "yours"], choices=["split", "stored", "yours"])
@@ -66,6 +69,10 @@ def main() -> None:
         targs.update(lr=args.lr)
     if args.dropout is not None:
         cfg["model"]["dropout"] = args.dropout
+    if args.batch_size:
+        targs.update(batch_size=args.batch_size)
+    if args.ff:
+        cfg["model"]["dim_feedforward"] = args.ff
     ds = load_dataset("shapes")
     train_split, val_split = ds.split("train"), ds.split("val")
     batch_size = targs.pop("batch_size")

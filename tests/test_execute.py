@@ -47,6 +47,26 @@ def test_execute_notebook_writes_png_html_and_numbers(tiny, tmp_path):
     assert f"hidden {execute.notebooks.HIDDEN_REFERENCES}" in printed
 
 
+def test_a_warmed_kernel_has_the_libraries_loaded_and_no_name_bound(tmp_path):
+    # kit.py run imports torch & co. in the next notebook's kernel while one runs: the notebook must still see
+    # the namespace of a fresh kernel (a forgotten import fails, as it would for a student), cells counted from 1
+    probe = ("import sys\nprint('loaded', all(m in sys.modules for m in %r))\n"
+             "print('names', sorted(n for n in dir() if not n.startswith('_')))" % (execute.WARM_UP,))
+    seen = {}
+    for warm in (True, False):
+        path = tmp_path / f"src{warm}" / "01_names.ipynb"
+        path.parent.mkdir()
+        nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(probe)]), str(path))
+        km = execute.start_kernel(tmp_path / f"executed{warm}", warm_up=warm)
+        execute.execute_notebook(path, tmp_path / f"executed{warm}", timeout=120, figures_dir=tmp_path / "figures",
+                                 km=km)
+        cell = nbformat.read(str(tmp_path / f"executed{warm}" / path.name), 4).cells[0]
+        seen[warm] = ("".join(o.get("text", "") for o in cell.outputs), cell.execution_count)
+    assert "loaded True" in seen[True][0], seen
+    assert seen[True][0].splitlines()[1] == seen[False][0].splitlines()[1], seen  # the same names
+    assert seen[True][1] == seen[False][1] == 1
+
+
 def test_execute_all_prints_the_index_and_writes_it(tiny, tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(execute.notebooks, "solution_notebooks", lambda: [tiny])
     index = tmp_path / "index.md"

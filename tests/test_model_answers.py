@@ -69,6 +69,21 @@ def test_q5_the_leaky_model_copies_and_then_writes_one_caption(printed):
     assert leaky_exact <= 5.0, leaky_exact
 
 
+def test_section_6_compares_one_short_budget_and_attention_wins(printed):
+    """Notebook 05, section 6: the two 150-step runs together take less than half the time of the 700-step run
+    (as its text says), and attention over the regions beats one pooled vector by far on the same budget."""
+    text = printed["05_training_and_evaluation"]
+    assert "the two together take less than half the time of the 700-step run" in _model_answer(
+        "05_training_and_evaluation", "md_bottleneck")
+    full = float(re.search(r"training on .*: 700 steps in " + NUMBER + " s", text).group(1))
+    short = [float(s) for s in re.findall(r"training on .*: 150 steps in " + NUMBER + " s",
+                                          text[:text.index("150 steps each")])][-2:]
+    assert len(short) == 2 and sum(short) < full / 2, (short, full)
+    exact = {name: float(v) for name, v in re.findall(
+        r"(attention over the regions|one mean-pooled vector)\s+exact match\s+" + NUMBER + "%", text)}
+    assert exact["attention over the regions"] > exact["one mean-pooled vector"] + 20, exact
+
+
 def test_q6_beam_search_gains_at_many_times_the_time_and_sampling_trades_accuracy(printed):
     """Q6: beam raised the exact match and every score at many times greedy's time; sampling at the lowest
     temperature matches greedy's exact match with about 2 different captions in 3; higher temperatures lose
