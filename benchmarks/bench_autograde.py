@@ -36,6 +36,7 @@ from grading import course, engine, notebooks
 from grading import local_postgres as postgres
 from grading.autograde import autograde
 from grading.notebooks import filled_submission
+from grading.settings import Settings
 
 BUG = {"causal_mask": "def causal_mask(T, device=None):\n    return torch.ones(T, T, dtype=torch.bool).tril(-1)\n"}
 PLAIN = """
@@ -96,7 +97,7 @@ def kit(subs: Path, tmp: Path, name: str, n: int, db_url=None, workers=1) -> tup
     root = tmp / f"course-{name}"
     course.prepare_grading_course(root, db_url)  # timed apart: done once per run, not per submission
     start = time.perf_counter()
-    results = autograde(subs, tmp / f"out-{name}", course_dir=root, db_url=db_url, workers=workers)
+    results = autograde(subs, tmp / f"out-{name}", course_dir=root, db_url=db_url, settings=Settings(workers=workers))
     total = time.perf_counter() - start
     bad = [r.student for r in results if r.status != "graded"]
     if bad:

@@ -16,6 +16,8 @@ import logging
 import sys
 from pathlib import Path
 
+from .settings import add_options, from_options
+
 
 def main(argv: list[str] | None = None) -> int:
     # the grading modules log what they do (logging.getLogger("grading....")); the command shows that log, and
@@ -37,13 +39,8 @@ def main(argv: list[str] | None = None) -> int:
     ag.add_argument("--course", type=Path, default=None, help="nbgrader course folder (default grading/work/course)")
     ag.add_argument("--db", default=None, help="gradebook SQLAlchemy URL (default: SQLite in the course folder)")
     ag.add_argument("--student", action="append", help="grade only this student (repeatable)")
-    ag.add_argument("--workers", type=int, default=1, help="worker processes on this machine (more than 1 needs --db)")
-    ag.add_argument("--scheduler", default=None, help="tcp://HOST:PORT of a running Dask cluster to grade on (needs --db)")
     ag.add_argument("--resume", action="store_true", help="keep students finished by an interrupted run")
-    ag.add_argument("--timeout", type=int, default=600, help="seconds one notebook may run before its sandbox is killed")
-    ag.add_argument("--cell-timeout", type=int, default=30, help="seconds one cell may run before it is interrupted")
-    ag.add_argument("--no-sandbox", action="store_true",
-                    help="run student code without bubblewrap (where it cannot be installed); every row is flagged")
+    add_options(ag)  # the settings of grading/settings.py: --cell-seconds, --notebook-seconds, ..., --no-sandbox
     rp = sub.add_parser("report", help="write the class report of a graded run (autograde writes it too)")
     rp.add_argument("out", type=Path, nargs="?", default=Path("grading/work/results"), help="autograde's --out folder")
     rp.add_argument("--anonymise", action="store_true", help="students as 'student 01', ... in the report")
@@ -71,15 +68,14 @@ def main(argv: list[str] | None = None) -> int:
         from .autograde import autograde
         from .course import CourseLockError
         from .sandbox import SandboxUnavailable
-        if args.no_sandbox:
+        settings = from_options(args)
+        if not settings.isolate:
             print("warning: grading WITHOUT the sandbox: student code runs as you, with your files; "
                   "every row is flagged for review", file=sys.stderr)
         try:
             results = autograde(args.submissions, args.out.resolve(),
                                 args.course.resolve() if args.course else None, args.db, args.student,
-                                workers=args.workers, resume=args.resume, notebook_timeout=args.timeout,
-                                cell_timeout=args.cell_timeout, sandbox=not args.no_sandbox,
-                                scheduler=args.scheduler, progress=True)
+                                resume=args.resume, settings=settings, progress=True)
         except (SandboxUnavailable, CourseLockError) as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2

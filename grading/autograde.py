@@ -26,6 +26,7 @@ from pathlib import Path
 from . import course, engine, notebooks, worker
 from .intake import StudentResult, intake
 from .report import graded_columns, report
+from .settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -33,20 +34,19 @@ __all__ = ["autograde", "graded_columns", "StudentResult"]
 
 
 def autograde(submissions: Path, out: Path, course_dir: Path | None = None, db_url: str | None = None,
-              students: list[str] | None = None, workers: int = 1, resume: bool = False,
-              cell_timeout: int = course.CELL_TIMEOUT, notebook_timeout: int = course.NOTEBOOK_TIMEOUT,
-              sandbox: bool = True, scheduler: str | None = None, progress: bool = False,
-              task: Callable[[str, str], dict] | None = None) -> list[StudentResult]:
+              students: list[str] | None = None, resume: bool = False, settings: Settings = Settings(),
+              progress: bool = False, task: Callable[[str, str], dict] | None = None) -> list[StudentResult]:
     """Grade every student in `submissions` (folder or zip). Returns one result per student folder.
 
-    resume=True keeps the results of students graded by an earlier, interrupted run. sandbox=False
-    runs student code without isolation (only where bubblewrap cannot be had): every row is flagged.
-    `workers` worker processes on this machine, or the Dask cluster at `scheduler` (grading/engine.py);
-    `task` replaces `worker.grade_student` there (the tests hold a student back with it).
+    resume=True keeps the results of students graded by an earlier, interrupted run. `settings`
+    (grading/settings.py): the sandbox's limits; isolate=False runs student code without isolation (only
+    where bubblewrap cannot be had): every row is flagged; `workers` worker processes on this machine, or
+    the Dask cluster at `scheduler` (grading/engine.py). `task` replaces `worker.grade_student` there (the tests hold a student back with it).
     The run holds the course folder from before it is prepared until the report is written (`course.hold`):
     another run on it raises `course.CourseLockError` at once, naming this one, having changed nothing.
     """
-    if sandbox:
+    workers, scheduler = settings.workers, settings.scheduler
+    if settings.isolate:
         from .sandbox import require_bwrap
 
         require_bwrap()  # before any work: without it, say how to get it
@@ -61,8 +61,7 @@ def autograde(submissions: Path, out: Path, course_dir: Path | None = None, db_u
         if not resume and status.exists():
             shutil.rmtree(status)
         with engine.cluster(workers, scheduler, warm=True) as client:  # the workers start while the course is prepared
-            course.prepare_grading_course(root, db_url, cell_timeout, isolate=sandbox,
-                                          notebook_timeout=notebook_timeout)
+            course.prepare_grading_course(root, db_url, settings)
             prepared = course.preparation_digest(root)  # each student's grading checks it against the folder's
             results, loose = intake(Path(submissions), root, students)
             gradable = [r.student for r in results if r.status not in ("failed", "no notebooks")]

@@ -30,8 +30,7 @@ from pathlib import Path
 
 from . import notebooks
 from .notebooks import ASSIGNMENT
-
-CELL_TIMEOUT = 30  # seconds per cell while grading; training cells are gated by NBGRADER_EXECUTION
+from .settings import Settings, nbgrader_config
 
 CONFIG = """\
 c = get_config()
@@ -56,11 +55,8 @@ c.Autograde.autograde_preprocessors = [
     "nbgrader.preprocessors.AssignLatePenalties",
     "nbgrader.preprocessors.CheckCellMetadata",
 ]
-c.SandboxedExecute.isolate = {isolate!r}
-c.SandboxedExecute.case_inputs = {case_inputs!r}
+{sandbox_settings}c.SandboxedExecute.case_inputs = {case_inputs!r}
 c.SandboxedExecute.data_dir = {data_dir!r}
-c.SandboxedExecute.cell_timeout = {timeout}
-c.SandboxedExecute.notebook_timeout = {notebook_timeout}
 c.Judge.reference_dirs = {reference_dirs!r}
 c.Judge.records_dir = {records!r}
 # Feedback: grades, the student's code and outputs, the judge's lines; never hidden sources or names.
@@ -78,17 +74,13 @@ class NbgraderError(RuntimeError):
     pass
 
 
-NOTEBOOK_TIMEOUT = 600  # seconds for a whole notebook in the sandbox, then it is killed
-
-
-def write_config(root: Path, db_url: str | None = None, timeout: int = CELL_TIMEOUT, isolate: bool = True,
-                 notebook_timeout: int = NOTEBOOK_TIMEOUT) -> None:
+def write_config(root: Path, db_url: str | None = None, settings: Settings = Settings()) -> None:
+    """nbgrader_config.py of the course at `root`: nbgrader's steps, and the sandbox's from `settings`."""
     from data.common import default_data_dir
 
     db_url = db_url or f"sqlite:///{root / 'gradebook.db'}"
     (root / "nbgrader_config.py").write_text(CONFIG.format(
-        root=str(root), db_url=db_url, timeout=timeout, isolate=isolate, case_inputs=str(root / "case_inputs"),
-        notebook_timeout=notebook_timeout,
+        root=str(root), db_url=db_url, sandbox_settings=nbgrader_config(settings), case_inputs=str(root / "case_inputs"),
         data_dir=str(default_data_dir()), records=str(root / "records"), hidden=str(notebooks.HIDDEN_REFERENCES),
         reference_dirs=[str(notebooks.PUBLIC_REFERENCES), str(notebooks.HIDDEN_REFERENCES)]))
 
@@ -178,8 +170,7 @@ def release(dest: Path = notebooks.RELEASE, mirrors: Path | None = None) -> list
     return written
 
 
-def prepare_grading_course(root: Path, db_url: str | None = None, timeout: int = CELL_TIMEOUT,
-                           isolate: bool = True, notebook_timeout: int = NOTEBOOK_TIMEOUT) -> None:
+def prepare_grading_course(root: Path, db_url: str | None = None, settings: Settings = Settings()) -> None:
     """Lay out a course directory for autograding and record the assignment in the gradebook: the
     source notebooks, the hidden cases' inputs for the sandboxes, and the dataset notebooks 04-07 load.
     Holds the folder (`hold`) while it does, unless this thread already holds it (a run does)."""
@@ -188,7 +179,7 @@ def prepare_grading_course(root: Path, db_url: str | None = None, timeout: int =
     from .sandbox import write_case_inputs
 
     with hold(root, "prepare the course folder"):
-        write_config(root, db_url, timeout, isolate, notebook_timeout)
+        write_config(root, db_url, settings)
         populate_source(root)
         if (root / "case_inputs").exists():
             shutil.rmtree(root / "case_inputs")

@@ -19,7 +19,9 @@ import os
 import re
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import nbformat
 from nbclient import NotebookClient
@@ -176,7 +178,7 @@ def write_html(nb, path: Path, source_dir: Path) -> Path:
 def start_kernel(cwd: Path, warm_up: bool = True):
     """A fresh kernel for a notebook to run in, started now: `execute_all` starts the next notebook's kernel while
     one runs, so that kernel start-up overlaps work. With `warm_up`, a thread then imports `WARM_UP` in it
-    (`warm_up_kernel`, thread `km.warming`). A notebook run in it meanwhile waits in the kernel for the
+    (`warm_up_kernel`, on the thread `warming`). A notebook run in it meanwhile waits in the kernel for the
     imports to finish, so its run time includes what is left of them."""
     import threading
 
@@ -187,18 +189,26 @@ def start_kernel(cwd: Path, warm_up: bool = True):
     km = AsyncKernelManager(kernel_name="python3")
     run_sync(km.start_kernel)(extra_arguments=[f"--HistoryManager.hist_file={HISTORY}"], env=kernel_env(),
                               cwd=str(cwd), **_launch_options())
-    km.warming = None
+    warming = None
     if warm_up:
-        km.warming = threading.Thread(target=warm_up_kernel, args=(km.get_connection_info(),), daemon=True)
-        km.warming.start()
-    return km
+        warming = threading.Thread(target=warm_up_kernel, args=(km.get_connection_info(),), daemon=True)
+        warming.start()
+    return StartedKernel(km, warming)
+
+
+@dataclass
+class StartedKernel:
+    """A kernel of `start_kernel`: its manager (for `execute_notebook(km=...)`) and the thread warming it up."""
+
+    manager: Any
+    warming: Any = None  # threading.Thread, or None
 
 
 # The libraries every notebook imports in its first cells (torch alone takes over a second to import).
 WARM_UP = ("torch", "numpy", "matplotlib.pyplot", "h5py", "tqdm.auto")
 
 
-def warm_up_kernel(connection_info: dict, timeout: float = 120) -> None:
+def warm_up_kernel(connection_info: Any, timeout: float = 120) -> None:
     """Import `WARM_UP` in a started kernel, so that a notebook's own imports find them loaded. The request is
     silent (no output, no history, no execution count) and binds no name in the notebook's namespace: a notebook
     that forgets an import still fails. Nothing of the kit is imported: its modules load as the notebook does."""
@@ -382,10 +392,10 @@ def execute_all(names: list[str] | None = None, out: Path | None = None, figures
     results = []
     began = time.perf_counter()
     with ThreadPoolExecutor(max_workers=1) as exports:
-        km = start_kernel(out, warm_up=False)  # nothing runs yet to overlap its imports with
+        kernel = start_kernel(out, warm_up=False)  # nothing runs yet to overlap its imports with
         for i, path in enumerate(paths):
-            this, km = km, (start_kernel(out) if i + 1 < len(paths) else None)  # the next one starts meanwhile
-            r = execute_notebook(path, out, figures_dir=figures / path.stem, km=this, exports=exports)
+            this, kernel = kernel, (start_kernel(out) if i + 1 < len(paths) else None)  # the next starts meanwhile
+            r = execute_notebook(path, out, figures_dir=figures / path.stem, km=this.manager, exports=exports)
             if this.warming is not None:
                 this.warming.join()  # long done: the notebook's first request waited for it in the kernel
             results.append(r)

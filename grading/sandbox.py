@@ -53,13 +53,14 @@ from pathlib import Path
 
 import nbformat
 from nbgrader.preprocessors import NbGraderPreprocessor
-from traitlets import Bool, Float, Integer, Unicode
+from traitlets import Bool, Dict, Unicode
 
 from starter.cases import case_groups, read_case, write_case
 from starter.checks import CASE_INPUTS_ENV, Observation, read_observations
 
 from . import notebooks, seccomp
 from .sandbox_runner import MAX_FILES, PLAIN_NAME  # the server's own definitions (it runs standalone)
+from .settings import Limits, Settings, setting_help
 
 CPU_PERIOD_US = 100_000  # the cgroup's accounting period for the CPU quota
 SCRATCH = "/tmp/work"  # the notebook's folder inside the sandbox (writable, private)
@@ -67,17 +68,6 @@ RUNNER = Path(__file__).with_name("sandbox_runner.py")  # mounted at /tmp/runner
 CASES = "/tmp/cases"  # the hidden cases' inputs inside the sandbox (read-only)
 NOBODY = 65534
 MAX_REPLY_BYTES = 200 * 2**20  # the server's answer for one notebook (the notebook and records, in base64)
-
-
-@dataclass(frozen=True)
-class Limits:
-    cell_seconds: int = 30
-    notebook_seconds: int = 600
-    memory_mb: int = 4096
-    cpus: float = 1.0  # CPU time per second of wall time, all its processes together (0: no limit)
-    processes: int = 512
-    file_mb: int = 256
-    scratch_mb: int = 1024  # the notebooks' folders in the sandbox (a tmpfs)
 
 
 @dataclass
@@ -519,20 +509,14 @@ def _session_for(case_inputs: Path | None, limits: Limits, isolate: bool, data_d
 class SandboxedExecute(NbGraderPreprocessor):
     """nbgrader's Execute step, run in the sandbox. Puts the SandboxResult in resources["sandbox"]."""
 
-    isolate = Bool(True, help="run in bubblewrap (False: --no-sandbox, for machines without it)").tag(config=True)
+    isolate = Bool(Settings.isolate, help=setting_help("isolate")).tag(config=True)
     case_inputs = Unicode("", help="folder of the hidden cases without expected outputs").tag(config=True)
     data_dir = Unicode("", help="the datasets folder, read-only inside").tag(config=True)
-    cell_timeout = Integer(30).tag(config=True)
-    notebook_timeout = Integer(600).tag(config=True)
-    memory_mb = Integer(4096).tag(config=True)
-    cpus = Float(1.0, help="CPUs' worth of time a student's sandbox may use (0: no limit)").tag(config=True)
-    reuse_sandbox = Bool(True, help="keep a student's sandbox, warm, for the worker's next student once a reset "
-                                    "has emptied it and found nothing left (False: a new sandbox per student)"
-                         ).tag(config=True)
+    limits = Dict(help="grading.settings.Limits as a dict (missing fields: their defaults)").tag(config=True)
+    reuse_sandbox = Bool(Settings.reuse_sandbox, help=setting_help("reuse_sandbox")).tag(config=True)
 
     def preprocess(self, nb, resources):
-        limits = Limits(cell_seconds=self.cell_timeout, notebook_seconds=self.notebook_timeout,
-                        memory_mb=self.memory_mb, cpus=self.cpus)
+        limits = Limits(**self.limits)
         names = {}  # opaque id -> hidden case name
         if self.case_inputs:
             names = json.loads(Path(self.case_inputs).with_suffix(".json").read_text())

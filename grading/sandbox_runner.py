@@ -1,6 +1,6 @@
 """What runs inside the grading sandbox: a student's notebooks, each top to bottom in a fresh kernel.
 
-    python sandbox_runner.py CELL_TIMEOUT WORKDIR [--sweep]
+    python sandbox_runner.py CELL_SECONDS WORKDIR [--sweep]
 
 A standalone script (it imports nothing of the grader, which does not exist inside the sandbox):
 `grading/sandbox.py` mounts it read-only into a sandbox and starts it there. Three kinds of process:
@@ -22,7 +22,7 @@ A standalone script (it imports nothing of the grader, which does not exist insi
 A fork costs milliseconds where a fresh kernel that imports torch costs seconds: that was most of the time
 grading a notebook took. In the sandbox WORKDIR is a size-limited tmpfs of the sandbox's own that the
 grader never opens. Nothing here decides a grade: the judge outside reads the records. Ending the kernel
-is refused (it would lose every later cell), a cell over CELL_TIMEOUT seconds is interrupted (the next
+is refused (it would lose every later cell), a cell over CELL_SECONDS seconds is interrupted (the next
 cells still run) or killed, and outputs are capped.
 """
 from __future__ import annotations
@@ -186,11 +186,11 @@ def _outputs(messages) -> list:
     return outputs
 
 
-def kernel(folder: str, cell_timeout: int, commands: int, answers: int) -> None:
+def kernel(folder: str, cell_seconds: int, commands: int, answers: int) -> None:
     """A notebook's kernel (a child of the kernel starter): reads one cell at a time from `commands`
     ({"source": ..., "silent": ...}, one JSON line), runs it in an in-process IPython kernel, and answers
     on `answers` with its outputs ({"outputs": [...], "execution_count": N, "interrupted": bool}). It never
-    sees the notebook itself, only the cells the server sends. A cell still running after `cell_timeout`
+    sees the notebook itself, only the cells the server sends. A cell still running after `cell_seconds`
     seconds is interrupted here (an alarm); the server kills the process if that does not stop it."""
     from ipykernel.inprocess.manager import InProcessKernelManager
     from traitlets.config import Config
@@ -205,7 +205,7 @@ def kernel(folder: str, cell_timeout: int, commands: int, answers: int) -> None:
 
     def execute(source: str, silent: bool) -> tuple[list, object, bool]:
         signal.signal(signal.SIGALRM, _alarm)
-        signal.setitimer(signal.ITIMER_REAL, cell_timeout)
+        signal.setitimer(signal.ITIMER_REAL, cell_seconds)
         interrupted = False
         try:
             client.execute(source, silent=silent, store_history=not silent)  # runs the cell here, in this thread
@@ -244,13 +244,13 @@ class KernelStarter:
     exit code when it ends. It is not dumpable (no /proc access, no ptrace) and ignores the signals it can;
     a kernel that kills or stops it only ends its own student's sandbox."""
 
-    def __init__(self, cell_timeout: int):
+    def __init__(self, cell_seconds: int):
         self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.exits: dict[int, int] = {}
         self.pid = os.fork()
         if self.pid == 0:
             self.sock.close()
-            _starter_loop(theirs, cell_timeout)  # never returns
+            _starter_loop(theirs, cell_seconds)  # never returns
         theirs.close()
         self.sock.settimeout(STARTER_SECONDS)
 
@@ -302,7 +302,7 @@ STARTER_IGNORES = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT,
                    signal.SIGALRM, signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU)
 
 
-def _starter_loop(sock: socket.socket, cell_timeout: int) -> None:
+def _starter_loop(sock: socket.socket, cell_seconds: int) -> None:
     handlers = {sig: signal.signal(sig, signal.SIG_IGN) for sig in STARTER_IGNORES}
     devnull = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):  # nothing of the server's: not its job pipe (the next students' notebooks), not its replies
@@ -354,7 +354,7 @@ def _starter_loop(sock: socket.socket, cell_timeout: int) -> None:
                 for sig, handler in handlers.items():
                     signal.signal(sig, handler)
                 _own_open_files(keep=(0, 1, 2, *fds))
-                kernel(str(request["folder"]), cell_timeout, fds[0], fds[1])
+                kernel(str(request["folder"]), cell_seconds, fds[0], fds[1])
                 code = 0
             except BaseException:
                 pass
@@ -461,11 +461,11 @@ def _is_test(cell: dict) -> bool:
     return isinstance(meta, dict) and bool(meta.get("grade")) and not meta.get("solution")
 
 
-def run_notebook(nb: dict, folder: str, cell_timeout: int, seconds: float, starter: KernelStarter,
+def run_notebook(nb: dict, folder: str, cell_seconds: int, seconds: float, starter: KernelStarter,
                  records: Records) -> dict:
     """Run `nb`'s code cells in a new kernel from `starter`, one at a time, each within its deadline, kept
     here by the server's own clock whatever the kernel does to its pipes or signals: a cell that does not
-    answer `cell_timeout` + INTERRUPT_GRACE seconds after it was sent (the kernel's own interrupt did not stop
+    answer `cell_seconds` + INTERRUPT_GRACE seconds after it was sent (the kernel's own interrupt did not stop
     it), or past the notebook's `seconds`, has its kernel killed and the notebook stops there. Fills in the
     outputs, takes the checks' records as each cell ends (`records`) and returns what the grader is told of
     how the run ended."""
@@ -490,7 +490,7 @@ def run_notebook(nb: dict, folder: str, cell_timeout: int, seconds: float, start
     for index, cell in cells:
         source = cell.get("source", "")
         sent = time.monotonic()
-        deadline = min(sent + cell_timeout + INTERRUPT_GRACE, end)
+        deadline = min(sent + cell_seconds + INTERRUPT_GRACE, end)
         request = json.dumps({"source": "".join(source) if isinstance(source, list) else str(source),
                               "silent": index is None}).encode() + b"\n"
         how = _send(commands, request, deadline)
@@ -516,10 +516,10 @@ def run_notebook(nb: dict, folder: str, cell_timeout: int, seconds: float, start
             outputs = [_output("stream", {"name": "stdout", "text": "[output removed: over the size limit]\n"})]
         number = answer.get("execution_count")
         count = number if isinstance(number, int) else count + 1
-        if answer.get("interrupted") is True or time.monotonic() - sent > cell_timeout:
+        if answer.get("interrupted") is True or time.monotonic() - sent > cell_seconds:
             timeouts.append(index)
             outputs.append(_output("error", {"ename": "CellTimeoutError", "evalue":
-                                             f"the cell took longer than {cell_timeout} s", "traceback": []}))
+                                             f"the cell took longer than {cell_seconds} s", "traceback": []}))
         cell["outputs"], cell["execution_count"] = outputs, count
         records.after_cell(index, _is_test(cell) or not graded)
     os.close(commands)  # the kernel's end of the notebook: it exits
@@ -749,7 +749,7 @@ def _write_files(folder: str, files: dict) -> None:
             f.write(base64.b64decode(data))
 
 
-def serve(cell_timeout: int, workdir: str, sweep: bool) -> int:
+def serve(cell_seconds: int, workdir: str, sweep: bool) -> int:
     for name in PRELOAD:
         try:
             importlib.import_module(name)
@@ -757,7 +757,7 @@ def serve(cell_timeout: int, workdir: str, sweep: bool) -> int:
             pass
     warm_up()
     _dumpable(False)
-    starter = KernelStarter(cell_timeout)  # before any job: it holds nothing of a student's
+    starter = KernelStarter(cell_seconds)  # before any job: it holds nothing of a student's
     replies = os.fdopen(os.dup(1), "w", buffering=1)
     devnull = os.open(os.devnull, os.O_RDWR)
     os.dup2(devnull, 1)  # what the notebooks print outside their kernel goes nowhere
@@ -774,7 +774,7 @@ def serve(cell_timeout: int, workdir: str, sweep: bool) -> int:
         _write_files(folder, job.get("files") or {})
         nb = job["notebook"]
         records = Records(folder)
-        ran = run_notebook(nb, folder, cell_timeout, float(job.get("seconds") or 600), starter, records)
+        ran = run_notebook(nb, folder, cell_seconds, float(job.get("seconds") or 600), starter, records)
         if ran.get("restart"):  # the starter was killed or stopped (by a notebook before): a new sandbox
             replies.write(json.dumps({"folder": name, "restart": True}) + "\n")
             return 1

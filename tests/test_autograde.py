@@ -22,6 +22,7 @@ from conftest import filled_submission, write_nb
 from grading import notebooks as nbs
 from grading.autograde import autograde, graded_columns
 from grading.report import written_columns
+from grading.settings import Settings
 
 NB01 = "01_scaled_dot_product_attention"
 # the known bug: causal_mask excludes the diagonal. Only test_causal_mask uses causal_mask.
@@ -60,7 +61,7 @@ def graded(tmp_path_factory, grading_db, trained_model_file):
     out = tmp_path_factory.mktemp("results")
     db_url, workers = grading_db
     course = tmp_path_factory.mktemp("course")
-    results = autograde(subs, out, course_dir=course, db_url=db_url, workers=workers)
+    results = autograde(subs, out, course_dir=course, db_url=db_url, settings=Settings(workers=workers))
     with open(out / "grades.csv") as f:
         rows = {r["student"]: r for r in csv.DictReader(f)}
     return {"results": {r.student: r for r in results}, "rows": rows, "out": out, "subs": subs, "before": before,

@@ -15,6 +15,7 @@ from conftest import ROOT, filled_submission, solution_sources, write_nb
 from grading import class_report
 from grading import notebooks as nbs
 from grading.autograde import autograde
+from grading.settings import Limits, Settings
 
 NB = "01_scaled_dot_product_attention"
 SOURCES = solution_sources(NB)
@@ -60,7 +61,7 @@ def graded(tmp_path_factory, grading_db):
     (subs / "empty").mkdir()
     out, root = tmp_path_factory.mktemp("out"), tmp_path_factory.mktemp("course")
     db_url, workers = grading_db
-    run = dict(course_dir=root, db_url=db_url, workers=workers, cell_timeout=3)
+    run = dict(course_dir=root, db_url=db_url, settings=Settings(Limits(cell_seconds=3), workers=workers))
     autograde(subs, out, **run)
     first = json.loads((out / "class_report.json").read_text())
     # a re-submission round: the no_diagonal students fix their mask, and only they are graded again

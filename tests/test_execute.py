@@ -50,16 +50,16 @@ def test_execute_notebook_writes_png_html_and_numbers(tiny, tmp_path):
 def test_a_warmed_kernel_has_the_libraries_loaded_and_no_name_bound(tmp_path):
     # kit.py run imports torch & co. in the next notebook's kernel while one runs: the notebook must still see
     # the namespace of a fresh kernel (a forgotten import fails, as it would for a student), cells counted from 1
-    probe = ("import sys\nprint('loaded', all(m in sys.modules for m in %r))\n"
-             "print('names', sorted(n for n in dir() if not n.startswith('_')))" % (execute.WARM_UP,))
+    probe = (f"import sys\nprint('loaded', all(m in sys.modules for m in {execute.WARM_UP!r}))\n"
+             "print('names', sorted(n for n in dir() if not n.startswith('_')))")
     seen = {}
     for warm in (True, False):
         path = tmp_path / f"src{warm}" / "01_names.ipynb"
         path.parent.mkdir()
         nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(probe)]), str(path))
-        km = execute.start_kernel(tmp_path / f"executed{warm}", warm_up=warm)
+        kernel = execute.start_kernel(tmp_path / f"executed{warm}", warm_up=warm)
         execute.execute_notebook(path, tmp_path / f"executed{warm}", timeout=120, figures_dir=tmp_path / "figures",
-                                 km=km)
+                                 km=kernel.manager)
         cell = nbformat.read(str(tmp_path / f"executed{warm}" / path.name), 4).cells[0]
         seen[warm] = ("".join(o.get("text", "") for o in cell.outputs), cell.execution_count)
     assert "loaded True" in seen[True][0], seen

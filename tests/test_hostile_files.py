@@ -20,6 +20,7 @@ import pytest
 from conftest import filled_submission, solution_sources, write_nb
 
 from grading import notebooks as nbs
+from grading.settings import Limits, Settings
 from grading.spreadsheet import FORMULA_START, from_cell, read_csv, to_cell, write_csv
 from grading.submission import read_any, rebuild
 
@@ -266,8 +267,8 @@ def graded(tmp_path_factory, grading_db):
     }, corrupt=f"class/bad_crc/{NB}.ipynb")
     out, course_dir = tmp / "out", tmp / "course"
     db_url, workers = grading_db
-    results = autograde(archive, out, course_dir=course_dir, cell_timeout=10, notebook_timeout=120, db_url=db_url,
-                        workers=workers)
+    results = autograde(archive, out, course_dir=course_dir, db_url=db_url,
+                        settings=Settings(Limits(cell_seconds=10, notebook_seconds=120), workers=workers))
     return {"results": {r.student: r for r in results}, "out": out,
             "db_url": db_url or f"sqlite:///{course_dir / 'gradebook.db'}"}
 

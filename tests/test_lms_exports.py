@@ -19,6 +19,7 @@ from conftest import filled_submission, write_nb
 
 from grading import intake as intake_module
 from grading.intake import STUDENT_ID, intake, lms_entry, student_id, unusable_name
+from grading.settings import Settings
 from grading.spreadsheet import FORMULA_START, read_csv
 
 NB = "01_scaled_dot_product_attention"
@@ -52,7 +53,7 @@ def _grade(tmp_path_factory, grading_db, students: dict, lms: str) -> dict:
     tmp = tmp_path_factory.mktemp(lms)
     _export(tmp / f"{lms}.zip", students)
     db_url, workers = grading_db
-    autograde(tmp / f"{lms}.zip", tmp / "out", course_dir=tmp / "course", db_url=db_url, workers=workers)
+    autograde(tmp / f"{lms}.zip", tmp / "out", course_dir=tmp / "course", db_url=db_url, settings=Settings(workers=workers))
     return {"out": tmp / "out", "students": students}
 
 

@@ -21,6 +21,7 @@ from grading import engine
 from grading import local_postgres as postgres
 from grading import notebooks as nbs
 from grading.autograde import autograde, graded_columns
+from grading.settings import Settings
 
 NB = "01_scaled_dot_product_attention"
 FULL = sum(p for s, _, p in graded_columns() if s == NB)
@@ -67,7 +68,7 @@ def _wait_for(paths: list[Path], proc: subprocess.Popen, timeout: float = 300) -
 def test_two_workers_on_postgres(tmp_path):
     expected = _class(tmp_path / "subs", 4)
     with postgres.server() as url:
-        results = autograde(tmp_path / "subs", tmp_path / "out", course_dir=tmp_path / "course", db_url=url, workers=2)
+        results = autograde(tmp_path / "subs", tmp_path / "out", course_dir=tmp_path / "course", db_url=url, settings=Settings(workers=2))
         assert {r.student: r.status for r in results} == {s: "graded" for s in expected}
         assert _totals(tmp_path / "out") == expected
         from nbgrader.api import Gradebook
@@ -95,7 +96,7 @@ def test_dask_stays_out_of_the_workers_way(tmp_path):
 def test_more_workers_need_a_real_database(tmp_path):
     _class(tmp_path / "subs", 1)
     with pytest.raises(ValueError, match="SQLite"):
-        autograde(tmp_path / "subs", tmp_path / "out", course_dir=tmp_path / "course", workers=2)
+        autograde(tmp_path / "subs", tmp_path / "out", course_dir=tmp_path / "course", settings=Settings(workers=2))
 
 
 @needs_postgres
@@ -117,7 +118,7 @@ def test_an_existing_cluster_grades_the_same_and_survives_a_killed_worker(tmp_pa
             done: dict = {}
             go = tmp_path / "go"  # s03 is held back until the kill is done: the kill is certainly mid-run
             run = threading.Thread(target=lambda: done.update(results=autograde(
-                tmp_path / "subs", tmp_path / "out", course_dir=tmp_path / "course", db_url=url, scheduler=address,
+                tmp_path / "subs", tmp_path / "out", course_dir=tmp_path / "course", db_url=url, settings=Settings(scheduler=address),
                 task=holdback.HoldBack("s03", file=str(go)))))
             run.start()
             _wait_for_status(tmp_path / "course" / "status")
@@ -172,7 +173,7 @@ def test_a_slow_student_does_not_hold_up_the_others(tmp_path):
     expected = _class(tmp_path / "subs", 4)
     write_nb(filled_submission(NB), tmp_path / "subs" / "a_slow" / f"{NB}.ipynb")  # first in line
     with postgres.server() as url:
-        autograde(tmp_path / "subs", tmp_path / "out", course_dir=tmp_path / "course", db_url=url, workers=2,
+        autograde(tmp_path / "subs", tmp_path / "out", course_dir=tmp_path / "course", db_url=url, settings=Settings(workers=2),
                   task=holdback.HoldBack("a_slow", others=tuple(expected)))
     held = json.loads((tmp_path / "course" / "held.json").read_text())
     assert set(held["finished_at_start"]) < set(expected), "the slow student came last in line: nothing tested"

@@ -23,6 +23,7 @@ from test_judge import CLOSE_THE_PIPES  # no signal reaches the cell, its pipes 
 
 from grading import notebooks as nbs
 from grading.autograde import autograde, graded_columns
+from grading.settings import Limits, Settings
 from starter.checks import case_names
 
 NB = "01_scaled_dot_product_attention"
@@ -370,8 +371,8 @@ def graded(tmp_path_factory, grading_db):
     out = tmp_path_factory.mktemp("out")
     course_dir = tmp_path_factory.mktemp("course")
     db_url, workers = grading_db
-    results = autograde(subs, out, course_dir=course_dir, cell_timeout=10, notebook_timeout=120, db_url=db_url,
-                        workers=workers)
+    results = autograde(subs, out, course_dir=course_dir, db_url=db_url,
+                        settings=Settings(Limits(cell_seconds=10, notebook_seconds=120), workers=workers))
     with open(out / "grades.csv") as f:
         rows = {r["student"]: r for r in csv.DictReader(f)}
     return {"results": {r.student: r for r in results}, "rows": rows, "out": out, "subs": subs,
@@ -454,7 +455,7 @@ def test_a_bad_zip_member_refuses_only_its_student(tmp_path):
         link.external_attr = (0o120777 << 16)  # a symbolic link
         zf.writestr(link, str(nbs.SOLUTIONS / f"{NB}.ipynb"))
     results = {r.student: r for r in autograde(archive, tmp_path / "out", course_dir=tmp_path / "course",
-                                               cell_timeout=10)}
+                                               settings=Settings(Limits(cell_seconds=10)))}
     assert results["honest"].status == "graded"
     assert results["sneaky"].status == "failed" and "outside the submission" in " ".join(results["sneaky"].notes)
     assert results["linky"].status == "failed" and "symbolic link" in " ".join(results["linky"].notes)
@@ -492,7 +493,7 @@ def test_a_checkpoint_that_carries_code_is_refused(tmp_path, grading_db, trained
     shutil.copy(trained_model_file, subs / "hoarder" / "captioning_transformer.pt")  # an older copy, outside runs/
     db_url, workers = grading_db
     results = {r.student: r for r in autograde(subs, tmp_path / "out", course_dir=tmp_path / "course",
-                                               db_url=db_url, workers=workers)}
+                                               db_url=db_url, settings=Settings(workers=workers))}
     with open(tmp_path / "out" / "grades.csv") as f:
         rows = {r["student"]: r for r in csv.DictReader(f)}
     points = {g: p for s, g, p in graded_columns() if s == nb05}
@@ -571,7 +572,7 @@ def test_hidden_scenes_cannot_be_drawn_again_in_the_sandbox(tmp_path, grading_db
         (subs / student / nbs.TRAINED_CHECKPOINT).write_bytes(checkpoint.read_bytes())
     before = {p: p.read_bytes() for p in (subs / "trained").rglob("*") if p.is_file()}
     db_url, workers = grading_db
-    autograde(subs, tmp_path / "out", course_dir=tmp_path / "course", db_url=db_url, workers=workers)
+    autograde(subs, tmp_path / "out", course_dir=tmp_path / "course", db_url=db_url, settings=Settings(workers=workers))
     with open(tmp_path / "out" / "grades.csv") as f:
         rows = {r["student"]: r for r in csv.DictReader(f)}
     points = {g: p for s, g, p in graded_columns() if s == nb05}

@@ -1,0 +1,49 @@
+"""A grading run's settings (grading/settings.py): one name each, from the command line through nbgrader's
+configuration to the sandbox's step, and no other place that sets them."""
+from __future__ import annotations
+
+import argparse
+import re
+
+from conftest import ROOT
+from traitlets.config.loader import PyFileConfigLoader
+
+from grading import course
+from grading.sandbox import SandboxedExecute
+from grading.settings import Limits, Settings, add_options, from_options
+
+
+def parse(*argv: str) -> Settings:
+    parser = argparse.ArgumentParser()
+    add_options(parser)
+    return from_options(parser.parse_args(list(argv)))
+
+
+def test_the_command_line_has_one_option_per_setting_named_as_its_field():
+    assert parse() == Settings()
+    chosen = parse("--cell-seconds", "7", "--notebook-seconds", "90", "--memory-mb", "900", "--cpus", "0.5",
+                   "--processes", "64", "--file-mb", "8", "--scratch-mb", "128", "--no-sandbox", "--no-reuse-sandbox",
+                   "--workers", "3", "--scheduler", "tcp://h:8786")
+    assert chosen == Settings(Limits(cell_seconds=7, notebook_seconds=90, memory_mb=900, cpus=0.5, processes=64,
+                                     file_mb=8, scratch_mb=128), isolate=False, reuse_sandbox=False, workers=3,
+                              scheduler="tcp://h:8786")
+
+
+def test_the_course_configuration_hands_the_settings_to_the_sandbox_step(tmp_path, monkeypatch):
+    settings = Settings(Limits(cell_seconds=7, notebook_seconds=90, memory_mb=900, scratch_mb=128), isolate=False,
+                        reuse_sandbox=False)
+    course.write_config(tmp_path, settings=settings)
+    config = PyFileConfigLoader("nbgrader_config.py", path=str(tmp_path)).load_config()
+    step = SandboxedExecute(config=config)
+    assert Limits(**step.limits) == settings.limits
+    assert (step.isolate, step.reuse_sandbox) == (False, False)
+    course.write_config(tmp_path)  # the defaults, unless a run chooses others
+    step = SandboxedExecute(config=PyFileConfigLoader("nbgrader_config.py", path=str(tmp_path)).load_config())
+    assert (Limits(**step.limits), step.isolate, step.reuse_sandbox) == (Limits(), True, True)
+
+
+def test_no_other_name_or_default_for_a_setting_in_the_grading_code():
+    old = re.compile(r"cell_timeout|notebook_timeout|CELL_TIMEOUT|NOTEBOOK_TIMEOUT|--cell-timeout|\"--timeout\"")
+    found = [f"{p.relative_to(ROOT)}:{n}" for p in sorted((ROOT / "grading").glob("*.py"))
+             for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1) if old.search(line)]
+    assert not found, f"the old names of a setting: {found}"
