@@ -73,7 +73,7 @@ def main() -> None:
     ap.add_argument("--quota", type=float, default=1 / 3, help="share of one CPU for the slow run (default 1/3)")
     ap.add_argument("--steps", type=int, default=700)
     args = ap.parse_args()
-    from grading.cases.captioning import trained_shares
+    from grading.cases.captioning.training import trained_shares
 
     if not can_set_quota():
         print("this machine cannot set a CPU quota here: run as root where the cgroup CPU controller is mounted")

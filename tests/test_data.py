@@ -732,7 +732,7 @@ def test_the_hidden_scenes_stream_is_nowhere_student_code_can_read():
     """The trained-model cases' hidden scenes come from a random stream that only grading/ holds: student code
     can call unseen_images, so a stream it can find (in starter/ or data/, both mounted in the sandbox and
     published, dataset and references included) would give it the hidden scenes and their captions."""
-    from grading.cases.captioning import HIDDEN_STREAM, PUBLIC_STREAM
+    from grading.cases.captioning.training import HIDDEN_STREAM, PUBLIC_STREAM
 
     assert HIDDEN_STREAM.bit_length() > 100 and HIDDEN_STREAM != PUBLIC_STREAM, "too small to be kept from a search"
     stream = HIDDEN_STREAM + 100  # what unseen_images seeds with
@@ -752,7 +752,7 @@ def test_the_trained_model_cases_are_the_scenes_of_their_streams():
     """The public case's scenes are still unseen_images' stream 1 (what students can draw), the hidden cases'
     come from the grader's own stream, and none of them from the stream the hidden cases once used (2)."""
     from grading import notebooks
-    from grading.cases.captioning import HIDDEN_STREAM, PUBLIC_STREAM
+    from grading.cases.captioning.training import HIDDEN_STREAM, PUBLIC_STREAM
     from starter.checks import load_case
 
     path = _default_shapes()

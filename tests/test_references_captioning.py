@@ -182,7 +182,7 @@ def test_beam_matches_independent_search(name, dtype):
 
 
 # ---- beam search: the width rules and the length conventions -------------------------------------------
-# Look-alike beam searches, written here independently of grading/cases/captioning.py's `_beam`, for the bugs
+# Look-alike beam searches, written here independently of grading/cases/captioning/decoding.py's `_beam`, for the bugs
 # that a correct-looking beam search hides: each must be named by its own message on some hidden case.
 
 def _hidden_names(prefix):
@@ -289,7 +289,7 @@ BEAM_LOOKALIKES = {  # known bug -> (look-alike search, words its message must c
 def test_beam_bug_messages_name_their_own_bug():
     """One line each; no two known beam bugs share a message or the advice after its first colon, and only the
     missing normalisation is told to divide by length ** length_penalty."""
-    from grading.cases.captioning import BEAM_BUGS
+    from grading.cases.captioning.decoding import BEAM_BUGS
     assert set(BEAM_LOOKALIKES) <= set(BEAM_BUGS)
     for k, m in BEAM_BUGS.items():
         assert m and "\n" not in m and ": " in m, k
@@ -305,7 +305,7 @@ def test_the_worked_example_of_beam_search_is_what_the_text_says():
     """Notebook 06 works beam search out by hand on the public case beam/worked_example: its answer, the
     keep-k-alive beam's other answer, and the length-normalised scores it states are those of this file's
     searches on the stored model."""
-    from grading.cases.captioning import WORKED_NEXT, WORKED_WORDS
+    from grading.cases.captioning.decoding import WORKED_NEXT, WORKED_WORDS
     text = "".join(c.source for c in nbs.read(nbs.SOLUTIONS / "06_decoding.ipynb").cells
                    if nbs.nbgrader_meta(c).get("grade_id") == "md_28")
     case = load_case("beam/worked_example")
@@ -888,7 +888,7 @@ def test_a_bug_that_looks_like_another_is_told_what_was_seen(bug):
 
 def test_decoding_messages_say_what_was_seen():
     """Every message of a decoding bug whose captions another mistake can give describes the captions."""
-    from grading.cases.captioning import BEAM_BUGS, GREEDY_BUGS
+    from grading.cases.captioning.decoding import BEAM_BUGS, GREEDY_BUGS
     feed = ["start_only", "start_only_raw", "no_feedback", "last_token_only", "first_position", "start_ignored"]
     for message in [*BEAM_BUGS.values(), *(GREEDY_BUGS[k] for k in feed)]:
         assert any(words in message for words in OBSERVED[:2]), message
