@@ -29,6 +29,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from . import notebooks
+from .judge import NOT_RUN, CaseResult, read_class_records
 from .notebooks import written_columns
 from .spreadsheet import read_csv
 
@@ -75,17 +76,6 @@ class DiagnosisStats:
     named: bool  # False: a failure with no diagnosis (an exception, wrong values, did not run)
 
 
-def _records(out: Path) -> dict[str, dict[str, dict]]:
-    """{student: {notebook: record}} from OUT/records (the judge's JSON, see grading.judge)."""
-    found: dict[str, dict[str, dict]] = defaultdict(dict)
-    for path in sorted((out / "records").glob("*/*.json")):
-        try:
-            found[path.parent.name][path.stem] = json.loads(path.read_text())
-        except (OSError, ValueError):
-            continue
-    return found
-
-
 def _grades(out: Path) -> tuple[dict[str, float], list[dict]]:
     rows = read_csv(out / "grades.csv")  # undoes the quote that keeps a spreadsheet from running a cell
     text = ("student", "lms_id", "id", "status", "review", "notes")
@@ -113,7 +103,7 @@ def build(out: Path, anonymise: bool = False) -> dict:
     """The class report as plain data (what class_report.json holds)."""
     report = json.loads((out / "report.json").read_text())
     maxima, rows = _grades(out)
-    records = _records(out)
+    records = read_class_records(out / "records")
     students = sorted(s["student"] for s in report["students"])
     label = _labels(report["students"])
     alias = {s: (f"student {i + 1:0{len(str(len(students)))}d}" if anonymise else label[s])
@@ -144,32 +134,31 @@ def build(out: Path, anonymise: bool = False) -> dict:
         for cell in notebooks.test_cells(notebooks.read(notebooks.SOLUTIONS / f"{stem}.ipynb")):
             task = notebooks.nbgrader_meta(cell)["grade_id"]
             who = [s for s in graded if took(s, stem)]
-            cells = {s: next((c for c in records[s][stem]["cells"] if c["grade_id"] == task), None) for s in who}
+            cells = {s: next((c for c in records[s][stem].cells if c.grade_id == task), None) for s in who}
             stats = TaskStats(stem, task, maxima.get(f"{stem}:{task}", 0.0), len(who), 0, 0, 0.0)
             credit = []
-            case_rows: dict[str, list[tuple[str, dict]]] = defaultdict(list)
+            case_rows: dict[str, list[tuple[str, CaseResult]]] = defaultdict(list)
             for s, c in cells.items():
                 if c is None:
                     continue
-                credit.append(c["points"] / c["max_points"] if c["max_points"] else 0.0)
-                stats.full_marks += c["points"] >= c["max_points"]
-                stats.attempted += any(k["passed"] or k.get("diagnosis") not in ("not implemented", "did not run")
-                                       for k in c["cases"])
+                credit.append(c.points / c.max_points if c.max_points else 0.0)
+                stats.full_marks += c.points >= c.max_points
+                stats.attempted += any(k.passed or k.diagnosis not in ("not implemented", NOT_RUN) for k in c.cases)
                 seen = set()
-                for k in c["cases"]:
-                    case_rows[k["case"]].append((s, k))
-                    kind = k.get("diagnosis") or "wrong values"
-                    if not k["passed"] and kind not in seen:  # a student counts once per task and diagnosis
+                for k in c.cases:
+                    case_rows[k.case].append((s, k))
+                    kind = k.diagnosis or "wrong values"
+                    if not k.passed and kind not in seen:  # a student counts once per task and diagnosis
                         seen.add(kind)
-                        found[(stem, task, kind)].append((s, k["message"]))
+                        found[(stem, task, kind)].append((s, k.message))
             stats.mean_credit = statistics.fmean(credit) if credit else 0.0
             for case, results in case_rows.items():
-                passed = {s for s, k in results if k["passed"]}
+                passed = {s for s, k in results if k.passed}
 
                 def rate(group, passed=passed):
                     return len(passed & group) / len(group) if group else 0.0
 
-                stats.cases.append(CaseStats(stem, task, case, results[0][1]["public"], len(results), len(passed),
+                stats.cases.append(CaseStats(stem, task, case, results[0][1].public, len(results), len(passed),
                                              round(rate(better) - rate(weaker), 3)))
             tasks.append(stats)
 
@@ -193,8 +182,8 @@ def build(out: Path, anonymise: bool = False) -> dict:
         if absent:
             missing.append({"student": alias[s], "missing": absent})
         for rec in records.get(s, {}).values():
-            if rec.get("sandbox") not in ("finished", None):
-                sandbox[rec["sandbox"]] += 1
+            if rec.sandbox != "finished":
+                sandbox[rec.sandbox] += 1
     all_cases = [c for t in tasks for c in t.cases if not c.public and c.students >= 4]
     separating = sorted(all_cases, key=lambda c: (-c.separation, c.case))[:TOP_SEPARATING]
     return {

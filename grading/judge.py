@@ -169,10 +169,25 @@ class Judge(NbGraderPreprocessor):
         return nb, resources
 
 
+def read_record(path: Path) -> NotebookRecord:
+    """One notebook's record as the judge wrote it (records/<student>/<notebook>.json)."""
+    raw = json.loads(path.read_text())
+    raw["cells"] = [CellResult(**{**c, "cases": [CaseResult(**k) for k in c["cases"]]}) for c in raw["cells"]]
+    return NotebookRecord(**raw)
+
+
 def read_records(records_dir: Path, student: str) -> list[NotebookRecord]:
-    out = []
-    for path in sorted((records_dir / student).glob("*.json")):
-        raw = json.loads(path.read_text())
-        raw["cells"] = [CellResult(**{**c, "cases": [CaseResult(**k) for k in c["cases"]]}) for c in raw["cells"]]
-        out.append(NotebookRecord(**raw))
-    return out
+    """A student's records, one per notebook graded; an unreadable one raises."""
+    return [read_record(path) for path in sorted((records_dir / student).glob("*.json"))]
+
+
+def read_class_records(records_dir: Path) -> dict[str, dict[str, NotebookRecord]]:
+    """{student: {notebook: record}} of every record under `records_dir`; an unreadable file is left out (the class
+    report of a damaged folder still comes out, without it)."""
+    found: dict[str, dict[str, NotebookRecord]] = {}
+    for path in sorted(records_dir.glob("*/*.json")):
+        try:
+            found.setdefault(path.parent.name, {})[path.stem] = read_record(path)
+        except (OSError, ValueError, TypeError, KeyError):
+            continue
+    return found
