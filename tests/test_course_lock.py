@@ -21,9 +21,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import cloudpickle
-import holdback
 import pytest
 from conftest import filled_submission, write_nb
+from support import holdback
 
 from grading import course
 from grading import notebooks as nbs

@@ -13,9 +13,9 @@ import threading
 import time
 from pathlib import Path
 
-import holdback
 import pytest
 from conftest import filled_submission, free_port, write_nb
+from support import holdback
 
 from grading import engine
 from grading import local_postgres as postgres
@@ -106,7 +106,7 @@ def test_an_existing_cluster_grades_the_same_and_survives_a_killed_worker(tmp_pa
     expected = _class(tmp_path / "subs", 4)
     address = f"tcp://127.0.0.1:{free_port()}"
     env = engine.worker_env()
-    env["PYTHONPATH"] += os.pathsep + str(Path(holdback.__file__).parent)  # the held-back task, by reference too
+    env["PYTHONPATH"] += os.pathsep + str(Path(holdback.__file__).parents[1])  # support.holdback, by reference too
     quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL, "env": env, "cwd": tmp_path}
     procs = [subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", "127.0.0.1",
                                "--port", address.rsplit(":", 1)[1], "--no-dashboard"], **quiet)]

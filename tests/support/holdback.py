@@ -3,7 +3,7 @@ back until a condition holds, so that the tests assert on an order of events rat
 
 This module is pickled by value, so worker processes need not have `tests/` on their path.
 Run as a script, it grades like `autograde` with one student held back until a file exists (the
-interrupted-run test kills it mid-run): `python tests/holdback.py SUBMISSIONS OUT COURSE STUDENT FILE`.
+interrupted-run test kills it mid-run): `python tests/support/holdback.py SUBMISSIONS OUT COURSE STUDENT FILE`.
 """
 from __future__ import annotations
 
