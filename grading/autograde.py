@@ -41,7 +41,8 @@ def autograde(submissions: Path, out: Path, course_dir: Path | None = None, db_u
     resume=True keeps the results of students graded by an earlier, interrupted run. `settings`
     (grading/settings.py): the sandbox's limits; isolate=False runs student code without isolation (only
     where bubblewrap cannot be had): every row is flagged; `workers` worker processes on this machine, or
-    the Dask cluster at `scheduler` (grading/engine.py). `task` replaces `worker.grade_student` there (the tests hold a student back with it).
+    the Dask cluster at `scheduler` (grading/engine.py). `task` replaces `worker.grade_student` there (the
+    tests hold a student back with it).
     The run holds the course folder from before it is prepared until the report is written (`course.hold`):
     another run on it raises `course.CourseLockError` at once, naming this one, having changed nothing.
     """

@@ -17,6 +17,7 @@ import json
 import logging
 import os
 import re
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -180,8 +181,6 @@ def start_kernel(cwd: Path, warm_up: bool = True):
     one runs, so that kernel start-up overlaps work. With `warm_up`, a thread then imports `WARM_UP` in it
     (`warm_up_kernel`, on the thread `warming`). A notebook run in it meanwhile waits in the kernel for the
     imports to finish, so its run time includes what is left of them."""
-    import threading
-
     from jupyter_client.manager import AsyncKernelManager
     from jupyter_core.utils import run_sync
 
@@ -201,7 +200,7 @@ class StartedKernel:
     """A kernel of `start_kernel`: its manager (for `execute_notebook(km=...)`) and the thread warming it up."""
 
     manager: Any
-    warming: Any = None  # threading.Thread, or None
+    warming: threading.Thread | None = None
 
 
 # The libraries every notebook imports in its first cells (torch alone takes over a second to import).
