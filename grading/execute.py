@@ -179,8 +179,9 @@ def write_html(nb, path: Path, source_dir: Path) -> Path:
 def start_kernel(cwd: Path, warm_up: bool = True):
     """A fresh kernel for a notebook to run in, started now: `execute_all` starts the next notebook's kernel while
     one runs, so that kernel start-up overlaps work. With `warm_up`, a thread then imports `WARM_UP` in it
-    (`warm_up_kernel`, on the thread `warming`). A notebook run in it meanwhile waits in the kernel for the
-    imports to finish, so its run time includes what is left of them."""
+    (`warm_up_kernel`, on the thread `warming`). The kernel takes one request at a time: a notebook whose first
+    cell reaches it after the warm-up's request waits for the imports to finish, one whose cell gets there first
+    runs before them; either way the notebook sees a fresh kernel's namespace."""
     from jupyter_client.manager import AsyncKernelManager
     from jupyter_core.utils import run_sync
 
@@ -396,7 +397,7 @@ def execute_all(names: list[str] | None = None, out: Path | None = None, figures
             this, kernel = kernel, (start_kernel(out) if i + 1 < len(paths) else None)  # the next starts meanwhile
             r = execute_notebook(path, out, figures_dir=figures / path.stem, km=this.manager, exports=exports)
             if this.warming is not None:
-                this.warming.join()  # long done: the notebook's first request waited for it in the kernel
+                this.warming.join()  # long done: it ran in the kernel before or between the notebook's cells
             results.append(r)
             print(_row(r), flush=True)
             for e in r["errors"]:
