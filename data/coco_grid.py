@@ -39,9 +39,8 @@ import torch
 from PIL import Image
 from tqdm.auto import tqdm
 
-from data.common import SPECIAL_TOKENS, default_data_dir, write_header
+from data.common import COCO_GRID_FILE, SPECIAL_TOKENS, default_data_dir, write_header
 
-FILE_NAME = "coco_grid.h5"
 # The COCO 2014 zips: URL, size in bytes and SHA-256, as recorded by TensorFlow Datasets
 # (tensorflow_datasets/url_checksums/coco2014.txt). The hash is what makes plain http safe here.
 COCO_ZIPS = {
@@ -53,12 +52,6 @@ COCO_ZIPS = {
                 "fe9be816052049c34717e077d9e34aa60814a55679f804cd043e3cbee3b9fde0"),
 }
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
-
-
-def command(root=None) -> str:
-    root = Path(root) if root else default_data_dir()
-    return (f"python -m data.coco_grid --coco-dir {root / 'coco'} --download "
-            f"--out {root / FILE_NAME} --max-images 20000")
 
 
 class BuildError(RuntimeError):
@@ -286,7 +279,7 @@ def main(argv=None) -> int:
     p.add_argument("--train-images", type=Path)
     p.add_argument("--val-annotations", type=Path)
     p.add_argument("--val-images", type=Path)
-    p.add_argument("--out", type=Path, default=default_data_dir() / FILE_NAME)
+    p.add_argument("--out", type=Path, default=default_data_dir() / COCO_GRID_FILE)
     p.add_argument("--max-images", type=int, default=None, help="training images (first by id)")
     p.add_argument("--max-val-images", type=int, default=None, help="default: max-images / 4")
     p.add_argument("--arch", default="resnet50")

@@ -5,7 +5,7 @@
 Reads only what grading recorded in OUT: `report.json` (who submitted what, review flags),
 `grades.csv` (scores per test cell) and `records/<student>/<notebook>.json` (the judge's per-case
 results, each failure with its `diagnosis`: a known bug's name, a symptom, an exception type; see
-`starter.checks.Diagnosis`). Runs nothing and grades nothing. Writes `OUT/class_report.json` and
+`starter.compare.Diagnosis`). Runs nothing and grades nothing. Writes `OUT/class_report.json` and
 `OUT/class_report.html` (self-contained: inline PNG figures, no script, no network):
 - score distributions per notebook and overall, and how many students attempted each task;
 - per task and hidden case: pass rate, mean credit, and the cases that separate students most;

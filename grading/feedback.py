@@ -14,7 +14,7 @@ from nbconvert.exporters import HTMLExporter, TemplateExporter
 from nbgrader.preprocessors import NbGraderPreprocessor
 from traitlets import Unicode
 
-from starter.checks import case_names
+from starter.compare import case_names
 
 from .notebooks import nbgrader_meta
 

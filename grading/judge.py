@@ -1,10 +1,10 @@
 """The judge: a student's scores from what the sandbox recorded, compared with the expected outputs.
 
 It never imports or runs student code. Its inputs are plain data: the observations the checks wrote
-in the sandbox (read by `starter.checks.read_observations`: JSON and .npz, size-capped, no pickles)
+in the sandbox (read by `starter.compare.read_observations`: JSON and .npz, size-capped, no pickles)
 and the stored references, hidden ones included, which never enter the sandbox. Each test cell's
 cases are the `check("case", ...)` calls of its source as nbgrader restored it (hidden tests
-included); each case is compared by `starter.checks.diagnose` (what `verdict`, the comparison the
+included); each case is compared by `starter.compare.diagnose` (what `verdict`, the comparison the
 student's public check runs, is made of), so a grade and the message the student saw can't disagree,
 and each failure keeps its kind (a known bug, a symptom) for the class report.
 
@@ -25,7 +25,7 @@ import nbformat
 from nbgrader.preprocessors import NbGraderPreprocessor
 from traitlets import List, Unicode
 
-from starter.checks import PUBLIC_DIR, CheckFailed, Diagnosis, Observation, case_file, case_names, diagnose, load_case
+from starter.compare import PUBLIC_DIR, CheckFailed, Diagnosis, Observation, case_file, case_names, diagnose, load_case
 
 from . import notebooks
 
@@ -39,7 +39,7 @@ class CaseResult:
     public: bool
     passed: bool
     message: str  # one line, without the case's name
-    diagnosis: str = ""  # the kind of failure, the same for every student with that mistake (starter.checks.Diagnosis)
+    diagnosis: str = ""  # the kind of failure, the same for every student with that mistake (starter.compare.Diagnosis)
 
 
 @dataclass

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import h5py
 
-from starter.checks import case_names
+from starter.compare import case_names
 
 from . import notebooks
 

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from starter.cases import Case, write_case
-from starter.checks import _close, value_dropout  # the check's own tolerance rule and dropout
+from starter.compare import _close, value_dropout  # the check's own tolerance rule and dropout
 
 from . import notebooks
 

@@ -26,7 +26,7 @@ runs student code, and no kernel is a fork of a process that has held a student'
 sandbox holds nothing of the last student.
 
 `SandboxedExecute` is nbgrader's `Execute` step done this way; what the checks recorded is read
-back as plain data (`starter.checks.read_observations`) for the judge.
+back as plain data (`starter.compare.read_observations`) for the judge.
 """
 from __future__ import annotations
 
@@ -56,7 +56,7 @@ from nbgrader.preprocessors import NbGraderPreprocessor
 from traitlets import Bool, Dict, Unicode
 
 from starter.cases import case_groups, read_case, write_case
-from starter.checks import CASE_INPUTS_ENV, Observation, read_observations
+from starter.compare import CASE_INPUTS_ENV, Observation, read_observations
 
 from . import notebooks, seccomp
 from .sandbox_runner import MAX_FILES, PLAIN_NAME  # the server's own definitions (it runs standalone)

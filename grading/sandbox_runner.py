@@ -52,7 +52,7 @@ MAX_FILES = 4096  # records files read back per notebook
 STARTER_SECONDS = 30  # for the kernel starter to answer
 _EXIT = os._exit  # the kernel's code replaces os._exit (REFUSE_EXIT)
 PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
-RESULTS_ENV = "COURSE_RESULTS_DIR"  # starter.checks.RESULTS_ENV (the grader's code is not importable here)
+RESULTS_ENV = "COURSE_RESULTS_DIR"  # starter.compare.RESULTS_ENV (the grader's code is not importable here)
 
 # Imported once by the server, so that a notebook's own imports of them cost nothing. Not the kit's
 # `starter` package: importing it sets up the notebook's error display, which needs the notebook's kernel.

@@ -37,9 +37,9 @@ class Case:
     variants: {bug: (message, outputs of that bug)}; properties: generic checks, e.g. ["raises",
     "ValueError", "when ..."] for a case of bad input; forbid: library functions the answer must not call;
     train_seed: None, or (module cases) run the module in train mode, its dropout a function of each value
-    (`starter.checks.value_dropout`) and the random generator seeded with it just before the call; stand_ins: (module
+    (`starter.compare.value_dropout`) and the random generator seeded with it just before the call; stand_ins: (module
     cases) class names of submodules that run as the kit's PyTorch-backed version while the case runs
-    (`starter.layers.STAND_INS`), so that a mistake in them is charged to their own test, not to this one.
+    (`starter.stand_ins.STAND_INS`), so that a mistake in them is charged to their own test, not to this one.
     """
 
     name: str

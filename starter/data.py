@@ -31,8 +31,8 @@ import h5py
 import numpy as np
 import torch
 
-from data import coco_cs231n, coco_grid, shapes
-from data.common import FORMAT_NAME, SPECIAL_TOKENS, default_data_dir
+from data import coco_cs231n, shapes
+from data.common import COCO_GRID_FILE, FORMAT_NAME, SPECIAL_TOKENS, coco_grid_command, default_data_dir
 
 __all__ = ["DatasetError", "Vocab", "Split", "CaptionDataset", "StoredBatches", "load_dataset",
            "write_caption_file", "default_data_dir"]
@@ -621,10 +621,10 @@ def load_dataset(name_or_path="shapes", data_dir=None, build: bool = True, prelo
     if key == "coco-fc7":
         return _load_cs231n(root / coco_cs231n.FOLDER, preload)
     if key == "coco-grid":
-        path = root / coco_grid.FILE_NAME
+        path = root / COCO_GRID_FILE
         if not path.exists():
             raise DatasetError(f"missing file {path}. Build COCO grid features (on Colab or a machine with "
-                               f"internet) with:\n    {coco_grid.command(root)}")
+                               f"internet) with:\n    {coco_grid_command(root)}")
         return _load_course_h5(path, "coco-grid", preload)
     path = Path(name_or_path).expanduser()
     if path.is_dir():

@@ -36,6 +36,7 @@ from torch import nn
 from data.efficientnet_lite import MEAN as IMAGENET_MEAN  # the statistics the kit's backbone was trained with
 from data.efficientnet_lite import STD as IMAGENET_STD
 
+from .compare import load_case, observe, verdict
 from .layers import ToyCaptioner, with_model
 
 __all__ = ["with_cnn", "TinyCNN", "IMAGENET_MEAN", "IMAGENET_STD", "with_probe_words", "with_long_output",
@@ -475,8 +476,6 @@ PUBLIC_CASES = {
 def yours_if_it_passes(name: str, yours, instead: str):
     """`yours` if it passes its public check, else None; prints one line saying which, and (`instead`) what
     the notebook does without it, so that an unfinished piece never stops the rest of the notebook."""
-    from .checks import load_case, observe, verdict
-
     if yours is None:  # not defined, or its notebook could not be loaded (a line said why)
         print(f"{name}: not available; {instead}")
         return None

@@ -89,7 +89,7 @@ def case_names_in(path: Path) -> list[str]:
     """Names of the reference cases stored in one HDF5 file."""
     import h5py
 
-    from starter.checks import case_groups
+    from starter.compare import case_groups
 
     with h5py.File(path, "r") as f:
         return [name for name, _ in case_groups(f)]

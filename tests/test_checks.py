@@ -178,6 +178,20 @@ def test_failure_renders_as_one_line_in_ipython():
     assert len(rendered) == 1 and "returned None" in rendered[0]
 
 
+@pytest.mark.parametrize("module, name", [("starter.checks", "check"), ("starter.checks", "load_case"),
+                                          ("starter.compare", "observe"), ("starter.compare", "verdict"),
+                                          ("starter.compare", "__all__")])
+def test_a_cell_cannot_replace_the_checks_or_the_comparison_they_run(module, name):
+    # a test cell that imports `check` again gets the real one, and `check` calls the real comparison
+    import importlib
+    mod = importlib.import_module(module)
+    with pytest.raises(AttributeError, match="read-only"):
+        setattr(mod, name, print)
+    with pytest.raises(AttributeError, match="read-only"):
+        delattr(mod, name)
+    assert getattr(mod, name) is not print
+
+
 def test_missing_hidden_case_says_so(monkeypatch, tmp_path):
     monkeypatch.delenv("COURSE_HIDDEN_REFERENCES", raising=False)
     monkeypatch.chdir(tmp_path)
@@ -199,7 +213,8 @@ def test_an_exception_in_a_helper_names_the_helper_and_its_line():
 
 
 def test_check_public_runs_every_public_case_and_counts_failures(ns, capsys, monkeypatch):
-    from starter.checks import RESULTS_ENV, check_public
+    from starter.checks import check_public
+    from starter.compare import RESULTS_ENV
 
     monkeypatch.delenv(RESULTS_ENV, raising=False)
     buggy = dict(ns, causal_mask=lambda T, device=None: torch.ones(T, T, dtype=torch.bool).tril(-1),

@@ -15,7 +15,8 @@ from conftest import filled_submission
 from grading import notebooks as nbs
 from grading import sandbox, seccomp
 from grading.judge import judge_cell, public_case_names
-from starter.checks import load_case, observe, read_observations, record, verdict
+from starter.checks import load_case
+from starter.compare import observe, read_observations, record, verdict
 
 HIDDEN_CASE = "causal/17"  # a hidden case of notebook 01
 DIRS = [nbs.PUBLIC_REFERENCES, nbs.HIDDEN_REFERENCES]

@@ -103,7 +103,7 @@ ALTERNATIVES = {
             (RETURN_PE, "return nn.functional.dropout(self.pe[:T].to(x.dtype) + x, self.dropout.p, self.training)")]}),
     "mha: einsum, and dropout on a transposed view of the weights": (
         # the weights dropped through a non-contiguous view: the same values in another memory layout must be
-        # dropped alike (starter.checks.value_dropout)
+        # dropped alike (starter.compare.value_dropout)
         MHA, {"MultiHeadAttention", "TransformerDecoderLayer"}, {"MultiHeadAttention": [(
             DROP_WEIGHTS, "dropped = F.dropout(weights.transpose(-1, -2).contiguous().transpose(-1, -2), "
                           "self.dropout.p, self.training)\n        out = torch.einsum('bhts,bhsd->bhtd', dropped, v)")]}),
@@ -139,7 +139,7 @@ def test_each_correct_alternative_passes_every_case(alternative, hidden_referenc
 
 # No cascades: a bug in split_heads/merge_heads or MultiHeadAttention costs points in its own tests, not in
 # the decoder layer's, whose check runs the layer with PyTorch's attention on the layer's own projections
-# (the decoder cases' `stand_ins`, starter.layers.torch_attention).
+# (the decoder cases' `stand_ins`, starter.stand_ins.torch_attention).
 UPSTREAM_BUGS = {
     "mha: dropout on the output": BUGS["mha: dropout on the output"][2],
     "mha: scaled by sqrt(d_model)": {"MultiHeadAttention": [("math.sqrt(self.head_dim)", "math.sqrt(self.embed_dim)")]},

@@ -113,10 +113,26 @@ def test_wheel_builds_cleanly_ships_public_references_only_and_runs_a_check_once
     assert "sdpa/basic passed" in run.stdout and run.stdout.strip().endswith(str(Path(site) / "starter" / "__init__.py"))
 
 
-def test_the_grading_package_imports_in_one_direction():
-    """No module of grading/ imports, directly or through others, a module that imports it back: imports inside
-    functions count too."""
+def test_the_kit_imports_in_one_direction():
+    """No module of grading/, starter/ or data/ imports, directly or through others, a module that imports it
+    back: imports inside functions count too."""
     from support.imports import cycles, import_graph
     graph = import_graph(("grading", "starter", "data"))
     assert "grading.report" in graph and "grading.report" in graph["grading.autograde"]  # the reader sees imports
-    assert [c for c in cycles(graph) if any(m.startswith("grading") for m in c)] == []
+    assert "starter.compare" in graph["starter.checks"] and "starter.layers" in graph["starter.checks"]
+    assert cycles(graph) == []
+
+
+def test_the_comparison_the_judge_runs_stands_below_the_student_api():
+    """starter.compare (what the judge imports) reaches none of what a notebook's cells use it through: the student
+    API (`check`), the adapters around answers, the notebook loader; and nothing of the grader."""
+    from support.imports import import_graph
+    graph = import_graph(("grading", "starter", "data"))
+    reached, todo = set(), ["starter.compare"]
+    while todo:
+        for m in graph[todo.pop()] - reached:
+            reached.add(m)
+            todo.append(m)
+    # (starter.data for the vocabulary of trained-model cases, which reaches the dataset builders of data/)
+    assert {m for m in reached if m.split(".")[0] != "data"} == {"starter.cases", "starter.stand_ins",
+                                                                 "starter.data"}, sorted(reached)

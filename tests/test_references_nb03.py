@@ -16,7 +16,7 @@ import torch
 from conftest import case_names, load_any_case
 from torch import nn
 
-from starter.checks import value_dropout
+from starter.compare import value_dropout
 
 STEM = "03_multi_head_attention"
 
@@ -102,7 +102,7 @@ def _run_mha(case, inputs):
 
 def _as_the_case_runs(ref, case, run):
     """Run `ref` in eval mode, or, for a case about dropout, in train mode with the check's dropout (a
-    function of each value, starter.checks.value_dropout), which PyTorch's own layers then use too."""
+    function of each value, starter.compare.value_dropout), which PyTorch's own layers then use too."""
     ref.train(case.train_seed is not None)
     with value_dropout(case.train_seed):
         return run()

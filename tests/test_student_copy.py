@@ -57,7 +57,8 @@ import pytest
 from grading import notebooks as nbs
 from grading.judge import judge_cell, public_case_names
 from grading.publish import publish
-from starter.checks import load_case, read_observations
+from starter.checks import load_case
+from starter.compare import read_observations
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "student_copy"
 RUNNER = FIXTURES / "run_candidates.py"

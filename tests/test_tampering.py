@@ -24,7 +24,7 @@ from test_judge import CLOSE_THE_PIPES  # no signal reaches the cell, its pipes 
 from grading import notebooks as nbs
 from grading.autograde import autograde, graded_columns
 from grading.settings import Limits, Settings
-from starter.checks import case_names
+from starter.compare import case_names
 
 NB = "01_scaled_dot_product_attention"
 MODEL_NB = "04_captioning_data_and_model"

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from grading.references import CaseSpec, Row, causal, deviation, randn, with_forward
-from starter.checks import MATRIX_PRODUCTS, READY_MADE_SOFTMAX
+from starter.compare import MATRIX_PRODUCTS, READY_MADE_SOFTMAX
 
 FORBID = ["torch.nn.functional.scaled_dot_product_attention"]  # the task is to write it
 # Task 1 is written with loops and its softmax written out, as its text says: no ready-made softmax, and no

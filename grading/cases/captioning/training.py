@@ -86,7 +86,7 @@ def trained_shares(checkpoint) -> dict[str, float]:
     """The share of each stored trained-model case's images (public and hidden) that the model saved at
     `checkpoint` captions exactly right, decoded by the solution's greedy_decode and counted as the check counts."""
     from grading import notebooks
-    from starter.checks import case_groups, load_case, observe, share_exactly_right
+    from starter.compare import case_groups, load_case, observe, share_exactly_right
     from starter.layers import layers_from, trained_captioner
 
     ns = solutions_namespace()
