@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -62,21 +63,16 @@ def main() -> None:
         os.environ.setdefault("COURSE_NOTEBOOKS_DIR", str(nbs.SOLUTIONS))
     ns = nbs.captioning_solution()
     cfg = nbs.shapes_config()
-    targs = dict(cfg["train"])
-    if args.steps:
-        targs.update(steps=args.steps, time_limit=None)
-    if args.lr:
-        targs.update(lr=args.lr)
+    config = replace(cfg["train"], seed=args.seed, steps=args.steps or cfg["train"].steps,
+                     lr=args.lr or cfg["train"].lr, batch_size=args.batch_size or cfg["train"].batch_size)
     if args.dropout is not None:
         cfg["model"]["dropout"] = args.dropout
-    if args.batch_size:
-        targs.update(batch_size=args.batch_size)
     if args.ff:
         cfg["model"]["dim_feedforward"] = args.ff
     ds = load_dataset("shapes")
     train_split, val_split = ds.split("train"), ds.split("val")
-    batch_size = targs.pop("batch_size")
-    print(f"shapes, layers={args.layers}, {torch.get_num_threads()} threads, batch {batch_size}, {targs}")
+    batch_size = config.batch_size
+    print(f"shapes, layers={args.layers}, {torch.get_num_threads()} threads, {config}")
     base = None
     for data in args.data:
         vocab = ds.vocab
@@ -102,8 +98,7 @@ def main() -> None:
                                             **cfg["model"])
         loss_fn = ns["teacher_forcing_loss"] if not args.label_smoothing else smoothed_loss(args.label_smoothing,
                                                                                                vocab.null_idx)
-        hist = train(model, loss_fn, source, val_split=val, seed=args.seed, progress=False,
-                     batch_size=batch_size, **targs, **nbs.solution_training(ns))
+        hist = train(model, loss_fn, source, config, nbs.solution_training(ns), val_data=val, progress=False)
         base = base or hist["seconds"]
         scores, _ = ns["evaluate_captions"](model, ns["greedy_decode"], val_split, vocab, max_len=ds.max_length - 1)
         print(f"{data:>5}: {hist['steps_done']} steps in {hist['seconds']:5.1f} s ({hist['seconds'] / base:.2f}x the "

@@ -4,6 +4,7 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import nbformat
@@ -103,10 +104,12 @@ def captioning_solution() -> dict:
     return ns
 
 
-def solution_training(ns: dict) -> dict:
+def solution_training(ns: dict):
     """The training pieces of notebook 05 (a solution namespace) as `starter.training.train` takes them."""
-    return dict(fit_fn=ns["fit"], step_fn=ns["train_step"], lr_fn=ns["lr_at_step"], val_fn=ns["validation_loss"],
-                optimizer_fn=ns["make_optimizer"])
+    from starter.training import TrainingPieces
+
+    return TrainingPieces(fit=ns["fit"], train_step=ns["train_step"], lr_at_step=ns["lr_at_step"],
+                          validation_loss=ns["validation_loss"], make_optimizer=ns["make_optimizer"])
 
 
 def strip_solution_markers(source: str) -> str:
@@ -141,7 +144,10 @@ def shapes_config() -> dict:
         if cell.cell_type == "code" and cell.source.startswith("CONFIGS = {"):
             tree = ast.parse(cell.source.split("\nconfig = ")[0])
             expr = ast.Expression(tree.body[0].value)
-            return eval(compile(expr, "CONFIGS", "eval"), {"__builtins__": {}, "dict": dict})["shapes"]
+            from starter.training import TrainConfig
+
+            return eval(compile(expr, "CONFIGS", "eval"), {"__builtins__": {}, "dict": dict,
+                                                           "TrainConfig": TrainConfig})["shapes"]
     raise LookupError("CONFIGS cell not found in the solution notebook 05")
 
 
@@ -158,17 +164,15 @@ def trained_checkpoint(path: Path, steps: int | None = None, layers: str = "mine
 
     ns = captioning_solution()
     cfg = shapes_config()
-    train_args = dict(cfg["train"], time_limit=None, progress=False)
-    if steps:
-        train_args["steps"] = steps
+    train_config = replace(cfg["train"], time_limit=None, steps=steps or cfg["train"].steps)
     ds = load_dataset("shapes")
     seed_everything(0)
     config = dict(vocab_size=len(ds.vocab), feature_dim=ds.feature_dim, num_regions=ds.num_regions,
                   max_len=ds.max_length, layers=layers, **cfg["model"])
     with layers_from(SOLUTIONS):  # layers="mine": the solution's notebooks 02-03
         model = ns["CaptioningTransformer"](**config)
-    history = train(model, ns["teacher_forcing_loss"], ds.split("train"), val_split=ds.split("val"), seed=0,
-                    **solution_training(ns), **train_args)
+    history = train(model, ns["teacher_forcing_loss"], ds.split("train"), train_config, solution_training(ns),
+                    val_data=ds.split("val"), progress=False)
     with torch.no_grad():
         return save_checkpoint(path, model, config, ds.vocab, history=history, dataset="shapes")
 

@@ -344,13 +344,13 @@ def _weights_probe(model, loss_fn, batches):
 
 
 def with_loader(fit, model_class=ToyCaptioner):
-    """``fit(model, loss_fn, optimizer, loader, plan, val_batches, val_every, step_fn, val_fn, device)`` on a
+    """``fit(model, loss_fn, optimizer, loader, plan, config)`` (a `starter.training.FitConfig`) on a
     ``model_class`` with the stored weights: the loader's batches are cut from the first rows of (features,
     captions) at `sizes`, the validation batch is the remaining rows, the plan yields `lrs`; stand-ins for the
     step and the validation loss that only mark the weights and read them (so the check tests your loop
     alone). Returns (the history's steps, losses, rates, validation steps and losses, and every parameter
     afterwards)."""
-    from .training import HISTORY_KEYS
+    from .training import HISTORY_KEYS, FitConfig
 
     def run(self, features, captions, sizes, lrs, val_every):
         _require(fit)
@@ -360,8 +360,9 @@ def with_loader(fit, model_class=ToyCaptioner):
         params = list(self.model.parameters())
         opt = torch.optim.SGD(params, lr=1.0)
 
-        history = fit(self.model, _toy_loss, opt, loader, _FixedPlan(lrs), val_batches, val_every, _marking_step,
-                      _weights_probe, torch.device("cpu"))
+        config = FitConfig(step_fn=_marking_step, val_fn=_weights_probe, val_batches=val_batches, val_every=val_every,
+                           device=torch.device("cpu"))
+        history = fit(self.model, _toy_loss, opt, loader, _FixedPlan(lrs), config)
         if not isinstance(history, dict) or not all(k in history for k in HISTORY_KEYS):
             raise TypeError(f"fit must return the history: a dict with the keys {', '.join(HISTORY_KEYS)}")
         dtype = features.dtype

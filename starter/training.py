@@ -1,9 +1,11 @@
 """Training utilities for the captioning notebooks: device, seeding, the training loop, checkpoints,
 and the overfit-a-small-batch sanity check.
 
-    from starter.training import pick_device, seed_everything, train, save_checkpoint, load_checkpoint
+    from starter.training import pick_device, seed_everything, train, TrainConfig, TrainingPieces, save_checkpoint
     device = pick_device()                        # cuda if there is a GPU, else (Apple) mps, else cpu
-    history = train(model, loss_fn, ds.split("train"), steps=800, device=device)
+    pieces = TrainingPieces(fit=fit, train_step=train_step, lr_at_step=lr_at_step,   # notebook 05's, yours
+                            validation_loss=validation_loss, make_optimizer=make_optimizer)
+    history = train(model, loss_fn, ds.split("train"), TrainConfig(steps=800), pieces, device=device)
     save_checkpoint("runs/captioning_transformer.pt", model, config, ds.vocab, history=history)
     model, info = load_checkpoint("runs/captioning_transformer.pt", CaptioningTransformer)
 
@@ -18,6 +20,8 @@ import math
 import os
 import random
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 import numpy as np
@@ -25,7 +29,8 @@ import torch
 
 from .runtime import OneLineError, missing_checkpoint
 
-__all__ = ["GRADING", "pick_device", "seed_everything", "train", "TrainingPlan", "save_checkpoint", "load_checkpoint",
+__all__ = ["GRADING", "pick_device", "seed_everything", "train", "TrainConfig", "TrainingPieces", "FitConfig",
+           "TrainingPlan", "save_checkpoint", "load_checkpoint",
            "overfit_small_batch", "count_parameters"]
 
 GRADING = bool(os.environ.get("NBGRADER_EXECUTION"))
@@ -200,23 +205,62 @@ class TrainingPlan:
             self._bar = None
 
 
-def train(model, loss_fn, split, steps: int, batch_size: int = 64, lr: float = 2e-3, weight_decay: float = 0.01,
-          warmup: int = 50, grad_clip: float | None = 1.0, device=None, seed: int = 0, val_split=None,
-          val_every: int | None = None, val_batches: int = 4, time_limit: float | None = None,
-          progress: bool = True, history: dict | None = None, *, fit_fn, step_fn, lr_fn, val_fn,
-          optimizer_fn) -> dict:
-    """Train `model` on minibatches of `split` for `steps` steps, or fewer if `time_limit` binds.
+@dataclass(frozen=True)
+class TrainConfig:
+    """The settings of one training run: what `train` takes besides the model, the data and your pieces."""
 
-    `split`: a Split (batches from ``split.sample_batch``, a new shuffle each epoch) or a DataLoader of
-    (features, captions) batches (`batch_size` is then the loader's); either way seeded by `seed`, so the
-    same seed gives the same batches. The pieces are notebook 05's, yours (the kit has no version of them):
-    the optimiser is ``optimizer_fn(model, lr, weight_decay)`` (your `make_optimizer`), the loop is ``fit_fn(model, loss_fn, optimizer, loader, plan, val_batches, val_every, step_fn, val_fn,
-    device)`` (your `fit`) over a `TrainingPlan` (the steps, their learning rates ``lr_fn(step, steps,
-    warmup, lr)`` from your `lr_at_step`, the time budget and the progress bar). Each step is
-    ``step_fn(model, loss_fn, optimizer, features, captions, lr, grad_clip)`` (your `train_step`).
-    Every `val_every` steps (default: 10 times per run) and after the last step, the loss on `val_batches`
-    fixed batches of `val_split` (a Split, or an unshuffled DataLoader) is recorded, as
-    ``val_fn(model, loss_fn, batches)`` (your `validation_loss`).
+    steps: int  # optimiser steps (fewer if `time_limit` binds)
+    batch_size: int = 64  # captions per batch when the data is a Split (a DataLoader brings its own)
+    lr: float = 2e-3  # the learning rate at the end of the warm-up, the schedule's peak
+    weight_decay: float = 0.01
+    warmup: int = 50  # steps of linear warm-up
+    grad_clip: float | None = 1.0  # the largest gradient norm a step applies (None: no clipping)
+    seed: int = 0  # seeds the model's randomness and the order of the batches
+    val_every: int | None = None  # steps between two validations (None: 10 times per run)
+    val_batches: int = 4  # fixed validation batches, the same at every validation
+    time_limit: float | None = None  # seconds: a slower machine trains fewer steps, the whole schedule in them
+
+
+@dataclass(frozen=True)
+class TrainingPieces:
+    """Notebook 05's functions, yours, which `train` runs (the kit has no version of them). A piece may be None
+    (not written yet, or not passing its check): `missing()` names those, and `train` refuses to start."""
+
+    fit: Callable
+    train_step: Callable
+    lr_at_step: Callable
+    validation_loss: Callable
+    make_optimizer: Callable
+
+    def missing(self) -> list[str]:
+        """The names of the pieces that are not functions."""
+        return [f.name for f in fields(self) if not callable(getattr(self, f.name))]
+
+
+@dataclass(frozen=True)
+class FitConfig:
+    """What your `fit` needs besides the model, the loss, the optimiser, the loader and the plan."""
+
+    step_fn: Callable  # step_fn(model, loss_fn, optimizer, features, captions, lr) -> loss (float): one step
+    val_fn: Callable  # val_fn(model, loss_fn, val_batches) -> validation loss (float)
+    val_batches: list  # fixed (features, captions) batches, already on `device`
+    val_every: int  # validate after step + 1 = val_every, 2 * val_every, ...
+    device: torch.device  # where the model is: move each training batch there
+
+
+def train(model, loss_fn, data, config: TrainConfig, pieces: TrainingPieces, *, val_data=None, device=None,
+          progress: bool = True, history: dict | None = None) -> dict:
+    """Train `model` on minibatches of `data` for `config.steps` steps, or fewer if `config.time_limit` binds.
+
+    `data`: a Split (batches from ``split.sample_batch``, a new shuffle each epoch) or a DataLoader of
+    (features, captions) batches (`config.batch_size` is then the loader's); either way seeded by
+    `config.seed`, so the same seed gives the same batches. `pieces` are notebook 05's functions, yours:
+    the optimiser is ``make_optimizer(model, lr, weight_decay)``, the loop is ``fit(model, loss_fn, optimizer,
+    loader, plan, FitConfig(...))`` over a `TrainingPlan` (the steps, their learning rates ``lr_at_step(step,
+    steps, warmup, lr)``, the time budget and the progress bar). Each step is ``train_step(model, loss_fn,
+    optimizer, features, captions, lr, grad_clip)``. Every `config.val_every` steps (default: 10 times per run)
+    and after the last step, ``validation_loss(model, loss_fn, batches)`` on `config.val_batches` fixed
+    batches of `val_data` (a Split, or an unshuffled DataLoader) is recorded.
     The time budget is `TrainingPlan`'s: a machine too slow for `steps` steps in `time_limit` seconds
     trains fewer, with the whole schedule compressed into them.
 
@@ -226,18 +270,19 @@ def train(model, loss_fn, split, steps: int, batch_size: int = 64, lr: float = 2
     the time budget shortened the run), "summary" (that line). Pass it back in as `history` to continue
     a run's curve: steps and seconds add up.
     """
-    missing = [name for name, fn in (("fit_fn", fit_fn), ("step_fn", step_fn), ("lr_fn", lr_fn), ("val_fn", val_fn),
-                                     ("optimizer_fn", optimizer_fn)) if not callable(fn)]
+    missing = pieces.missing()
     if missing:
         raise TypeError(f"train needs your training pieces as functions: {', '.join(missing)} "
-                        f"{'is' if len(missing) == 1 else 'are'} not (fit_fn=fit, step_fn=train_step, "
-                        "lr_fn=lr_at_step, val_fn=validation_loss, optimizer_fn=make_optimizer)")
+                        f"{'is' if len(missing) == 1 else 'are'} not (TrainingPieces(fit=fit, train_step=train_step, "
+                        "lr_at_step=lr_at_step, validation_loss=validation_loss, make_optimizer=make_optimizer))")
+    steps, time_limit, grad_clip = config.steps, config.time_limit, config.grad_clip
+    step_fn, val_fn = pieces.train_step, pieces.validation_loss
     device = torch.device(device) if device is not None else next(model.parameters()).device
-    plan = TrainingPlan(steps, lr_fn, warmup, lr, time_limit=time_limit, progress=progress)
-    seed_everything(seed)
+    plan = TrainingPlan(steps, pieces.lr_at_step, config.warmup, config.lr, time_limit=time_limit, progress=progress)
+    seed_everything(config.seed)
     model.to(device).train()
-    opt = optimizer_fn(model, lr, weight_decay)
-    fixed_val = [] if val_split is None else _fixed_batches(val_split, batch_size, val_batches, device)
+    opt = pieces.make_optimizer(model, config.lr, config.weight_decay)
+    fixed_val = [] if val_data is None else _fixed_batches(val_data, config.batch_size, config.val_batches, device)
 
     def step(model, loss_fn, optimizer, features, captions, lr):
         loss = float(step_fn(model, loss_fn, optimizer, features, captions, lr, grad_clip))
@@ -255,8 +300,9 @@ def train(model, loss_fn, split, steps: int, batch_size: int = 64, lr: float = 2
         plan.show(val=value)
         return value
 
-    run = fit_fn(model, loss_fn, opt, _loader_for(split, batch_size, seed), plan, fixed_val,
-                 val_every or max(1, steps // 10), step, validate, device)
+    run = pieces.fit(model, loss_fn, opt, _loader_for(data, config.batch_size, config.seed), plan,
+                     FitConfig(step_fn=step, val_fn=validate, val_batches=fixed_val,
+                               val_every=config.val_every or max(1, steps // 10), device=device))
     model.eval()
     if not (isinstance(run, dict) and all(isinstance(run.get(k), list) for k in HISTORY_KEYS)):
         raise TypeError(f"the training loop must return a dict of lists with the keys {', '.join(HISTORY_KEYS)}")

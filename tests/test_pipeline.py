@@ -4,6 +4,7 @@ piece only once it passes, and clear errors."""
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 import h5py
 import numpy as np
@@ -15,7 +16,7 @@ from grading import notebooks
 from starter.data import StoredBatches, load_dataset, write_caption_file
 from starter.layers import ToyCaptioner
 from starter.pipeline import PUBLIC_CASES, yours_if_it_passes
-from starter.training import train
+from starter.training import TrainConfig, train
 
 WORDS = ["<NULL>", "<START>", "<END>", "<UNK>", "a", "b", "c", "d", "e"]
 
@@ -86,8 +87,8 @@ def test_same_seed_same_batches_in_the_training_loop(tmp_path, loader_kind):
 
         torch.manual_seed(0)
         model = ToyCaptioner(9, 4, hidden=8, max_len=16)
-        train(model, loss_fn, loader, steps=7, warmup=2, seed=seed, progress=False,  # 7 steps: over two epochs
-              **notebooks.solution_training(ns))
+        train(model, loss_fn, loader, TrainConfig(steps=7, warmup=2, seed=seed),  # 7 steps: over two epochs
+              notebooks.solution_training(ns), progress=False)
         runs.append((batches, torch.cat([p.detach().reshape(-1) for p in model.parameters()])))
     (b0, w0), (b1, w1), (b2, _) = runs
     assert all(torch.equal(x, y) for x, y in zip(b0, b1)) and torch.equal(w0, w1)
@@ -116,8 +117,8 @@ def test_train_needs_the_students_training_pieces():
     """The kit has no training step, schedule, validation loss or loop: train() names what is missing."""
     model = ToyCaptioner(9, 4, hidden=8, max_len=16)
     pieces = notebooks.solution_training(_solution())
-    with pytest.raises(TypeError, match=r"step_fn is not \(fit_fn=fit, step_fn=train_step"):
-        train(model, lambda *a: None, [], steps=2, progress=False, **dict(pieces, step_fn=None))
+    with pytest.raises(TypeError, match=r"train_step is not \(TrainingPieces\(fit=fit, train_step=train_step"):
+        train(model, lambda *a: None, [], TrainConfig(steps=2), replace(pieces, train_step=None), progress=False)
 
 
 def test_bad_input_cases_fail_a_pipeline_that_does_not_check_its_input(hidden_references):
@@ -164,8 +165,8 @@ def test_a_loop_that_returns_no_history_is_a_clear_error():
         return model(features, captions[:, :-1]).square().mean()
 
     with pytest.raises(TypeError, match="must return a dict of lists"):
-        train(model, loss_fn, loader, steps=2, warmup=1, progress=False,
-              **dict(notebooks.solution_training(_solution()), fit_fn=lambda *a: None))
+        train(model, loss_fn, loader, TrainConfig(steps=2, warmup=1),
+              replace(notebooks.solution_training(_solution()), fit=lambda *a: None), progress=False)
 
 
 def test_readme_points_table_matches_the_notebooks():

@@ -614,8 +614,10 @@ def _fit_with(batches="fresh_epochs", val_at="end_of_every"):
     "zip" (zip(plan, loader): one epoch only). `val_at`: "end_of_every" (correct) or "start_of_every"."""
     import itertools
 
-    def fit(model, loss_fn, optimizer, loader, plan, val_batches, val_every, step_fn, val_fn, device):
+    def fit(model, loss_fn, optimizer, loader, plan, config):
         history = {key: [] for key in ("step", "loss", "lr", "val_step", "val_loss")}
+        step_fn, val_fn, val_batches, val_every, device = (config.step_fn, config.val_fn, config.val_batches,
+                                                            config.val_every, config.device)
         steps = iter(plan)
 
         def epochs():
@@ -715,7 +717,7 @@ PIPELINE_BUGS = [  # (case, look-alike buggy answer, words the one-line message 
     ("fit/basic", P.with_loader(_fit_with(batches="cycle")), "new iter(loader)"),
     ("fit/whole_epochs", P.with_loader(_fit_with(batches="zip")), "loader runs out"),
     ("fit/every_step", P.with_loader(_fit_with(batches="zip")), "loader runs out"),
-    ("fit/basic", P.with_loader(_fit_with(val_at="start_of_every")), "(step + 1) % val_every"),
+    ("fit/basic", P.with_loader(_fit_with(val_at="start_of_every")), "(step + 1) % config.val_every"),
 ]
 
 

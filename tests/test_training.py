@@ -41,9 +41,12 @@ def ns():
     return nbs.captioning_solution()
 
 
-def _train(*args, **kwargs):
-    """starter.training.train with the solution's training pieces (the kit has none of its own)."""
-    return training.train(*args, **nbs.solution_training(nbs.captioning_solution()), **kwargs)
+def _train(model, loss_fn, data, val_split=None, device=None, progress=True, **settings):
+    """starter.training.train with the settings given here (a TrainConfig) and the solution's training pieces
+    (the kit has none of its own)."""
+    return training.train(model, loss_fn, data, training.TrainConfig(**settings),
+                          nbs.solution_training(nbs.captioning_solution()), val_data=val_split, device=device,
+                          progress=progress)
 
 
 def _model(ns, **kw):
@@ -184,24 +187,24 @@ def test_time_budget_that_does_not_bind_changes_nothing(monkeypatch):
     assert hist["summary"].endswith(f"{steps} steps in 54 s") and "time budget" not in hist["summary"]
 
 
-def _shapes_training_args() -> dict:
-    """The train() arguments of notebook 05's `shapes` run, read from its settings cell (CONFIGS)."""
+def _shapes_training_config() -> training.TrainConfig:
+    """The TrainConfig of notebook 05's `shapes` run, read from its settings cell (CONFIGS)."""
     import ast
     nb = nbs.read(nbs.SOLUTIONS / "05_training_and_evaluation.ipynb")
     source = next(c.source for c in nb.cells if nbs.nbgrader_meta(c).get("grade_id") == "code_15")
     assignment = next(n for n in ast.parse(source).body if isinstance(n, ast.Assign)
                       and getattr(n.targets[0], "id", "") == "CONFIGS")
-    namespace: dict = {}
-    exec(compile(ast.Module([assignment], type_ignores=[]), "code_15", "exec"), namespace)  # dict(...) calls only
+    namespace: dict = {"TrainConfig": training.TrainConfig}
+    exec(compile(ast.Module([assignment], type_ignores=[]), "code_15", "exec"), namespace)  # dict(...), TrainConfig(...)
     return namespace["CONFIGS"]["shapes"]["train"]
 
 
 def test_the_graded_run_trains_the_same_on_a_slow_machine(monkeypatch):
     """Notebook 05's shapes run has no time budget, so a machine 50 times slower (10 s a step) trains the
     same steps with the same rates and losses as a fast one: the trained-model mark does not depend on it."""
-    args = _shapes_training_args()
-    assert "time_limit" not in args, "the graded run must not be cut by the machine's speed"
-    args.pop("batch_size")
+    config = _shapes_training_config()
+    assert config.time_limit is None, "the graded run must not be cut by the machine's speed"
+    args = {k: v for k, v in vars(config).items() if k != "batch_size"}
     split = TinySplit()
     fast = _train(_linear(), SlowMachine(0.2).loss_fn, split, batch_size=8, val_split=split, progress=False,
                   **args)

@@ -41,6 +41,7 @@ import re
 import tempfile
 import time
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import h5py
@@ -59,8 +60,8 @@ from starter.notebook_loader import load_or_none
 from starter.pipeline import yours_if_it_passes
 from starter.plotting import plot_losses, show_attention, show_captions
 from starter.runtime import checkpoint_file
-from starter.training import (GRADING, count_parameters, load_checkpoint, overfit_small_batch, pick_device,
-                              save_checkpoint, seed_everything, train)
+from starter.training import (GRADING, TrainConfig, TrainingPieces, count_parameters, load_checkpoint,
+                              overfit_small_batch, pick_device, save_checkpoint, seed_everything, train)
 
 torch.manual_seed(0)
 
@@ -299,29 +300,32 @@ check("validation/handed_over_in_eval_mode", with_batches(validation_loss))
 ### END HIDDEN TESTS
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_fit_1", "locked": true, "schema_version": 3, "solution": false, "task": false}
-# ### Task 5 · the training loop: `fit(model, loss_fn, optimizer, loader, plan, val_batches, val_every, step_fn, val_fn, device)`
+# ### Task 5 · the training loop: `fit(model, loss_fn, optimizer, loader, plan, config)`
 #
-# The loop puts the pieces together. `plan` is a `starter.training.TrainingPlan`: iterating over it gives `(step, lr)` pairs, `step` = 0, 1, 2, … (0-based) with the learning rate your schedule gives that step, until the run is over (it may end early when a time budget binds, as it does while grading, so loop over the plan rather than over a step count). For each `(step, lr)`:
+# The loop puts the pieces together. `plan` is a `starter.training.TrainingPlan`: iterating over it gives `(step, lr)` pairs, `step` = 0, 1, 2, … (0-based) with the learning rate your schedule gives that step, until the run is over (it may end early when a time budget binds, as it does while grading, so loop over the plan rather than over a step count). `config` is a `starter.training.FitConfig`, the rest of what the loop needs, as five fields: `config.step_fn` (one training step), `config.val_fn` (the validation loss), `config.val_batches` (the fixed validation batches), `config.val_every` (how often to validate) and `config.device` (where the model is). For each `(step, lr)`:
 #
 # 1. take the **next batch** `(features, captions)` from `loader`. A `DataLoader` runs out at the end of an epoch: then start the next epoch with a new `iter(loader)` (a shuffling loader draws a new order for it) and carry on. Keep one iterator between steps: `next(iter(loader))` every step would start a new epoch each time;
-# 2. move the batch to `device` (`.to(device)`: the model is there, on the GPU when there is one);
-# 3. `loss = step_fn(model, loss_fn, optimizer, features, captions, lr)`: your `train_step`, with `grad_clip` already set by the kit's `train`, which calls your `fit`;
+# 2. move the batch to `config.device` (`.to(config.device)`: the model is there, on the GPU when there is one);
+# 3. `loss = config.step_fn(model, loss_fn, optimizer, features, captions, lr)`: your `train_step`, with `grad_clip` already set by the kit's `train`, which calls your `fit`;
 # 4. record the step in `history`: `history["step"]` the number of steps done (`step + 1`), `history["loss"]` the loss, `history["lr"]` the rate;
-# 5. every `val_every` steps (when `(step + 1) % val_every == 0`) append `step + 1` to `history["val_step"]` and `val_fn(model, loss_fn, val_batches)` (your `validation_loss`) to `history["val_loss"]`. The validation batches are only measured, never trained on: the validation loss is useful only as long as the model has not seen them.
+# 5. every `config.val_every` steps (when `(step + 1) % config.val_every == 0`) append `step + 1` to `history["val_step"]` and `config.val_fn(model, loss_fn, config.val_batches)` (your `validation_loss`) to `history["val_loss"]`. The validation batches are only measured, never trained on: the validation loss is useful only as long as the model has not seen them.
 #
 # After the loop, if the last step did not end with a validation, measure once more, so the curve ends where training ended. Return `history`, a dict of five lists with the keys `"step"`, `"loss"`, `"lr"`, `"val_step"`, `"val_loss"`.
 
 # %% nbgrader={"grade": false, "grade_id": "fit", "locked": false, "schema_version": 3, "solution": true, "task": false}
-def fit(model, loss_fn, optimizer, loader, plan, val_batches, val_every, step_fn, val_fn, device):
+def fit(model, loss_fn, optimizer, loader, plan, config):
     """Train `model` for the steps of `plan` on batches from `loader`, epoch after epoch.
 
     Args:
         model, loss_fn, optimizer: as for train_step.
         loader: an iterable of (features (B, R, D), captions (B, T)) batches, one epoch per pass (a DataLoader).
         plan: yields (step, lr) pairs: step 0, 1, 2, ... and its learning rate.
-        val_batches: list of (features, captions) on `device`; val_every: validate every this many steps.
-        step_fn(model, loss_fn, optimizer, features, captions, lr) -> loss (float); val_fn(model, loss_fn, batches) -> float.
-        device: where the model is; batches are moved there.
+        config: a FitConfig with
+            step_fn(model, loss_fn, optimizer, features, captions, lr) -> loss (float): one training step;
+            val_fn(model, loss_fn, batches) -> float: the validation loss;
+            val_batches: list of (features, captions), already on `device`;
+            val_every: validate every this many steps;
+            device: where the model is; training batches are moved there.
     Returns:
         history: {"step": [...], "loss": [...], "lr": [...], "val_step": [...], "val_loss": [...]}.
     """
@@ -334,16 +338,16 @@ def fit(model, loss_fn, optimizer, loader, plan, val_batches, val_every, step_fn
         except StopIteration:  # the end of an epoch: start the next one
             batches = iter(loader)
             features, captions = next(batches)
-        loss = step_fn(model, loss_fn, optimizer, features.to(device), captions.to(device), lr)
+        loss = config.step_fn(model, loss_fn, optimizer, features.to(config.device), captions.to(config.device), lr)
         history["step"].append(step + 1)
         history["loss"].append(loss)
         history["lr"].append(lr)
-        if (step + 1) % val_every == 0:
+        if (step + 1) % config.val_every == 0:
             history["val_step"].append(step + 1)
-            history["val_loss"].append(val_fn(model, loss_fn, val_batches))
+            history["val_loss"].append(config.val_fn(model, loss_fn, config.val_batches))
     if history["step"] and (not history["val_step"] or history["val_step"][-1] != history["step"][-1]):
         history["val_step"].append(history["step"][-1])
-        history["val_loss"].append(val_fn(model, loss_fn, val_batches))
+        history["val_loss"].append(config.val_fn(model, loss_fn, config.val_batches))
     ### END SOLUTION
     return history
 
@@ -368,21 +372,21 @@ check("fit/every_step", with_loader(fit))
 
 # %% nbgrader={"grade": false, "grade_id": "code_15", "locked": true, "schema_version": 3, "solution": false, "task": false}
 CONFIGS = {
-    # model: constructor arguments; train: arguments of starter.training.train
+    # model: the model's constructor arguments; train: the run's settings (starter.training.TrainConfig, whose
+    # defaults give the rest: grad_clip=1.0, seed=0, validation 10 times per run on val_batches=4 fixed batches)
     "shapes": dict(model=dict(d_model=64, num_heads=4, num_layers=2, dim_feedforward=256, dropout=0.0),
-                   train=dict(steps=700, batch_size=64, lr=2e-3, warmup=50, weight_decay=0.01)),
+                   train=TrainConfig(steps=700, batch_size=64, lr=2e-3, warmup=50, weight_decay=0.01)),
     # COCO, for a Colab GPU (section 7): sized for a T4; times and scores are whatever your run prints
     "coco-fc7": dict(model=dict(d_model=256, num_heads=8, num_layers=3, dim_feedforward=1024, dropout=0.2),
-                     train=dict(steps=15000, batch_size=256, lr=5e-4, warmup=500, weight_decay=0.01)),
+                     train=TrainConfig(steps=15000, batch_size=256, lr=5e-4, warmup=500, weight_decay=0.01)),
     "coco-grid": dict(model=dict(d_model=256, num_heads=8, num_layers=3, dim_feedforward=1024, dropout=0.2),
-                      train=dict(steps=15000, batch_size=128, lr=5e-4, warmup=500, weight_decay=0.01)),
+                      train=TrainConfig(steps=15000, batch_size=128, lr=5e-4, warmup=500, weight_decay=0.01)),
 }
 config = CONFIGS.get(DATASET, CONFIGS["coco-grid"])
-train_args = dict(config["train"])
+train_config = config["train"]
 if GRADING:  # nbgrader is running the notebook: a tiny budget, the graded tests don't need a trained model
-    train_args.update(steps=30, time_limit=10)
-batch_size = train_args.pop("batch_size")
-train_args["val_batches"] = 4   # the validation loss: the mean over 4 fixed batches of validation captions
+    train_config = replace(train_config, steps=30, time_limit=10)
+batch_size = train_config.batch_size
 train_loader = make_loader(train_split, batch_size, shuffle=True)   # your Dataset and collate function
 val_loader = make_loader(val_split, batch_size, shuffle=False)
 
@@ -404,19 +408,19 @@ def new_model(model_class=None):
 
 model = None   # the trained model, once section 2 has trained it
 if model_ready:
-    print(f"{count_parameters(new_model()):,} parameters; batch size {batch_size}; training: {train_args}")
-    print(f"the validation loss: {train_args['val_batches']} fixed batches, {train_args['val_batches'] * batch_size} "
+    print(f"{count_parameters(new_model()):,} parameters; training: {train_config}")
+    print(f"the validation loss: {train_config.val_batches} fixed batches, {train_config.val_batches * batch_size} "
           f"of the {len(val_split)} validation captions, the same at every measurement")
-yours = dict(fit_fn=yours_if_it_passes("fit", fit, instead=untrained),
-             step_fn=yours_if_it_passes("train_step", train_step, instead=untrained),
-             lr_fn=yours_if_it_passes("lr_at_step", lr_at_step, instead=untrained),
-             val_fn=yours_if_it_passes("validation_loss", validation_loss, instead=untrained),
-             optimizer_fn=yours_if_it_passes("make_optimizer", make_optimizer, instead=untrained))
-can_train = model_ready and all(fn is not None for fn in yours.values())
+pieces = TrainingPieces(fit=yours_if_it_passes("fit", fit, instead=untrained),
+                        train_step=yours_if_it_passes("train_step", train_step, instead=untrained),
+                        lr_at_step=yours_if_it_passes("lr_at_step", lr_at_step, instead=untrained),
+                        validation_loss=yours_if_it_passes("validation_loss", validation_loss, instead=untrained),
+                        make_optimizer=yours_if_it_passes("make_optimizer", make_optimizer, instead=untrained))
+can_train = model_ready and not pieces.missing()
 
 # %% nbgrader={"grade": false, "grade_id": "code_16", "locked": true, "schema_version": 3, "solution": false, "task": false}
-if model_ready and yours["step_fn"] is not None:
-    overfit = overfit_small_batch(new_model(), teacher_forcing_loss, train_loader, yours["step_fn"], batch_size=8,
+if model_ready and pieces.train_step is not None:
+    overfit = overfit_small_batch(new_model(), teacher_forcing_loss, train_loader, pieces.train_step, batch_size=8,
                                   steps=60 if GRADING else 150)
 else:
     print("no overfit check: it trains your model with your train_step")
@@ -428,8 +432,7 @@ else:
 model = history = None
 if can_train:
     model = new_model()
-    history = train(model, teacher_forcing_loss, train_loader, val_split=val_loader, device=device, seed=0, **yours,
-                    **train_args)
+    history = train(model, teacher_forcing_loss, train_loader, train_config, pieces, val_data=val_loader, device=device)
     print(f"final validation loss {history['val_loss'][-1]:.3f}")
     save_checkpoint(CHECKPOINT, model, model_config, vocab, history=history, dataset=DATASET)
     print("saved", CHECKPOINT)
@@ -700,8 +703,8 @@ if history is not None and evaluate is not None:   # it needs your model class, 
     compare_split = val_split.head(20 if GRADING else 100)
     greedy_scores, _ = evaluate(model, greedy_decode, compare_split, vocab, max_len=ds.max_length - 1)
     leaky = new_model(LeakyCaptioner)
-    leaky_history = train(leaky, teacher_forcing_loss, train_loader, val_split=val_loader, device=device, seed=0,
-                          **yours, **dict(train_args, steps=min(150, train_args["steps"])))
+    leaky_history = train(leaky, teacher_forcing_loss, train_loader, replace(train_config, steps=min(150, train_config.steps)),
+                          pieces, val_data=val_loader, device=device)
     leaky_scores, leaky_captions = evaluate(leaky, greedy_decode, compare_split, vocab, max_len=ds.max_length - 1)
     print(f"your model ({len(history['val_loss'])} validations): teacher-forced val loss {history['val_loss'][-1]:.4f}, "
           f"greedy exact match {greedy_scores['exact_match']:.1%}")
@@ -743,15 +746,14 @@ class PooledCaptioner(nn.Module):
 
 
 if history is not None and evaluate is not None and ds.num_regions > 1:
-    short = dict(train_args, steps=min(150, train_args["steps"]))   # one short run, the same for both models
+    short = replace(train_config, steps=min(150, train_config.steps))   # one short run, the same for both models
     runs = {}
     for name, model_class in (("attention over the regions", None), ("one mean-pooled vector", PooledCaptioner)):
         candidate = new_model(model_class)
-        run = train(candidate, teacher_forcing_loss, train_loader, val_split=val_loader, device=device, seed=0,
-                    **yours, **short)
+        run = train(candidate, teacher_forcing_loss, train_loader, short, pieces, val_data=val_loader, device=device)
         scores, captions = evaluate(candidate, greedy_decode, compare_split, vocab, max_len=ds.max_length - 1)
         runs[name] = (run, scores, captions)
-    print(f"{short['steps']} steps each, the same batches and learning rates; greedy on {compare_split.num_images} "
+    print(f"{short.steps} steps each, the same batches and learning rates; greedy on {compare_split.num_images} "
           "validation images:")
     for name, (run, scores, _) in runs.items():
         print(f"  {name:<27} exact match {scores['exact_match']:6.1%}, teacher-forced val loss "

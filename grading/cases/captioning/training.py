@@ -429,11 +429,13 @@ def validation_cases(ns) -> list[CaseSpec]:
     return out
 
 
-# ---- fit(model, loss_fn, optimizer, loader, plan, val_batches, val_every, step_fn, val_fn, device) --------
+# ---- fit(model, loss_fn, optimizer, loader, plan, config) ------------------------------------------------
 
 
 def _fit_bug(kind):
-    def fit(model, loss_fn, optimizer, loader, plan, val_batches, val_every, step_fn, val_fn, device):
+    def fit(model, loss_fn, optimizer, loader, plan, config):
+        val_batches, val_every, step_fn, val_fn, device = (config.val_batches, config.val_every, config.step_fn,
+                                                            config.val_fn, config.device)
         history = {"step": [], "loss": [], "lr": [], "val_step": [], "val_loss": []}
         first_epoch = list(loader) if kind == "first_epoch_reused" else None
         batches, first_lr = iter(loader), None
@@ -480,14 +482,16 @@ FIT_BUGS = {
                         "time): keep one iterator and draw the next batch from it.",
     "first_epoch_reused": "every epoch repeats the first epoch's batches in the same order: start each epoch with a "
                           "new iter(loader), so that a shuffling loader draws a new order.",
-    "lr_of_first_step": "every step uses the first step's learning rate: pass each step's lr from the plan to step_fn.",
-    "validates_on_training_batch": "the validation loss is measured on the training batch: measure it on val_batches.",
+    "lr_of_first_step": "every step uses the first step's learning rate: pass each step's lr from the plan to "
+                        "config.step_fn.",
+    "validates_on_training_batch": "the validation loss is measured on the training batch: measure it on "
+                                   "config.val_batches.",
     "trains_on_validation": "the model also trains on the validation batches, so the validation loss no longer "
-                            "measures held-out data: val_batches only go to val_fn, never to step_fn.",
-    "validates_after_first_step": "the validation loss is measured after steps 1, 1 + val_every, ...: measure it "
-                                  "after every val_every steps, when (step + 1) % val_every == 0.",
+                            "measures held-out data: config.val_batches only go to config.val_fn, never to config.step_fn.",
+    "validates_after_first_step": "the validation loss is measured after steps 1, 1 + config.val_every, ...: measure it "
+                                  "after every config.val_every steps, when (step + 1) % config.val_every == 0.",
     "no_final_validation": "there is no validation after the last step: when the run does not end on a multiple "
-                           "of val_every, measure once more at the end.",
+                           "of config.val_every, measure once more at the end.",
     "val_step_zero_based": "val_step records the 0-based index of the step: record the number of steps done "
                            "(step + 1), as history['step'] does.",
 }
@@ -519,7 +523,7 @@ def fit_cases(ns) -> list[CaseSpec]:
             inputs=_toy_batch(lengths, g),
             outputs=["steps", "losses", "lrs", "val_steps", "val_losses", "parameters"], atol=1e-5, rtol=1e-4,
             variants=_variants(FIT_BUGS, _fit_bug, with_loader), public=c.public,
-            hint="for step, lr in plan: next batch (a new iter(loader) when it runs out); loss = step_fn(...); "
-                 "record; validate when (step + 1) % val_every == 0, and after the last step.",
+            hint="for step, lr in plan: next batch (a new iter(loader) when it runs out); loss = config.step_fn(...); "
+                 "record; validate when (step + 1) % config.val_every == 0, and after the last step.",
             forbid=["starter.training.train"]))
     return out
