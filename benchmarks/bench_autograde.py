@@ -20,7 +20,6 @@ the worker's previous student.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import tempfile
@@ -102,9 +101,8 @@ def kit(subs: Path, tmp: Path, name: str, n: int, db_url=None, workers=1) -> tup
     bad = [r.student for r in results if r.status != "graded"]
     if bad:
         raise SystemExit(f"{name}: not graded: {bad}")
-    records = [json.loads(p.read_text()) for p in (root / "status").glob("*.json")]
-    warm = [r["seconds"] for r in records if r.get("sandboxes_started") == 0]
-    sandbox = sum(json.loads(p.read_text())["seconds"] for p in (root / "records").glob("*/*.json")) / n
+    warm = [r.seconds for r in results if r.sandboxes_started == 0]
+    sandbox = sum(rec.seconds for r in results for rec in r.judged) / n
     inside = sum(r.seconds for r in results) / n
     steady = sum(warm) / len(warm) if warm else inside
     print(f"  {name}: {inside:.1f} s per student inside its worker, of which {sandbox:.1f} s in the sandbox (its "

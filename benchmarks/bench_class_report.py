@@ -2,7 +2,7 @@
 
     python benchmarks/bench_class_report.py [--students 500]
 
-Writes what autograde leaves in its --out folder (report.json, grades.csv, records/<student>/<nb>.json)
+Writes what autograde leaves in its --out folder (grades.csv, outcomes/<student>.json)
 for N students, every test cell of the five notebooks, each hidden case passed or failed at random with
 one of a few diagnoses; then times `grading.class_report.write` on it. Prints seconds and page size.
 """
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
 import random
 import tempfile
 import time
@@ -19,6 +18,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 from grading import class_report, notebooks
+from grading.judge import NotebookRecord
+from grading.outcome import StudentOutcome, write_outcome
 from grading.report import graded_columns
 
 KINDS = ["known bug: no_scale", "known bug: mask_after", "wrong shape", "raises RuntimeError", "wrong values",
@@ -36,7 +37,7 @@ def synthetic_run(out: Path, n: int, seed: int = 0) -> None:
     rows = [["(max points)", ""] + [p for *_, p in cols] + [sum(p for s2, _, p in cols if s2 == s) for s in stems]
             + [sum(p for *_, p in cols)] * 2 + ["", ""]]
     for s in students:
-        scores = []
+        scores, judged = [], []
         for stem in stems:
             cells = []
             for _, grade_id, points in (c for c in cols if c[0] == stem):
@@ -49,18 +50,15 @@ def synthetic_run(out: Path, n: int, seed: int = 0) -> None:
                 got = points * sum(c["passed"] for c in cases) / len(cases)
                 scores.append(got)
                 cells.append({"grade_id": grade_id, "points": got, "max_points": points, "cases": cases})
-            folder = out / "records" / s
-            folder.mkdir(parents=True, exist_ok=True)
-            (folder / f"{stem}.json").write_text(json.dumps({
+            judged.append(NotebookRecord.from_dict({
                 "student": s, "notebook": stem, "sandbox": "finished", "sandbox_message": "", "isolated": True,
                 "seconds": 1.0, "problems": [], "cells": cells}))
+        write_outcome(out / "outcomes", StudentOutcome(s, notebooks={stem: f"{stem}.ipynb" for stem in stems},
+                                                       status="graded", judged=judged))
         totals = [sum(v for (s2, _, _), v in zip(cols, scores) if s2 == stem) for stem in stems]
         rows.append([s, "graded"] + scores + totals + [sum(scores), sum(p for *_, p in cols), "", ""])
     with open(out / "grades.csv", "w", newline="") as f:
         csv.writer(f).writerows([header] + rows)
-    (out / "report.json").write_text(json.dumps({"students": [
-        {"student": s, "status": "graded", "notebooks": {stem: f"{stem}.ipynb" for stem in stems}, "flags": [],
-         "notes": []} for s in students], "ignored_loose_files": []}))
 
 
 def main() -> None:

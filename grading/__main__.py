@@ -83,8 +83,8 @@ def main(argv: list[str] | None = None) -> int:
               f"grades in {args.out / 'grades.csv'}")
     elif args.command == "report":
         from .class_report import write
-        if not (args.out / "report.json").is_file() or not (args.out / "grades.csv").is_file():
-            print(f"error: {args.out} holds no graded run (no report.json and grades.csv): run autograde first",
+        if not (args.out / "outcomes").is_dir() or not (args.out / "grades.csv").is_file():
+            print(f"error: {args.out} holds no graded run (no outcomes/ and grades.csv): run autograde first",
                   file=sys.stderr)
             return 2
         from .course import CourseLockError, hold

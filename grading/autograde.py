@@ -1,12 +1,14 @@
 """Autograde a folder or zip of student submissions: the whole flow, read top to bottom in `autograde`.
 
-1. intake (this module): unpack and stage each student's notebooks, rebuilt on the release;
+1. intake (`intake.py`): unpack and stage each student's notebooks, rebuilt on the release; each student's
+   outcome (`outcome.StudentOutcome`) starts there;
 2. grade one student (`worker.grade_student`, one Dask task per student, `engine.run`): nbgrader's
    autograde with the sandbox (`sandbox.py`) as its Execute step and the judge (`judge.py`) scoring
-   the test cells, then the feedback pages;
-3. record: nbgrader's SaveAutoGrades writes the judge's scores to the gradebook;
-4. report (`report.py`, `class_report.py`): `grades.csv`, `failures.csv`/`.png`, the feedback pages,
-   `report.json`, the judge's records and `class_report.html`, what the class got wrong.
+   the test cells, nbgrader's SaveAutoGrades writing the scores to the gradebook, then the feedback pages;
+   the worker writes the student's outcome, with the judge's record of each notebook;
+3. report (`report.py`, `class_report.py`): each student's outcome in `outcomes/`, and its views: `report.json`,
+   `grades.csv` (with the gradebook's hand-given points), `failures.csv`/`.png`, the feedback pages and
+   `class_report.html`, what the class got wrong.
 
 Layout of SUBMISSIONS (a folder, or a zip of one): one folder per student, holding that student's
 notebooks (any depth; names such as `01_scaled_dot_product_attention (1).ipynb` are recognised by
@@ -22,21 +24,23 @@ import logging
 import shutil
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from . import course, engine, notebooks, worker
-from .intake import StudentResult, intake
+from .intake import intake
+from .outcome import FOLDER, StudentOutcome
 from .report import graded_columns, report
 from .settings import Settings
 
 log = logging.getLogger(__name__)
 
-__all__ = ["autograde", "graded_columns", "StudentResult"]
+__all__ = ["autograde", "graded_columns", "StudentOutcome"]
 
 
 def autograde(submissions: Path, out: Path, course_dir: Path | None = None, db_url: str | None = None,
               students: list[str] | None = None, resume: bool = False, settings: Settings = Settings(),
-              progress: bool = False, task: Callable[[str, str], dict] | None = None) -> list[StudentResult]:
-    """Grade every student in `submissions` (folder or zip). Returns one result per student folder.
+              progress: bool = False, task: Callable[[str, str], Any] | None = None) -> list[StudentOutcome]:
+    """Grade every student in `submissions` (folder or zip). Returns one outcome per student folder.
 
     resume=True keeps the results of students graded by an earlier, interrupted run. `settings`
     (grading/settings.py): the sandbox's limits; isolate=False runs student code without isolation (only
@@ -58,24 +62,23 @@ def autograde(submissions: Path, out: Path, course_dir: Path | None = None, db_u
     # having changed nothing, if another run holds it)
     with course.hold(root, f"autograde {submissions} --out {out}" + (" --resume" if resume else "")):
         out.mkdir(parents=True, exist_ok=True)
-        status = root / "status"
-        if not resume and status.exists():
-            shutil.rmtree(status)
+        finished = root / FOLDER  # the outcomes of the students graded so far: a resumed run keeps them
+        if not resume and finished.exists():
+            shutil.rmtree(finished)
         with engine.cluster(workers, scheduler, warm=True) as client:  # the workers start while the course is prepared
             course.prepare_grading_course(root, db_url, settings)
             prepared = course.preparation_digest(root)  # each student's grading checks it against the folder's
             results, loose = intake(Path(submissions), root, students)
             gradable = [r.student for r in results if r.status not in ("failed", "no notebooks")]
-            records = engine.run(root, gradable, progress=progress, client=client,
-                                 task=functools.partial(worker.graded_under, prepared, task or worker.grade_student))
+            graded = engine.run(root, gradable, progress=progress, client=client,
+                                task=functools.partial(worker.graded_under, prepared, task or worker.grade_student))
         if course.preparation_digest(root) != prepared:  # after the last student: the gradebook may be another's
             log.error("the course folder %s changed during this run (prepared again?): every grade is flagged", root)
-            for record in records.values():
-                flags = record.setdefault("flags", [])
-                if worker.PREPARATION_CHANGED not in flags:
-                    flags.append(worker.PREPARATION_CHANGED)
+            for outcome in graded.values():
+                if worker.PREPARATION_CHANGED not in outcome.flags:
+                    outcome.flags.append(worker.PREPARATION_CHANGED)
         db_url = db_url or f"sqlite:///{root / 'gradebook.db'}"
-        report(out, root, results, records, loose, db_url)
+        results = report(out, root, results, graded, loose, db_url)
     for r in results:
         log.info("%s: %s (%.1f s)", r.student, r.status, r.seconds)
     if loose:

@@ -2,10 +2,10 @@
 
     python -m grading report OUT [--anonymise]      (autograde writes it at the end of every run)
 
-Reads only what grading recorded in OUT: `report.json` (who submitted what, review flags),
-`grades.csv` (scores per test cell) and `records/<student>/<notebook>.json` (the judge's per-case
-results, each failure with its `diagnosis`: a known bug's name, a symptom, an exception type; see
-`starter.compare.Diagnosis`). Runs nothing and grades nothing. Writes `OUT/class_report.json` and
+Reads only what grading recorded in OUT: the students' outcomes, `outcomes/<student>.json` (who submitted
+what, review flags, and the judge's per-case results, each failure with its `diagnosis`: a known bug's name, a
+symptom, an exception type; see `starter.compare.Diagnosis`), and `grades.csv` (the scores, with the written
+answers' hand-given points). Runs nothing and grades nothing. Writes `OUT/class_report.json` and
 `OUT/class_report.html` (self-contained: inline PNG figures, no script, no network):
 - score distributions per notebook and overall, and how many students attempted each task;
 - per task and hidden case: pass rate, mean credit, and the cases that separate students most;
@@ -13,7 +13,7 @@ results, each failure with its `diagnosis`: a known bug's name, a symptom, an ex
   failures with no diagnosis (exceptions, wrong values, time-outs) grouped by kind;
 - written questions awaiting manual grading; review flags and missing notebooks;
 - from the second run on (a re-submission round), the change since the previous run.
-`OUT/records` names hidden cases: it is for instructors, like the rest of OUT but `feedback/`.
+`OUT/outcomes` names hidden cases: it is for instructors, like the rest of OUT but `feedback/`.
 """
 from __future__ import annotations
 
@@ -29,8 +29,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from . import notebooks
-from .judge import NOT_RUN, CaseResult, read_class_records
+from .judge import NOT_RUN, CaseResult
 from .notebooks import written_columns
+from .outcome import FOLDER, StudentOutcome, read_outcomes
 from .spreadsheet import read_csv
 
 # Failures that name what is wrong (a misconception the class can be taught about) ...
@@ -83,13 +84,13 @@ def _grades(out: Path) -> tuple[dict[str, float], list[dict]]:
     return maxima, rows[1:]
 
 
-def _labels(students: list[dict]) -> dict[str, str]:
+def _labels(students: list[StudentOutcome]) -> dict[str, str]:
     """How the report names each student (by id): the name as the export gave it, with the LMS id where it
     gave one; with the id too where two students would read the same."""
     shown = {}
     for s in students:
-        name = s.get("name") or s["student"]
-        shown[s["student"]] = f"{name} ({s['lms_id']})" if s.get("lms_id") else name
+        name = s.name or s.student
+        shown[s.student] = f"{name} ({s.lms_id})" if s.lms_id else name
     twice = Counter(shown.values())
     return {k: v if twice[v] == 1 else f"{v} [{k}]" for k, v in shown.items()}
 
@@ -101,17 +102,16 @@ def _explain(message: str) -> str:
 
 def build(out: Path, anonymise: bool = False) -> dict:
     """The class report as plain data (what class_report.json holds)."""
-    report = json.loads((out / "report.json").read_text())
+    by_student = read_outcomes(out / FOLDER)
     maxima, rows = _grades(out)
-    records = read_class_records(out / "records")
-    students = sorted(s["student"] for s in report["students"])
-    label = _labels(report["students"])
+    records = {s: {r.notebook: r for r in o.judged} for s, o in by_student.items()}
+    students = sorted(by_student)
+    label = _labels(list(by_student.values()))
     alias = {s: (f"student {i + 1:0{len(str(len(students)))}d}" if anonymise else label[s])
              for i, s in enumerate(students)}
-    by_student = {s["student"]: s for s in report["students"]}
     row_of = {r.get("id") or r["student"]: r for r in rows}
     stems = [p.stem for p in notebooks.solution_notebooks()]
-    graded = [s for s in students if by_student[s]["status"] == "graded"]
+    graded = [s for s in students if by_student[s].status == "graded"]
 
     def took(student: str, stem: str) -> bool:
         return student in graded and stem in records.get(student, {})
@@ -174,11 +174,11 @@ def build(out: Path, anonymise: bool = False) -> dict:
     sandbox: Counter[str] = Counter()
     for s in students:
         entry = by_student[s]
-        review += [{"student": alias[s], "flag": flag} for flag in entry.get("flags", [])]
-        if entry["status"] != "graded":
-            review.append({"student": alias[s], "flag": f"not graded ({entry['status']}): "
-                           + "; ".join(entry.get("notes", []))[:300]})
-        absent = [stem for stem in stems if stem not in entry.get("notebooks", [])]
+        review += [{"student": alias[s], "flag": flag} for flag in entry.flags]
+        if entry.status != "graded":
+            review.append({"student": alias[s], "flag": f"not graded ({entry.status}): "
+                           + "; ".join(entry.notes)[:300]})
+        absent = [stem for stem in stems if stem not in entry.notebooks]
         if absent:
             missing.append({"student": alias[s], "missing": absent})
         for rec in records.get(s, {}).values():

@@ -58,7 +58,6 @@ c.Autograde.autograde_preprocessors = [
 {sandbox_settings}c.SandboxedExecute.case_inputs = {case_inputs!r}
 c.SandboxedExecute.data_dir = {data_dir!r}
 c.Judge.reference_dirs = {reference_dirs!r}
-c.Judge.records_dir = {records!r}
 # Feedback: grades, the student's code and outputs, the judge's lines; never hidden sources or names.
 c.GenerateFeedback.preprocessors = [
     "nbgrader.preprocessors.GetGrades",
@@ -81,7 +80,7 @@ def write_config(root: Path, db_url: str | None = None, settings: Settings = Set
     db_url = db_url or f"sqlite:///{root / 'gradebook.db'}"
     (root / "nbgrader_config.py").write_text(CONFIG.format(
         root=str(root), db_url=db_url, sandbox_settings=nbgrader_config(settings), case_inputs=str(root / "case_inputs"),
-        data_dir=str(default_data_dir()), records=str(root / "records"), hidden=str(notebooks.HIDDEN_REFERENCES),
+        data_dir=str(default_data_dir()), hidden=str(notebooks.HIDDEN_REFERENCES),
         reference_dirs=[str(notebooks.PUBLIC_REFERENCES), str(notebooks.HIDDEN_REFERENCES)]))
 
 

@@ -13,20 +13,21 @@ DASK_DISTRIBUTED__SCHEDULER__WORKER_SATURATION=1.0: by default Dask queues a sec
 which waits there until work stealing moves it).
 A task whose worker dies (killed, out of memory, machine lost) is retried once on another
 worker, then recorded as failed with the reason; an exception in grading is recorded as it is and
-never retried (it would fail the same way). Every student ends with a record, and a record is
-written (`status/<student>.json`, by the task itself) as soon as that student is done, so a run
-whose parent was killed continues with `resume=True` where it stopped.
+never retried (it would fail the same way). Every student ends with an outcome (grading/outcome.py), written
+(`outcomes/<student>.json`, by the task itself) as soon as that student is done, so a run whose parent was
+killed continues with `resume=True` where it stopped.
 """
 from __future__ import annotations
 
 import contextlib
 import importlib
-import json
 import logging
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+from .outcome import FOLDER, StudentOutcome, read_outcomes, write_outcome
 
 if TYPE_CHECKING:
     from dask.distributed import Client
@@ -47,27 +48,15 @@ QUIET = {"distributed.worker.profile.enabled": False,
          "distributed.worker.memory.monitor-interval": "1s"}
 
 
-def _status_dir(root: Path) -> Path:
-    path = root / "status"
-    path.mkdir(exist_ok=True)
-    return path
+def finished(root: Path) -> dict[str, StudentOutcome]:
+    """The outcomes of the students an earlier run finished."""
+    return read_outcomes(root / FOLDER)
 
 
-def finished(root: Path) -> dict[str, dict]:
-    """Records of the students an earlier run finished."""
-    out = {}
-    for path in _status_dir(root).glob("*.json"):
-        try:
-            out[path.stem] = json.loads(path.read_text())
-        except (OSError, ValueError):
-            continue
-    return out
-
-
-def _failed(root: Path, student: str, reason: str) -> dict:
-    record = {"student": student, "ok": False, "error": reason, "notes": [], "flags": []}
-    (_status_dir(root) / f"{student}.json").write_text(json.dumps(record))
-    return record
+def _failed(root: Path, student: str, reason: str) -> StudentOutcome:
+    outcome = StudentOutcome(student, status="failed", error=reason)
+    write_outcome(root / FOLDER, outcome)
+    return outcome
 
 
 @contextlib.contextmanager
@@ -102,12 +91,12 @@ def cluster(workers: int = 1, scheduler: str | None = None, warm: bool = False) 
 
 
 def run(root: Path, students: list[str], workers: int = 1, scheduler: str | None = None,
-        progress: bool = True, task: Callable[[str, str], dict] | None = None,
-        client: Client | None = None) -> dict[str, dict]:
-    """Grade `students` (those without a record yet) on a cluster (`client`'s, or one made for this
-    call: `cluster(workers, scheduler)`); return every student's record.
+        progress: bool = True, task: Callable[[str, str], Any] | None = None,
+        client: Client | None = None) -> dict[str, Any]:
+    """Grade `students` (those without an outcome yet) on a cluster (`client`'s, or one made for this
+    call: `cluster(workers, scheduler)`); return every student's outcome.
 
-    `task(root, student)` grades one student on a worker and writes its record (default
+    `task(root, student)` grades one student on a worker, writes its outcome and returns it (default
     `worker.grade_student`); it must be picklable to the workers."""
     from dask.distributed import as_completed
     from distributed.scheduler import KilledWorker
@@ -116,10 +105,10 @@ def run(root: Path, students: list[str], workers: int = 1, scheduler: str | None
     from .worker import grade_student
 
     task = task or grade_student
-    records = {s: r for s, r in finished(root).items() if s in students}
-    todo = [s for s in students if s not in records]
+    outcomes = {s: r for s, r in finished(root).items() if s in students}
+    todo = [s for s in students if s not in outcomes]
     if not todo:
-        return records
+        return outcomes
     if client is None:
         with cluster(workers, scheduler) as client:
             return run(root, students, progress=progress, task=task, client=client)
@@ -128,17 +117,17 @@ def run(root: Path, students: list[str], workers: int = 1, scheduler: str | None
     for future in as_completed(futures):
         student = futures[future]
         try:
-            records[student] = future.result()
+            outcomes[student] = future.result()
         except KilledWorker:
-            records[student] = _failed(root, student, "the grading worker died twice on this student "
+            outcomes[student] = _failed(root, student, "the grading worker died twice on this student "
                                                       "(out of memory, or killed)")
-            log.error("%s: %s", student, records[student]["error"])
+            log.error("%s: %s", student, outcomes[student].error)
         except Exception as exc:
-            records[student] = _failed(root, student, f"{type(exc).__name__}: {exc}"[:400])
-            log.error("%s: grading failed: %s", student, records[student]["error"])
+            outcomes[student] = _failed(root, student, f"{type(exc).__name__}: {exc}"[:400])
+            log.error("%s: grading failed: %s", student, outcomes[student].error)
         bar.update(1)
     bar.close()
-    return records
+    return outcomes
 
 
 def worker_env() -> dict:

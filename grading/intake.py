@@ -30,24 +30,13 @@ import nbformat
 
 from . import notebooks
 from .notebooks import ASSIGNMENT
+from .outcome import StudentOutcome
 from .submission import read_any, rebuild
 
 STUDENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}$")
 HASHED = re.compile(r"-[0-9a-f]{10}$")  # how an id made by `student_id` ends
 JUNK = {"__MACOSX", ".ipynb_checkpoints", ".DS_Store"}
 MAX_ZIP_BYTES = 2 * 1024**3
-
-
-@dataclass
-class StudentResult:
-    student: str  # the id graded under (`student_id`); a refused name as it was given
-    notebooks: dict[str, str] = field(default_factory=dict)  # notebook stem -> file graded
-    notes: list[str] = field(default_factory=list)  # what was wrong with the submission, per file
-    flags: list[str] = field(default_factory=list)  # for manual review (suspected tampering)
-    status: str = "pending"  # graded | failed | no notebooks
-    seconds: float = 0.0
-    name: str = ""  # the student's name as the export gives it (the id if empty)
-    lms_id: str = ""  # the LMS's participant id, where the export gives one
 
 
 # --------------------------------------------------------------------------------------------------
@@ -245,7 +234,7 @@ def read_submission(path: Path, repairs: list[str] | None = None):
         return None, f"corrupt notebook ({problem(exc)[:160]})"
 
 
-def _files(folder: Path, result: StudentResult, prefix: Path = Path()) -> list[tuple[Path, Path]]:
+def _files(folder: Path, result: StudentOutcome, prefix: Path = Path()) -> list[tuple[Path, Path]]:
     """The regular files under `folder`, each with its name in the student's hand-in (`prefix`/its path in
     `folder`); symbolic links are noted and never followed (a link could point at the instructor's
     solution or at another student's work)."""
@@ -260,7 +249,7 @@ def _files(folder: Path, result: StudentResult, prefix: Path = Path()) -> list[t
     return sorted(found)
 
 
-def handed_in(handin: Handin, result: StudentResult) -> list[tuple[Path, Path]]:
+def handed_in(handin: Handin, result: StudentOutcome) -> list[tuple[Path, Path]]:
     """Every regular file of a student's hand-in, with the name it is reported under: its path in the
     student's folder (behind the folder's name when the student has several, as Moodle's file and online
     text), or the name a flat export's file was handed in as."""
@@ -278,7 +267,7 @@ def handed_in(handin: Handin, result: StudentResult) -> list[tuple[Path, Path]]:
     return found
 
 
-def collect(handin: Handin, known: dict[str, str], result: StudentResult, dest: Path) -> None:
+def collect(handin: Handin, known: dict[str, str], result: StudentOutcome, dest: Path) -> None:
     """Copy the student's gradable notebooks to `dest/<notebook>.ipynb`; note every other file."""
     candidates: dict[str, list[tuple[Path, Path]]] = {}
     checkpoints: list[tuple[Path, Path]] = []
@@ -322,7 +311,7 @@ class Refused(Exception):
     """One student's files cannot be taken in: the message names the file and the problem, on one line."""
 
 
-def _keep_checkpoint(found: list[tuple[Path, Path]], result: StudentResult, dest: Path) -> None:
+def _keep_checkpoint(found: list[tuple[Path, Path]], result: StudentOutcome, dest: Path) -> None:
     """Notebook 05's trained model goes to `dest`/runs/ (its test_trained_model loads it there): the copy in
     a runs/ folder if there is one, else the newest; one over MAX_HANDED_IN bytes is noted and left out."""
     if not found:
@@ -340,9 +329,9 @@ def _keep_checkpoint(found: list[tuple[Path, Path]], result: StudentResult, dest
     shutil.copyfile(chosen, target)
 
 
-def stage_student(root: Path, handin: Handin, known: dict[str, str], student: str) -> StudentResult:
+def stage_student(root: Path, handin: Handin, known: dict[str, str], student: str) -> StudentOutcome:
     """Copy one student's gradable notebooks into the course's submitted/`student` folder."""
-    result = StudentResult(student=student, name=shown(handin.name), lms_id=handin.lms_id)
+    result = StudentOutcome(student=student, name=shown(handin.name), lms_id=handin.lms_id)
     if handin.late:
         result.notes.append("handed in late (the export marks it LATE)")
     submitted = root / "submitted" / result.student / ASSIGNMENT
@@ -355,7 +344,7 @@ def stage_student(root: Path, handin: Handin, known: dict[str, str], student: st
         shutil.rmtree(submitted, ignore_errors=True)  # nothing half-staged is graded
         with contextlib.suppress(OSError):
             submitted.parent.rmdir()  # the student's folder, if nothing else is in it
-        return StudentResult(student=result.student, status="failed", notes=result.notes + [f"refused: {why}"],
+        return StudentOutcome(student=result.student, status="failed", notes=result.notes + [f"refused: {why}"],
                              name=result.name, lms_id=result.lms_id)
     if not result.notebooks:
         result.status = "no notebooks"
@@ -386,12 +375,12 @@ def _entry_of(member: str, wrapper: tuple[str, ...]) -> tuple[str, bool] | None:
     return parts[depth], len(parts) > depth + 1 or member.endswith("/")
 
 
-def intake(submissions: Path, root: Path, students: list[str] | None = None) -> tuple[list[StudentResult], list[str]]:
+def intake(submissions: Path, root: Path, students: list[str] | None = None) -> tuple[list[StudentOutcome], list[str]]:
     """Stage every student of `submissions` (a folder or a zip) into `root`/submitted; one result per
     student (refused ones marked failed, with the reason), and the files that belong to no student.
     `students`: only those (by name as given, by id, or by the name of their folder or file)."""
     known = {p.name[:2]: p.stem for p in notebooks.solution_notebooks()}
-    results: list[StudentResult] = []
+    results: list[StudentOutcome] = []
     with tempfile.TemporaryDirectory(prefix="submissions-") as tmp:
         unpacked, refused = unpack(Path(submissions), Path(tmp))
         folder = submission_root(unpacked)
@@ -424,7 +413,7 @@ def intake(submissions: Path, root: Path, students: list[str] | None = None) -> 
             bad = [problem for entry in handin.entries for problem in refused_of.get(entry, [])]
             if why or bad:
                 note = f"refused: {why}" if why else "refused: the zip holds " + "; ".join(f"{n}: {w}" for n, w in bad[:3])
-                results.append(StudentResult(student=student, status="failed", notes=[note],
+                results.append(StudentOutcome(student=student, status="failed", notes=[note],
                                              name=shown(handin.name), lms_id=handin.lms_id))
                 continue
             results.append(stage_student(root, handin, known, student))

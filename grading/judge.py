@@ -11,14 +11,16 @@ and each failure keeps its kind (a known bug, a symptom) for the class report.
 A test cell scores its points times the share of its hidden cases that pass (partial credit; all its
 cases where it has no hidden one): public cases' expected outputs ship with the kit. Its outputs
 become the judge's: one line per case (hidden cases by number, never by name) and the score, which
-nbgrader's SaveAutoGrades records. The per-case records also go to `records/<student>/<notebook>.json`
-for the grades table and the class report.
+nbgrader's SaveAutoGrades records. The notebook's record (each cell's points, each case's outcome and
+diagnosis) goes into the student's outcome (grading/outcome.py), which the reports are views of.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
-import json
-from dataclasses import asdict, dataclass, field
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import nbformat
@@ -65,6 +67,12 @@ class NotebookRecord:
     seconds: float
     problems: list[str]
     cells: list[CellResult]
+
+    @classmethod
+    def from_dict(cls, raw: dict) -> NotebookRecord:
+        """A record from its `dataclasses.asdict` (in a student's outcome file, grading.outcome)."""
+        cells = [CellResult(**{**c, "cases": [CaseResult(**k) for k in c["cases"]]}) for c in raw["cells"]]
+        return cls(**{**raw, "cells": cells})
 
 
 @functools.cache
@@ -137,11 +145,26 @@ def _not_run_message(sandbox) -> str:
     return "did not run (the test cell was not reached or raised before checking)"
 
 
+_judged = threading.local()  # .records: the list `judging()` collects this thread's records in
+
+
+@contextlib.contextmanager
+def judging() -> Iterator[list[NotebookRecord]]:
+    """The records of the notebooks the Judge step scores in this thread within the block, in order: how
+    `worker.grade_student` gets them from nbgrader's autograde, which runs the step in the caller's thread."""
+    found: list[NotebookRecord] = []
+    _judged.records = found
+    try:
+        yield found
+    finally:
+        _judged.records = None
+
+
 class Judge(NbGraderPreprocessor):
-    """After SandboxedExecute: replaces each test cell's outputs by the judge's lines and score."""
+    """After SandboxedExecute: replaces each test cell's outputs by the judge's lines and score, and hands the
+    notebook's record to the `judging()` block around the grading."""
 
     reference_dirs = List(Unicode(), help="folders of reference files with expected outputs").tag(config=True)
-    records_dir = Unicode("", help="where to write records/<student>/<notebook>.json").tag(config=True)
 
     def preprocess(self, nb, resources):
         sandbox = resources.get("sandbox")
@@ -161,33 +184,7 @@ class Judge(NbGraderPreprocessor):
             sandbox_message=getattr(sandbox, "message", ""), isolated=getattr(sandbox, "isolated", False),
             seconds=round(getattr(sandbox, "seconds", 0.0), 2), problems=getattr(sandbox, "problems", []),
             cells=list(cells.values()))
-        resources["judge"] = record
-        if self.records_dir:
-            path = Path(self.records_dir) / student / f"{notebook}.json"
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps(asdict(record), indent=1))
+        collected = getattr(_judged, "records", None)
+        if collected is not None:
+            collected.append(record)
         return nb, resources
-
-
-def read_record(path: Path) -> NotebookRecord:
-    """One notebook's record as the judge wrote it (records/<student>/<notebook>.json)."""
-    raw = json.loads(path.read_text())
-    raw["cells"] = [CellResult(**{**c, "cases": [CaseResult(**k) for k in c["cases"]]}) for c in raw["cells"]]
-    return NotebookRecord(**raw)
-
-
-def read_records(records_dir: Path, student: str) -> list[NotebookRecord]:
-    """A student's records, one per notebook graded; an unreadable one raises."""
-    return [read_record(path) for path in sorted((records_dir / student).glob("*.json"))]
-
-
-def read_class_records(records_dir: Path) -> dict[str, dict[str, NotebookRecord]]:
-    """{student: {notebook: record}} of every record under `records_dir`; an unreadable file is left out (the class
-    report of a damaged folder still comes out, without it)."""
-    found: dict[str, dict[str, NotebookRecord]] = {}
-    for path in sorted(records_dir.glob("*/*.json")):
-        try:
-            found.setdefault(path.parent.name, {})[path.stem] = read_record(path)
-        except (OSError, ValueError, TypeError, KeyError):
-            continue
-    return found

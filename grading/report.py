@@ -1,6 +1,7 @@
-"""Report: the grades table, the class's most-failed tests, the class report and the feedback pages of a run.
+"""Report: each student's outcome in OUT, and its views: report.json, the grades table, the class's most-failed
+tests, the class report and the feedback pages of a run.
 
-Reads only what grading recorded (the gradebook, the students' records); runs nothing.
+Reads only what grading recorded (the students' outcomes, the gradebook's scores); runs nothing.
 """
 from __future__ import annotations
 
@@ -9,12 +10,11 @@ import json
 import re
 import shutil
 import warnings
-from dataclasses import asdict
 from pathlib import Path
 
 from . import class_report
-from .intake import StudentResult
 from .notebooks import ASSIGNMENT, graded_columns, written_columns
+from .outcome import FOLDER, StudentOutcome, joined, read_outcomes, write_outcome
 from .spreadsheet import read_csv, write_csv
 
 TITLE = re.compile(r"<title>(.*?)</title>", re.S)
@@ -56,22 +56,23 @@ GradesRow = tuple[str, str, str, str, str, str]  # id, name as given, LMS id, st
 MAX_ROW = "(max points)"  # the first row's student: the points of each column
 
 
-def write_grades(out: Path, results: list[StudentResult], db_url: str) -> Path:
+def write_grades(out: Path, results: list[StudentOutcome], db_url: str) -> Path:
     """`grades.csv`: one row per student with every test cell's and written question's score, per-notebook
     and overall totals, and the points of written questions still awaiting a person's grade. `student` is
     the name as the export gave it, `lms_id` the LMS's participant id (if the export gives one), `id` the
     id graded under (the gradebook's, the name of the student's feedback folder)."""
-    return _write_grades(out, [(r.student, r.name or r.student, r.lms_id, r.status, " | ".join(r.flags),
-                                " | ".join(r.notes)) for r in results], db_url)
+    return _write_grades(out, _rows(results), db_url)
 
 
 def refresh_grades(out: Path, db_url: str) -> Path:
     """Rewrite `grades.csv` of a graded run from the gradebook: written answers graded in formgrader since
-    the run now count. Students, statuses, flags and notes are the run's."""
-    rows = read_csv(out / "grades.csv")
-    rows = rows[1:] if rows and rows[0]["student"] == MAX_ROW else rows  # a student may be named so too
-    return _write_grades(out, [(r.get("id") or r["student"], r["student"], r.get("lms_id", ""), r["status"],
-                                r["review"], r["notes"]) for r in rows], db_url, same_run=True)
+    the run now count. Students, statuses, flags and notes are the run's (its outcomes)."""
+    return _write_grades(out, _rows(list(read_outcomes(out / FOLDER).values())), db_url, same_run=True)
+
+
+def _rows(outcomes: list[StudentOutcome]) -> list[GradesRow]:
+    return [(o.student, o.name or o.student, o.lms_id, o.status, " | ".join(o.flags), " | ".join(o.notes))
+            for o in outcomes]
 
 
 def _write_grades(out: Path, students: list[GradesRow], db_url: str, same_run: bool = False) -> Path:
@@ -107,7 +108,7 @@ def _write_grades(out: Path, students: list[GradesRow], db_url: str, same_run: b
     return write_csv(out / "grades.csv", [header] + rows)  # no cell a spreadsheet would run (grading.spreadsheet)
 
 
-def write_failure_summary(out: Path, grades_csv: Path) -> tuple[Path, Path]:
+def write_failure_summary(out: Path, grades_csv: Path, outcomes: list[StudentOutcome]) -> tuple[Path, Path]:
     """Which tests failed most often across the class: a table and a bar chart, most failed first.
 
     Only students whose notebook was graded count for that notebook's tests (a missing notebook is
@@ -121,8 +122,7 @@ def write_failure_summary(out: Path, grades_csv: Path) -> tuple[Path, Path]:
     rows = read_csv(grades_csv)
     maxima, students = rows[0], rows[1:]
     columns = [f"{s}:{g}" for s, g, _ in graded_columns()]  # tests only: a written answer is not a test
-    report = json.loads((out / "report.json").read_text()) if (out / "report.json").exists() else {"students": []}
-    submitted = {s["student"]: set(s["notebooks"]) for s in report["students"]}
+    submitted = {o.student: set(o.notebooks) for o in outcomes}
     table = []
     for col in columns:
         stem = col.split(":")[0]
@@ -147,35 +147,22 @@ def write_failure_summary(out: Path, grades_csv: Path) -> tuple[Path, Path]:
     return csv_path, png_path
 
 
-
-def report(out: Path, root: Path, results: list[StudentResult], records: dict[str, dict], loose: list[str],
-           db_url: str) -> None:
-    """Merge each student's grading record into its result, then write the feedback pages,
-    `report.json`, `grades.csv` and the failure summary into `out`."""
-    for r in results:
-        record = records.get(r.student)
-        if record is None:
-            continue
-        r.seconds = record.get("seconds", 0.0)
-        r.notes += record.get("notes", [])
-        r.flags += record.get("flags", [])
-        if record.get("ok"):
-            r.status = "graded" if r.status != "no notebooks" else r.status
-            copy_feedback(root, out, r.student, r.name)
-        else:
-            r.status = "failed"
-            r.notes.append(record.get("error", "unknown error"))
-        copy_records(root, out, r.student)
+def report(out: Path, root: Path, results: list[StudentOutcome], graded: dict[str, StudentOutcome],
+           loose: list[str], db_url: str) -> list[StudentOutcome]:
+    """Join each student's outcome from intake (`results`) with the one from grading (`graded`), write it into
+    `out/outcomes/`, then its views: the feedback pages, `report.json`, `grades.csv`, the failure summary and
+    the class report. Returns the joined outcomes."""
+    outcomes = [joined(r, graded.get(r.student)) for r in results]
+    folder = out / FOLDER
+    for stale in folder.glob("*.json") if folder.is_dir() else []:  # another run's students: not this run's
+        if stale.stem not in {o.student for o in outcomes}:
+            stale.unlink()
+    for o in outcomes:
+        if o.status == "graded":
+            copy_feedback(root, out, o.student, o.name)
+        write_outcome(folder, o)
     (out / "report.json").write_text(json.dumps(
-        {"students": [asdict(r) for r in results], "ignored_loose_files": loose}, indent=2))
-    write_failure_summary(out, write_grades(out, results, db_url))
+        {"students": [o.summary() for o in outcomes], "ignored_loose_files": loose}, indent=2))
+    write_failure_summary(out, write_grades(out, outcomes, db_url), outcomes)
     class_report.write(out)
-
-
-def copy_records(root: Path, out: Path, student: str) -> None:
-    """The judge's per-case records, for the class report (they name hidden cases: instructors only)."""
-    src, dst = root / "records" / student, out / "records" / student
-    if dst.exists():
-        shutil.rmtree(dst)
-    if src.is_dir():
-        shutil.copytree(src, dst)
+    return outcomes

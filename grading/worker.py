@@ -4,7 +4,8 @@
 course's configuration makes nbgrader's Execute step the sandbox (grading/sandbox.py) and adds the
 judge (grading/judge.py) before SaveAutoGrades records the scores, so this process never runs
 student code itself. The API (importing nbgrader costs seconds) is made once per worker process (`course.api`).
-The student's record goes to `status/<student>.json` as soon as it is done, for `--resume`.
+The student's outcome (grading/outcome.py: how grading went and the judge's record of each notebook) goes to
+`outcomes/<student>.json` as soon as the student is done, for `--resume`.
 
 A run passes each task the digest of the course preparation it started with (`graded_under`); grading
 compares the course folder's with it before and after the student, so a course prepared again or changed
@@ -13,8 +14,6 @@ under the run (another run on the folder, a hand edit) is flagged in `review`, n
 from __future__ import annotations
 
 import contextvars
-import json
-import shutil
 import time
 import traceback
 from collections.abc import Callable
@@ -23,9 +22,10 @@ from typing import Any
 
 from starter.notebook_loader import python_source, read_cells
 
-from . import course, sandbox
-from .judge import NOT_RUN, NotebookRecord, read_records
+from . import course, judge, sandbox
+from .judge import NOT_RUN, NotebookRecord
 from .notebooks import ASSIGNMENT
+from .outcome import FOLDER, StudentOutcome, write_outcome
 from .scan import suspicious
 
 
@@ -46,7 +46,7 @@ PREPARATION_CHANGED = ("the course folder was prepared again or changed during t
 _run_preparation: contextvars.ContextVar[str | None] = contextvars.ContextVar("run_preparation", default=None)
 
 
-def graded_under(preparation: str, task: Callable[[str, str], dict], root: str, student: str) -> dict:
+def graded_under(preparation: str, task: Callable[[str, str], Any], root: str, student: str) -> Any:
     """`task(root, student)` (`grade_student`, or a test's task that calls it) for a run whose course was
     prepared with digest `preparation` (`course.preparation_digest`), which `grade_student` checks."""
     token = _run_preparation.set(preparation)
@@ -75,12 +75,12 @@ def hidden_cases_not_run(rec: NotebookRecord) -> str | None:
             "grade again before trusting this score")
 
 
-def review_flags(root: Path, student: str) -> list[str]:
+def review_flags(root: Path, student: str, judged: list[NotebookRecord]) -> list[str]:
     """What an instructor should look at: sandbox runs that did not finish, unreadable results,
     hidden cases that did not run where public ones did, grading without the sandbox, and code that
     reaches for the checks (grading.scan)."""
     flags = []
-    for rec in read_records(root / "records", student):
+    for rec in judged:
         if not rec.isolated:
             flags.append(f"{rec.notebook}: graded without the sandbox (--no-sandbox)")
         if rec.sandbox != "finished":
@@ -97,36 +97,35 @@ def review_flags(root: Path, student: str) -> list[str]:
     return flags
 
 
-def grade_student(root: str | Path, student: str) -> dict:
-    """Autograde `student` and write the feedback; returns (and writes) the student's record."""
+def grade_student(root: str | Path, student: str) -> StudentOutcome:
+    """Grade `student`, staged by intake in the course folder `root`: nbgrader's autograde (the sandbox runs the
+    notebooks, the judge scores them, SaveAutoGrades writes the scores to the gradebook), the feedback pages,
+    the review flags; returns the student's outcome and writes it (`outcomes/<student>.json`)."""
     root = Path(root)
     api = course.api(root)
     start = time.perf_counter()
-    record: dict[str, Any] = {"student": student, "ok": False, "notes": [], "flags": []}
+    outcome = StudentOutcome(student, status="failed")
     prepared = _run_preparation.get()  # None: called outside a run (nothing to compare with)
     changed = prepared is not None and course.preparation_digest(root) != prepared
-    shutil.rmtree(root / "records" / student, ignore_errors=True)  # the judge's records of an earlier run
     try:
-        with sandbox.student_session() as scope:  # one sandbox for all of this student's notebooks
+        # one sandbox for all of this student's notebooks; the judge's records collected as it scores them
+        with sandbox.student_session() as scope, judge.judging() as judged:
             result = api.autograde(ASSIGNMENT, student, force=True, create=True)
-        record["sandboxes_started"] = scope.sandboxes_started  # 0: the worker's warm one, reset after the last student
+        outcome.sandboxes_started = scope.sandboxes_started  # 0: the worker's warm one, reset after the last student
+        outcome.judged = judged
         if result.get("success"):
-            record["ok"] = True
+            outcome.status = "graded"
             feedback = api.generate_feedback(ASSIGNMENT, student, force=True)
             if not feedback.get("success"):
-                record["notes"].append(f"no feedback page: {course.last_error(feedback)}")
+                outcome.notes.append(f"no feedback page: {course.last_error(feedback)}")
         else:
-            record["error"] = course.last_error(result)
-        record["flags"] = review_flags(root, student)
+            outcome.error = course.last_error(result)
+        outcome.flags = review_flags(root, student, judged)
     except Exception as exc:
-        record["error"] = f"{type(exc).__name__}: {exc}"
-        record["traceback"] = traceback.format_exc()[-4000:]
+        outcome.status, outcome.error = "failed", f"{type(exc).__name__}: {exc}"
+        outcome.traceback = traceback.format_exc()[-4000:]
     if prepared is not None and (changed or course.preparation_digest(root) != prepared):
-        record["flags"].append(PREPARATION_CHANGED)
-    record["seconds"] = round(time.perf_counter() - start, 2)
-    status = root / "status"
-    status.mkdir(exist_ok=True)
-    tmp = status / f"{student}.json.tmp"
-    tmp.write_text(json.dumps(record))
-    tmp.replace(status / f"{student}.json")
-    return record
+        outcome.flags.append(PREPARATION_CHANGED)
+    outcome.seconds = round(time.perf_counter() - start, 2)
+    write_outcome(root / FOLDER, outcome)
+    return outcome

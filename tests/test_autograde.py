@@ -21,6 +21,7 @@ from conftest import filled_submission, write_nb
 
 from grading import notebooks as nbs
 from grading.autograde import autograde, graded_columns
+from grading.outcome import read_outcomes
 from grading.report import written_columns
 from grading.settings import Settings
 
@@ -115,8 +116,7 @@ def test_written_answers_graded_in_formgrader_count_after_report(graded, capsys)
 def test_each_worker_starts_one_sandbox_and_keeps_it_warm(graded):
     """Nobody here ends their own sandbox, so each worker starts one, for its first student, and grades the
     others in it once it is reset (grading.sandbox.student_session): a start costs seconds per student."""
-    status = graded["course"] / "status"
-    started = {p.stem: json.loads(p.read_text()).get("sandboxes_started") for p in status.glob("*.json")}
+    started = {s: o.sandboxes_started for s, o in read_outcomes(graded["course"] / "outcomes").items()}
     graded_here = [s for s, r in graded["results"].items() if r.status == "graded"]
     assert len(graded_here) >= 3 and all(isinstance(started.get(s), int) for s in graded_here), started
     assert 1 <= sum(started[s] for s in graded_here) <= graded["workers"], started
@@ -175,6 +175,29 @@ def test_feedback_hides_hidden_tests(graded):
             assert html_escape(line) not in html and line not in html, f"hidden test line in feedback: {line}"
     report = json.loads((graded["out"] / "report.json").read_text())
     assert {s["student"] for s in report["students"]} == {"alice", "bob", "carol", "dave", "erin"}
+
+
+def test_each_students_outcome_is_what_every_table_shows(graded):
+    """OUT/outcomes/<student>.json holds the one record of each student; the grades table's scores, status,
+    review and notes, report.json and the course folder's copy (what --resume reads) agree with it."""
+    outcomes = read_outcomes(graded["out"] / "outcomes")
+    assert set(outcomes) == {"alice", "bob", "carol", "dave", "erin"}
+    in_course = read_outcomes(graded["course"] / "outcomes")  # the graded part, as each worker wrote it
+    assert "alice" in in_course and all(outcomes[s].judged == o.judged for s, o in in_course.items())
+    report = {s["student"]: s for s in json.loads((graded["out"] / "report.json").read_text())["students"]}
+    points = _points()
+    for student, outcome in outcomes.items():
+        row = graded["rows"][outcome.name or student]
+        assert (row["status"], row["review"], row["notes"]) == (outcome.status, " | ".join(outcome.flags),
+                                                                " | ".join(outcome.notes)), student
+        assert report[student] == outcome.summary()
+        for record in outcome.judged:  # every test cell's points, as the judge gave them
+            for cell in record.cells:
+                assert float(row[f"{record.notebook}:{cell.grade_id}"]) == pytest.approx(cell.points), cell
+                assert cell.max_points == points[f"{record.notebook}:{cell.grade_id}"]
+    assert {r.notebook for r in outcomes["alice"].judged} == {p.stem for p in nbs.solution_notebooks()}
+    carol = {c.grade_id: c for c in outcomes["carol"].judged[0].cells}["test_causal_mask"]
+    assert any(k.diagnosis.startswith("known bug") for k in carol.cases if not k.passed), carol
 
 
 def test_zip_of_submissions(tmp_path, graded, caplog):

@@ -67,7 +67,7 @@ def graded(tmp_path_factory, grading_db):
     # a re-submission round: the no_diagonal students fix their mask, and only they are graded again
     for i in range(BUGS["no_diagonal"][1]):
         write_nb(filled_submission(NB), subs / _student("no_diagonal", i) / f"{NB}.ipynb")
-        (root / "status" / f"{_student('no_diagonal', i)}.json").unlink()
+        (root / "outcomes" / f"{_student('no_diagonal', i)}.json").unlink()
     autograde(subs, out, resume=True, **run)
     return {"out": out, "first": first, "second": json.loads((out / "class_report.json").read_text())}
 

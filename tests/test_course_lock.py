@@ -17,7 +17,7 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import cloudpickle
@@ -29,6 +29,7 @@ from grading import course
 from grading import notebooks as nbs
 from grading.autograde import autograde, graded_columns
 from grading.judge import NOT_RUN, CaseResult, CellResult, NotebookRecord
+from grading.outcome import StudentOutcome, read_outcome
 from grading.worker import PREPARATION_CHANGED, review_flags
 
 NB = "01_scaled_dot_product_attention"
@@ -87,7 +88,7 @@ def test_a_second_run_on_the_course_folder_is_refused_and_the_first_grades_right
         # `report` writes the grades from the course's gradebook: refused too, its folder untouched
         out_r = tmp_path / "out_r"
         out_r.mkdir()
-        (out_r / "report.json").write_text('{"students": []}')
+        (out_r / "outcomes").mkdir()
         (out_r / "grades.csv").write_text("student,status,review,notes\n")
         report_before = _tree(out_r)
         report = subprocess.run([sys.executable, "-m", "grading", "report", str(out_r), "--course", str(course_dir)],
@@ -157,10 +158,7 @@ def _record(sandbox: str, public_ran: bool, hidden_ran: list[bool]) -> NotebookR
 ])
 def test_hidden_cases_that_did_not_run_where_public_ones_did_are_flagged(tmp_path, sandbox, public_ran,
                                                                          hidden_ran, flagged):
-    path = tmp_path / "records" / "s" / f"{NB}.json"
-    path.parent.mkdir(parents=True)
-    path.write_text(json.dumps(asdict(_record(sandbox, public_ran, hidden_ran))))
-    flags = review_flags(tmp_path, "s")
+    flags = review_flags(tmp_path, "s", [_record(sandbox, public_ran, hidden_ran)])
     assert any(f.startswith(f"{NB}: {HIDDEN_NOT_RUN}") and "test_causal_mask" in f for f in flags) == flagged, flags
 
 
@@ -187,7 +185,7 @@ def test_case_inputs_removed_mid_run_flag_the_student_instead_of_a_silent_zero(t
     assert row["status"] == "graded" and float(row[f"{NB}:total"]) == 0.0, row  # no hidden case could run
     assert f"{NB}: {HIDDEN_NOT_RUN}" in row["review"] and PREPARATION_CHANGED in row["review"], row["review"]
     # the worker saw it, in the record it wrote when the student was done (the run adds it to every row too)
-    assert PREPARATION_CHANGED in json.loads((course_dir / "status" / "alice.json").read_text())["flags"]
+    assert PREPARATION_CHANGED in read_outcome(course_dir / "outcomes" / "alice.json").flags
 
 
 @dataclass(frozen=True)
@@ -195,9 +193,9 @@ class ChangesTheCourseWhenDone:
     """A task that grades nothing: its student is done at once, and then the course folder changes (as when
     another run prepares it again between a run's last student and its report)."""
 
-    def __call__(self, root: str, student: str) -> dict:
+    def __call__(self, root: str, student: str) -> StudentOutcome:
         (Path(root) / "case_inputs.json").write_text("{}")
-        return {"student": student, "ok": True, "notes": [], "flags": []}
+        return StudentOutcome(student, status="graded")
 
 
 def test_a_course_changed_after_the_last_student_flags_every_row(tmp_path, caplog):

@@ -121,9 +121,9 @@ def test_an_existing_cluster_grades_the_same_and_survives_a_killed_worker(tmp_pa
                 tmp_path / "subs", tmp_path / "out", course_dir=tmp_path / "course", db_url=url, settings=Settings(scheduler=address),
                 task=holdback.HoldBack("s03", file=str(go)))))
             run.start()
-            _wait_for_status(tmp_path / "course" / "status")
+            _wait_for_status(tmp_path / "course" / "outcomes")
             workers[0].send_signal(signal.SIGKILL)
-            assert not (tmp_path / "course" / "status" / "s03.json").exists()
+            assert not (tmp_path / "course" / "outcomes" / "s03.json").exists()
             go.touch()
             run.join(timeout=600)
             assert not run.is_alive()
@@ -146,11 +146,11 @@ def test_interrupted_run_resumes_without_regrading(tmp_path):
                              str(tmp_path / "never created")],
                             cwd=nbs.ROOT, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        _wait_for([course / "held.json"] + [course / "status" / f"{s}.json" for s in others], proc)
+        _wait_for([course / "held.json"] + [course / "outcomes" / f"{s}.json" for s in others], proc)
     finally:
         os.killpg(proc.pid, signal.SIGKILL)  # the whole run dies: the parent, its cluster, the held task
         proc.wait()
-    finished = {p.stem: p.stat().st_mtime_ns for p in (course / "status").glob("*.json")}
+    finished = {p.stem: p.stat().st_mtime_ns for p in (course / "outcomes").glob("*.json")}
     assert sorted(finished) == others
     shutil.rmtree(out, ignore_errors=True)
 
@@ -161,7 +161,7 @@ def test_interrupted_run_resumes_without_regrading(tmp_path):
     assert "graded 3 of 3 students" in done.stdout
     assert _totals(out) == expected
     for student, mtime in finished.items():  # not graded again
-        assert (course / "status" / f"{student}.json").stat().st_mtime_ns == mtime
+        assert (course / "outcomes" / f"{student}.json").stat().st_mtime_ns == mtime
     assert (out / "failures.csv").exists() and (out / "failures.png").exists()
 
 
@@ -178,6 +178,6 @@ def test_a_slow_student_does_not_hold_up_the_others(tmp_path):
     held = json.loads((tmp_path / "course" / "held.json").read_text())
     assert set(held["finished_at_start"]) < set(expected), "the slow student came last in line: nothing tested"
     assert held["gave_up"] is False, "the other students were not all finished while the slow one held its worker"
-    order = sorted((tmp_path / "course" / "status").glob("*.json"), key=lambda p: p.stat().st_mtime_ns)
+    order = sorted((tmp_path / "course" / "outcomes").glob("*.json"), key=lambda p: p.stat().st_mtime_ns)
     assert order[-1].stem == "a_slow", [p.stem for p in order]
     assert _totals(tmp_path / "out") == {**expected, "a_slow": FULL}

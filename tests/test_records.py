@@ -1,5 +1,5 @@
-"""The judge's notebook records have one reader (grading.judge.read_record): what the judge writes, every report
-reads back as the same objects; the class report leaves out a damaged file, a student's review does not."""
+"""A student's outcome is one record (grading.outcome): what the worker and the run write, every report reads
+back as the same objects, the judge's notebook records included; the class report leaves out a damaged file."""
 from __future__ import annotations
 
 import json
@@ -7,7 +7,8 @@ from dataclasses import asdict
 
 import pytest
 
-from grading.judge import CaseResult, CellResult, NotebookRecord, read_class_records, read_record, read_records
+from grading.judge import CaseResult, CellResult, NotebookRecord
+from grading.outcome import StudentOutcome, joined, read_outcome, read_outcomes, write_outcome
 
 
 def record(student: str, notebook: str) -> NotebookRecord:
@@ -17,21 +18,41 @@ def record(student: str, notebook: str) -> NotebookRecord:
                           seconds=1.5, problems=[], cells=[CellResult("test_beam_search", 0.0, 3.0, [case])])
 
 
-def test_a_record_reads_back_as_the_judge_wrote_it(tmp_path):
-    written = record("alice", "06_decoding")
-    path = tmp_path / "alice" / "06_decoding.json"
-    path.parent.mkdir()
-    path.write_text(json.dumps(asdict(written), indent=1))  # as grading.judge.Judge writes it
-    assert read_record(path) == written
-    assert read_records(tmp_path, "alice") == [written]
-    assert read_class_records(tmp_path) == {"alice": {"06_decoding": written}}
+def test_an_outcome_reads_back_as_it_was_written(tmp_path):
+    written = StudentOutcome("alice", notebooks={"06_decoding": "06_decoding.ipynb"}, status="graded",
+                             flags=["06_decoding: time limit"], seconds=3.2, name="Alice A", lms_id="77",
+                             judged=[record("alice", "06_decoding")])
+    path = write_outcome(tmp_path, written)
+    assert path == tmp_path / "alice.json" and not list(tmp_path.glob("*.tmp"))
+    assert read_outcome(path) == written
+    assert read_outcomes(tmp_path) == {"alice": written}
+    assert "judged" not in written.summary() and written.summary()["flags"] == written.flags  # report.json's entry
 
 
-def test_a_damaged_record_is_left_out_of_the_class_report_and_stops_a_review(tmp_path):
+def test_a_damaged_outcome_is_left_out_of_the_reports_and_read_alone_raises(tmp_path):
     for student in ("alice", "bob"):
-        (tmp_path / student).mkdir()
-        (tmp_path / student / "06_decoding.json").write_text(json.dumps(asdict(record(student, "06_decoding"))))
-    (tmp_path / "bob" / "06_decoding.json").write_text('{"student": "bob"}')  # cut short
-    assert set(read_class_records(tmp_path)) == {"alice"}
-    with pytest.raises((TypeError, KeyError)):
-        read_records(tmp_path, "bob")
+        write_outcome(tmp_path, StudentOutcome(student, status="graded", judged=[record(student, "06_decoding")]))
+    broken = json.loads((tmp_path / "bob.json").read_text())
+    del broken["judged"][0]["cells"][0]["cases"][0]["passed"]  # cut short
+    (tmp_path / "bob.json").write_text(json.dumps(broken))
+    assert set(read_outcomes(tmp_path)) == {"alice"}  # (a resumed run grades bob again)
+    with pytest.raises(TypeError):
+        read_outcome(tmp_path / "bob.json")
+
+
+def test_intake_and_grading_join_into_one_outcome():
+    intake = StudentOutcome("alice", notebooks={"06_decoding": "x.ipynb"}, notes=["late"], name="Alice", lms_id="7")
+    graded = StudentOutcome("alice", status="graded", flags=["look"], seconds=2.0, sandboxes_started=1,
+                            judged=[record("alice", "06_decoding")])
+    both = joined(intake, graded)
+    assert (both.status, both.notes, both.flags, both.name, both.notebooks, both.seconds) == (
+        "graded", ["late"], ["look"], "Alice", {"06_decoding": "x.ipynb"}, 2.0)
+    assert both.judged == graded.judged and both.sandboxes_started == 1
+    failed = joined(intake, StudentOutcome("alice", status="failed", error="the worker died"))
+    assert failed.status == "failed" and failed.notes == ["late", "the worker died"]
+    assert joined(intake, None) is intake  # not graded (no notebooks, or refused at intake)
+    assert asdict(read_back(both)) == asdict(both)
+
+
+def read_back(outcome: StudentOutcome) -> StudentOutcome:
+    return StudentOutcome.from_dict(json.loads(json.dumps(asdict(outcome))))

@@ -21,7 +21,7 @@ DEADLINE = 300.0  # seconds: past this the held student goes ahead anyway, and t
 @dataclass(frozen=True)
 class HoldBack:
     """A task for `autograde(task=...)`: grades every student with `grading.worker.grade_student`, but
-    `held` first waits until the students `others` are finished (their status/<student>.json exist) and
+    `held` first waits until the students `others` are finished (their outcomes/<student>.json exist) and
     `file` exists, or DEADLINE. Its worker stays busy while it waits unless `let_others_run` (it then
     secedes from the worker's thread pool). It writes <root>/held.json when it starts waiting (the
     students finished by then) and again when it stops (whether it gave up)."""
@@ -30,7 +30,7 @@ class HoldBack:
     file: str | None = None
     let_others_run: bool = False
 
-    def __call__(self, root: str, student: str) -> dict:
+    def __call__(self, root: str, student: str):
         from grading.worker import grade_student
 
         if student == self.held:
@@ -38,7 +38,7 @@ class HoldBack:
         return grade_student(root, student)
 
     def wait(self, root: Path) -> None:
-        status, log = root / "status", root / "held.json"
+        status, log = root / "outcomes", root / "held.json"
         finished = sorted(p.stem for p in status.glob("*.json"))
         log.write_text(json.dumps({"finished_at_start": finished, "gave_up": None}))
         if self.let_others_run:

@@ -1,0 +1,89 @@
+"""One student's outcome: everything grading found out about them, in one record (student > notebook > test
+cell > case).
+
+Intake starts it (who the student is, which notebooks they handed in, what was wrong with the files); the
+worker that grades the student fills in how grading went and the judge's record of each notebook
+(`judge.NotebookRecord`: per test cell its points, per case whether it passed and why not), and writes it once,
+when the student is done (`outcomes/<student>.json` in the course folder: what `--resume` reads); the run joins
+the two (`joined`) and writes it once into OUT (`OUT/outcomes/<student>.json`, for instructors: it names the
+hidden cases). The rest of OUT is views of these records: `report.json` (each outcome without its notebooks),
+the status, review and notes columns of `grades.csv`, `failures.csv` and the class report. Only the points of
+written answers, which a person gives in formgrader, come from nbgrader's gradebook.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+
+from .judge import NotebookRecord
+
+FOLDER = "outcomes"  # in the course folder and in OUT
+
+
+@dataclass
+class StudentOutcome:
+    student: str  # the id graded under (`intake.student_id`); a refused name as it was given
+    notebooks: dict[str, str] = field(default_factory=dict)  # notebook stem -> file graded
+    notes: list[str] = field(default_factory=list)  # what was wrong with the submission, per file
+    flags: list[str] = field(default_factory=list)  # for manual review (suspected tampering, a sandbox stopped)
+    status: str = "pending"  # graded | failed | no notebooks
+    seconds: float = 0.0  # spent grading the student
+    name: str = ""  # the student's name as the export gives it (the id if empty)
+    lms_id: str = ""  # the LMS's participant id, where the export gives one
+    error: str = ""  # why grading failed (status "failed")
+    traceback: str = ""  # where, when grading raised
+    sandboxes_started: int = 0  # 0: graded in a sandbox kept warm from the worker's previous student
+    judged: list[NotebookRecord] = field(default_factory=list)  # the judge's record of each notebook, in order
+
+    def summary(self) -> dict:
+        """The outcome without the judge's records and the traceback: an entry of report.json."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("judged", "traceback")}
+
+    @classmethod
+    def from_dict(cls, raw: dict) -> StudentOutcome:
+        known = {f.name for f in fields(cls)}
+        outcome = cls(**{k: v for k, v in raw.items() if k in known and k != "judged"})
+        outcome.judged = [NotebookRecord.from_dict(r) for r in raw.get("judged", [])]
+        return outcome
+
+
+def joined(intake: StudentOutcome, graded: StudentOutcome | None) -> StudentOutcome:
+    """The outcome of a student as intake found them and a worker graded them (None: not graded)."""
+    if graded is None:
+        return intake
+    failed = graded.status != "graded"
+    return StudentOutcome(
+        student=intake.student, notebooks=intake.notebooks, status="failed" if failed else "graded",
+        notes=intake.notes + graded.notes + ([graded.error or "unknown error"] if failed else []),
+        flags=intake.flags + graded.flags, seconds=graded.seconds, name=intake.name, lms_id=intake.lms_id,
+        error=graded.error, traceback=graded.traceback, sandboxes_started=graded.sandboxes_started,
+        judged=graded.judged)
+
+
+def write_outcome(folder: Path, outcome: StudentOutcome) -> Path:
+    """`folder/<student>.json`, replaced whole (a reader never sees half of it)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{outcome.student}.json"
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(asdict(outcome), indent=1))
+    tmp.replace(path)
+    return path
+
+
+def read_outcome(path: Path) -> StudentOutcome:
+    """An outcome as `write_outcome` wrote it; a damaged file raises (ValueError, TypeError, KeyError)."""
+    return StudentOutcome.from_dict(json.loads(path.read_text()))
+
+
+def read_outcomes(folder: Path) -> dict[str, StudentOutcome]:
+    """{student: outcome} of every outcome in `folder`; an unreadable file is left out (that student is graded
+    again by a resumed run, and a report of a damaged folder still comes out, without them)."""
+    found = {}
+    for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+        try:
+            outcome = read_outcome(path)
+        except (OSError, ValueError, TypeError, KeyError, AttributeError):
+            continue
+        found[outcome.student] = outcome
+    return found
