@@ -136,3 +136,27 @@ def test_the_comparison_the_judge_runs_stands_below_the_student_api():
     # (starter.data for the vocabulary of trained-model cases, which reaches the dataset builders of data/)
     assert {m for m in reached if m.split(".")[0] != "data"} == {"starter.cases", "starter.stand_ins",
                                                                  "starter.data"}, sorted(reached)
+
+
+def _slug(heading: str) -> str:
+    """The anchor GitHub gives a markdown heading."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_every_link_between_the_documents_reaches_its_file_and_heading():
+    """The README and docs/ link to each other's files and sections: each linked file exists and each #anchor
+    is one of that file's headings (a section moved or dropped leaves a link to nowhere)."""
+    broken = []
+    for doc in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        for target in re.findall(r"\]\(([^)\s]+)\)", doc.read_text(encoding="utf-8")):
+            if re.match(r"[a-z]+:", target):  # a web address, not ours to check here
+                continue
+            file, _, anchor = target.partition("#")
+            path = (doc.parent / file).resolve() if file else doc
+            if not path.exists():
+                broken.append(f"{doc.name}: {target} (no such file)")
+            elif anchor and path.suffix == ".md":
+                headings = {_slug(h) for h in re.findall(r"^#+ (.+)$", path.read_text(encoding="utf-8"), re.M)}
+                if anchor not in headings:
+                    broken.append(f"{doc.name}: {target} (no such heading)")
+    assert not broken, broken
