@@ -43,21 +43,21 @@ c.ClearSolutions.enforce_metadata = True
 c.LimitOutput.max_lines = 200
 c.LimitOutput.max_traceback = 20
 c.Autograde.create_student = True
-# Autograde: nbgrader's own steps, with Execute replaced by the sandbox and the judge scoring the test
-# cells from what the sandbox recorded, before SaveAutoGrades writes the scores to the gradebook.
+# Autograde: nbgrader's own steps, with Execute replaced by GradeNotebook (the notebook run in the sandbox,
+# then its test cells scored by the judge from what the checks recorded there), before SaveAutoGrades writes
+# the scores to the gradebook.
 c.Autograde.autograde_preprocessors = [
-    "grading.sandbox.SandboxedExecute",
+    "grading.worker.GradeNotebook",
     "nbgrader.preprocessors.IgnorePattern",
     "nbconvert.preprocessors.ClearMetadataPreprocessor",
     "nbgrader.preprocessors.LimitOutput",
-    "grading.judge.Judge",
     "nbgrader.preprocessors.SaveAutoGrades",
     "nbgrader.preprocessors.AssignLatePenalties",
     "nbgrader.preprocessors.CheckCellMetadata",
 ]
-{sandbox_settings}c.SandboxedExecute.case_inputs = {case_inputs!r}
-c.SandboxedExecute.data_dir = {data_dir!r}
-c.Judge.reference_dirs = {reference_dirs!r}
+{sandbox_settings}c.GradeNotebook.case_inputs = {case_inputs!r}
+c.GradeNotebook.data_dir = {data_dir!r}
+c.GradeNotebook.reference_dirs = {reference_dirs!r}
 # Feedback: grades, the student's code and outputs, the judge's lines; never hidden sources or names.
 c.GenerateFeedback.preprocessors = [
     "nbgrader.preprocessors.GetGrades",

@@ -16,16 +16,12 @@ diagnosis) goes into the student's outcome (grading/outcome.py), which the repor
 """
 from __future__ import annotations
 
-import contextlib
 import functools
-import threading
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import nbformat
-from nbgrader.preprocessors import NbGraderPreprocessor
-from traitlets import List, Unicode
 
 from starter.compare import PUBLIC_DIR, CheckFailed, Diagnosis, Observation, case_file, case_names, diagnose, load_case
 
@@ -145,46 +141,20 @@ def _not_run_message(sandbox) -> str:
     return "did not run (the test cell was not reached or raised before checking)"
 
 
-_judged = threading.local()  # .records: the list `judging()` collects this thread's records in
-
-
-@contextlib.contextmanager
-def judging() -> Iterator[list[NotebookRecord]]:
-    """The records of the notebooks the Judge step scores in this thread within the block, in order: how
-    `worker.grade_student` gets them from nbgrader's autograde, which runs the step in the caller's thread."""
-    found: list[NotebookRecord] = []
-    _judged.records = found
-    try:
-        yield found
-    finally:
-        _judged.records = None
-
-
-class Judge(NbGraderPreprocessor):
-    """After SandboxedExecute: replaces each test cell's outputs by the judge's lines and score, and hands the
-    notebook's record to the `judging()` block around the grading."""
-
-    reference_dirs = List(Unicode(), help="folders of reference files with expected outputs").tag(config=True)
-
-    def preprocess(self, nb, resources):
-        sandbox = resources.get("sandbox")
-        observations = sandbox.observations if sandbox is not None else {}
-        dirs = [Path(d) for d in self.reference_dirs] or [notebooks.PUBLIC_REFERENCES, notebooks.HIDDEN_REFERENCES]
-        cells = {c.grade_id: c for c in judge_notebook(nb, observations, dirs, _not_run_message(sandbox))}
-        for cell in notebooks.test_cells(nb):
-            result = cells[notebooks.nbgrader_meta(cell)["grade_id"]]
-            cell.outputs = [
-                nbformat.v4.new_output("stream", name="stdout", text="\n".join(result.lines()) + "\n"),
-                nbformat.v4.new_output("execute_result", data={"text/plain": repr(result.points)}, execution_count=None),
-            ]
-        info = resources.get("nbgrader", {})
-        student, notebook = info.get("student", "?"), info.get("notebook", "?")
-        record = NotebookRecord(
-            student=student, notebook=notebook, sandbox=getattr(sandbox, "status", "not run"),
-            sandbox_message=getattr(sandbox, "message", ""), isolated=getattr(sandbox, "isolated", False),
-            seconds=round(getattr(sandbox, "seconds", 0.0), 2), problems=getattr(sandbox, "problems", []),
-            cells=list(cells.values()))
-        collected = getattr(_judged, "records", None)
-        if collected is not None:
-            collected.append(record)
-        return nb, resources
+def judge_into(nb, sandbox: Any, reference_dirs: list[Path], student: str, notebook: str) -> NotebookRecord:
+    """Score `nb`'s test cells from what the sandbox's run of it observed (`sandbox`: its SandboxResult; None when
+    it did not run) and make each test cell's outputs the judge's lines and score, which nbgrader's SaveAutoGrades
+    then reads; returns the notebook's record."""
+    observations = sandbox.observations if sandbox is not None else {}
+    cells = {c.grade_id: c for c in judge_notebook(nb, observations, reference_dirs, _not_run_message(sandbox))}
+    for cell in notebooks.test_cells(nb):
+        result = cells[notebooks.nbgrader_meta(cell)["grade_id"]]
+        cell.outputs = [
+            nbformat.v4.new_output("stream", name="stdout", text="\n".join(result.lines()) + "\n"),
+            nbformat.v4.new_output("execute_result", data={"text/plain": repr(result.points)}, execution_count=None),
+        ]
+    return NotebookRecord(
+        student=student, notebook=notebook, sandbox=getattr(sandbox, "status", "not run"),
+        sandbox_message=getattr(sandbox, "message", ""), isolated=getattr(sandbox, "isolated", False),
+        seconds=round(getattr(sandbox, "seconds", 0.0), 2), problems=getattr(sandbox, "problems", []),
+        cells=list(cells.values()))

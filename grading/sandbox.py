@@ -21,12 +21,12 @@ before the next one runs. When the sandbox ends, everything in it ends. A seccom
 message queues, new namespaces). A worker keeps its sandbox warm for its next student, but only after a
 reset that ends every process but the server and the starter, empties the one writable folder, removes
 IPC objects, and finds nothing left, the filter in force and the starter answering; a sandbox that
-cannot be reset ends (`SandboxedExecute.reuse_sandbox = False`: a new one per student). The server never
+cannot be reset ends (`--no-reuse-sandbox`: a new one per student). The server never
 runs student code, and no kernel is a fork of a process that has held a student's notebook, so a warm
 sandbox holds nothing of the last student.
 
-`SandboxedExecute` is nbgrader's `Execute` step done this way; what the checks recorded is read
-back as plain data (`starter.compare.read_observations`) for the judge.
+`run_in_sandbox` runs one notebook this way, in place of nbgrader's `Execute` step (grading/worker.py); what
+the checks recorded is read back as plain data (`starter.compare.read_observations`) for the judge.
 """
 from __future__ import annotations
 
@@ -52,15 +52,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import nbformat
-from nbgrader.preprocessors import NbGraderPreprocessor
-from traitlets import Bool, Dict, Unicode
 
 from starter.cases import case_groups, read_case, write_case
 from starter.compare import CASE_INPUTS_ENV, Observation, read_observations
 
 from . import notebooks, seccomp
 from .sandbox_runner import MAX_FILES, PLAIN_NAME  # the server's own definitions (it runs standalone)
-from .settings import Limits, Settings, setting_help
+from .settings import Limits
 
 CPU_PERIOD_US = 100_000  # the cgroup's accounting period for the CPU quota
 SCRATCH = "/tmp/work"  # the notebook's folder inside the sandbox (writable, private)
@@ -449,10 +447,10 @@ _scope = threading.local()  # .sessions: the open student scope's; .started: san
 
 @contextlib.contextmanager
 def student_session():
-    """Within this block, every SandboxedExecute of this thread shares one Session: one sandbox for all of
+    """Within this block, every `run_in_sandbox` of this thread shares one Session: one sandbox for all of
     a student's notebooks (grading/worker.py), so the imports are paid once for all of them.
 
-    A sandbox made with `reuse` (SandboxedExecute.reuse_sandbox, the default) is then kept warm for this
+    A sandbox made with `reuse` (`Settings.reuse_sandbox`, the default) is then kept warm for this
     thread's next student, but only once `Session.reset` has ended everything the student started,
     emptied the only writable folder and checked that nothing is left; otherwise, and for a sandbox made
     without it, the sandbox ends with the block, as before."""
@@ -506,42 +504,29 @@ def _session_for(case_inputs: Path | None, limits: Limits, isolate: bool, data_d
     return contextlib.nullcontext(sessions[key])
 
 
-class SandboxedExecute(NbGraderPreprocessor):
-    """nbgrader's Execute step, run in the sandbox. Puts the SandboxResult in resources["sandbox"]."""
-
-    isolate = Bool(Settings.isolate, help=setting_help("isolate")).tag(config=True)
-    case_inputs = Unicode("", help="folder of the hidden cases without expected outputs").tag(config=True)
-    data_dir = Unicode("", help="the datasets folder, read-only inside").tag(config=True)
-    limits = Dict(help="grading.settings.Limits as a dict (missing fields: their defaults)").tag(config=True)
-    reuse_sandbox = Bool(Settings.reuse_sandbox, help=setting_help("reuse_sandbox")).tag(config=True)
-
-    def preprocess(self, nb, resources):
-        limits = Limits(**self.limits)
-        names = {}  # opaque id -> hidden case name
-        if self.case_inputs:
-            names = json.loads(Path(self.case_inputs).with_suffix(".json").read_text())
-        stem = (resources.get("nbgrader") or {}).get("notebook", "")
-        folder = (resources.get("metadata") or {}).get("path") or ""
-        with _session_for(Path(self.case_inputs) if self.case_inputs else None, limits, self.isolate,
-                          Path(self.data_dir) if self.data_dir else None, self.reuse_sandbox) as session:
-            result = session.run(hide_case_names(nb, {v: k for k, v in names.items()}),
-                                 files_beside(Path(folder), stem) if folder else {})
-        # back to the names; an observation filed under a hidden case's real name was not made by its check
-        result.observations = {names.get(k, k): v for k, v in result.observations.items()
-                               if k in names or k not in set(names.values())}
-        resources["sandbox"] = result
-        if result.notebook is None:  # nothing came back: the notebook as submitted, with no outputs
-            for cell in nb.cells:
-                if cell.cell_type == "code":
-                    cell.outputs = []
-            return nb, resources
-        # keep nbgrader's cell metadata as it was restored, take only the outputs from the sandbox
-        executed = result.notebook.cells
-        for cell, ran in zip(nb.cells, executed):
-            if cell.cell_type == "code" and ran.get("cell_type") == "code":
-                cell.outputs = ran.get("outputs", [])
-                cell.execution_count = ran.get("execution_count")
-        return nb, resources
+def run_in_sandbox(nb, stem: str, folder: Path | None, limits: Limits, isolate: bool = True,
+                   case_inputs: Path | None = None, data_dir: Path | None = None, reuse: bool = False) -> SandboxResult:
+    """Run notebook `stem` (`nb`, handed in in `folder` with the files it reads) in this thread's student sandbox
+    (`student_session`; a sandbox of its own outside one), its hidden cases under opaque ids; put the sandbox's
+    outputs in `nb`'s code cells (nbgrader's cell metadata kept as restored) and return the result, its
+    observations under the hidden cases' names. An observation filed under a hidden case's real name was not
+    made by its check: it is dropped."""
+    names = json.loads(case_inputs.with_suffix(".json").read_text()) if case_inputs is not None else {}
+    with _session_for(case_inputs, limits, isolate, data_dir, reuse) as session:
+        result = session.run(hide_case_names(nb, {v: k for k, v in names.items()}),
+                             files_beside(folder, stem) if folder is not None else {})
+    result.observations = {names.get(k, k): v for k, v in result.observations.items()
+                           if k in names or k not in set(names.values())}
+    if result.notebook is None:  # nothing came back: the notebook as submitted, with no outputs
+        for cell in nb.cells:
+            if cell.cell_type == "code":
+                cell.outputs = []
+        return result
+    for cell, ran in zip(nb.cells, result.notebook.cells):
+        if cell.cell_type == "code" and ran.get("cell_type") == "code":
+            cell.outputs = ran.get("outputs", [])
+            cell.execution_count = ran.get("execution_count")
+    return result
 
 
 def files_beside(folder: Path, stem: str) -> dict[str, bytes]:

@@ -82,7 +82,7 @@ def from_options(args: argparse.Namespace) -> Settings:
 
 
 def nbgrader_config(settings: Settings) -> str:
-    """The lines of nbgrader_config.py that hand `settings` to the sandbox step (grading.sandbox.SandboxedExecute)."""
-    return (f"c.SandboxedExecute.limits = {dataclasses.asdict(settings.limits)!r}\n"
-            f"c.SandboxedExecute.isolate = {settings.isolate!r}\n"
-            f"c.SandboxedExecute.reuse_sandbox = {settings.reuse_sandbox!r}\n")
+    """The lines of nbgrader_config.py that hand `settings` to the grading step (grading.worker.GradeNotebook)."""
+    return (f"c.GradeNotebook.limits = {dataclasses.asdict(settings.limits)!r}\n"
+            f"c.GradeNotebook.isolate = {settings.isolate!r}\n"
+            f"c.GradeNotebook.reuse_sandbox = {settings.reuse_sandbox!r}\n")

@@ -1,11 +1,13 @@
 """Grade one student: nbgrader's autograde and feedback, driven through its Python API.
 
-`grade_student(root, student)` is the task the engine (grading/engine.py) runs on a Dask worker. The
-course's configuration makes nbgrader's Execute step the sandbox (grading/sandbox.py) and adds the
-judge (grading/judge.py) before SaveAutoGrades records the scores, so this process never runs
-student code itself. The API (importing nbgrader costs seconds) is made once per worker process (`course.api`).
-The student's outcome (grading/outcome.py: how grading went and the judge's record of each notebook) goes to
-`outcomes/<student>.json` as soon as the student is done, for `--resume`.
+`grade_student(root, student)` is the task the engine (grading/engine.py) runs on a Dask worker: nbgrader's
+autograde of the student, the feedback pages, the review flags, the student's outcome (grading/outcome.py)
+written to `outcomes/<student>.json` as soon as the student is done (what `--resume` reads). The course's
+configuration puts `GradeNotebook` in the place of nbgrader's Execute step: a thin adapter around
+`grade_notebook`, which runs one notebook in the sandbox (grading/sandbox.py) and has the judge
+(grading/judge.py) score it, before nbgrader's SaveAutoGrades writes the scores to the gradebook. This
+process never runs student code itself. The API (importing nbgrader costs seconds) is made once per worker
+process (`course.api`).
 
 A run passes each task the digest of the course preparation it started with (`graded_under`); grading
 compares the course folder's with it before and after the student, so a course prepared again or changed
@@ -13,20 +15,27 @@ under the run (another run on the folder, a hand edit) is flagged in `review`, n
 """
 from __future__ import annotations
 
+import contextlib
 import contextvars
+import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from nbgrader.preprocessors import NbGraderPreprocessor
+from traitlets import Bool, Dict, List, Unicode
+
 from starter.notebook_loader import python_source, read_cells
 
-from . import course, judge, sandbox
+from . import course, judge, notebooks, sandbox
 from .judge import NOT_RUN, NotebookRecord
 from .notebooks import ASSIGNMENT
 from .outcome import FOLDER, StudentOutcome, write_outcome
 from .scan import suspicious
+from .settings import Limits, Settings, setting_help
 
 
 def student_code(path: Path) -> str:
@@ -97,6 +106,67 @@ def review_flags(root: Path, student: str, judged: list[NotebookRecord]) -> list
     return flags
 
 
+@dataclass(frozen=True)
+class CourseFiles:
+    """What grading reads of the prepared course: the hidden cases' inputs under opaque ids (the sandbox's), the
+    datasets folder (read-only in the sandbox) and the reference files the judge compares with."""
+
+    case_inputs: Path | None
+    data_dir: Path | None
+    reference_dirs: tuple[Path, ...] = (notebooks.PUBLIC_REFERENCES, notebooks.HIDDEN_REFERENCES)
+
+
+def grade_notebook(nb, student: str, notebook: str, folder: Path | None, settings: Settings,
+                   files: CourseFiles) -> NotebookRecord:
+    """One notebook of a student, as nbgrader restored it (`nb`, changed in place): run in the sandbox with the
+    files handed in beside it in `folder`, then scored by the judge from what the checks observed there; the
+    test cells' outputs become the judge's lines and score. Returns the judge's record of the notebook."""
+    ran = sandbox.run_in_sandbox(nb, notebook, folder, settings.limits, settings.isolate, files.case_inputs,
+                                 files.data_dir, settings.reuse_sandbox)
+    return judge.judge_into(nb, ran, list(files.reference_dirs), student, notebook)
+
+
+_graded = threading.local()  # .records: where GradeNotebook puts its records for grade_student (None: nowhere)
+
+
+class GradeNotebook(NbGraderPreprocessor):
+    """nbgrader's Execute step done by `grade_notebook`; each notebook's record goes to the `grade_student` that
+    runs nbgrader's autograde in this thread."""
+
+    isolate = Bool(Settings.isolate, help=setting_help("isolate")).tag(config=True)
+    limits = Dict(help="grading.settings.Limits as a dict (missing fields: their defaults)").tag(config=True)
+    reuse_sandbox = Bool(Settings.reuse_sandbox, help=setting_help("reuse_sandbox")).tag(config=True)
+    case_inputs = Unicode("", help="folder of the hidden cases without expected outputs").tag(config=True)
+    data_dir = Unicode("", help="the datasets folder, read-only inside").tag(config=True)
+    reference_dirs = List(Unicode(), help="folders of reference files with expected outputs").tag(config=True)
+
+    def settings(self) -> Settings:
+        return Settings(Limits(**self.limits), isolate=self.isolate, reuse_sandbox=self.reuse_sandbox)
+
+    def preprocess(self, nb, resources):
+        info, folder = resources.get("nbgrader") or {}, (resources.get("metadata") or {}).get("path") or ""
+        files = CourseFiles(Path(self.case_inputs) if self.case_inputs else None,
+                            Path(self.data_dir) if self.data_dir else None,
+                            *([tuple(Path(d) for d in self.reference_dirs)] if self.reference_dirs else []))
+        record = grade_notebook(nb, info.get("student", "?"), info.get("notebook", ""), Path(folder) if folder else None,
+                                self.settings(), files)
+        records = getattr(_graded, "records", None)
+        if records is not None:
+            records.append(record)
+        return nb, resources
+
+
+@contextlib.contextmanager
+def _collecting() -> Iterator[list[NotebookRecord]]:
+    """The records of the notebooks GradeNotebook grades in this thread within the block, in order."""
+    found: list[NotebookRecord] = []
+    _graded.records = found
+    try:
+        yield found
+    finally:
+        _graded.records = None
+
+
 def grade_student(root: str | Path, student: str) -> StudentOutcome:
     """Grade `student`, staged by intake in the course folder `root`: nbgrader's autograde (the sandbox runs the
     notebooks, the judge scores them, SaveAutoGrades writes the scores to the gradebook), the feedback pages,
@@ -108,8 +178,9 @@ def grade_student(root: str | Path, student: str) -> StudentOutcome:
     prepared = _run_preparation.get()  # None: called outside a run (nothing to compare with)
     changed = prepared is not None and course.preparation_digest(root) != prepared
     try:
-        # one sandbox for all of this student's notebooks; the judge's records collected as it scores them
-        with sandbox.student_session() as scope, judge.judging() as judged:
+        # nbgrader's autograde runs GradeNotebook on each notebook in this thread: one sandbox for all of this
+        # student's notebooks, and the judge's record of each collected here
+        with sandbox.student_session() as scope, _collecting() as judged:
             result = api.autograde(ASSIGNMENT, student, force=True, create=True)
         outcome.sandboxes_started = scope.sandboxes_started  # 0: the worker's warm one, reset after the last student
         outcome.judged = judged

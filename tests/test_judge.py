@@ -237,7 +237,7 @@ print(json.dumps({"files": files, "shm": shm, "others": others, "server": os.get
 
 
 def _grade_one_student(sources: list[str], limits: sandbox.Limits):
-    """What SandboxedExecute does for one student: their notebooks in this thread's sandbox, reused if warm."""
+    """What grading does for one student: their notebooks in this thread's sandbox, reused if warm."""
     with sandbox.student_session():
         with sandbox._session_for(None, limits, True, None, reuse=True) as session:
             return session, [session.run(_notebook(source)) for source in sources]
@@ -613,3 +613,26 @@ def test_the_sandbox_is_not_told_which_hidden_cases_expect_an_error(tmp_path):
 
     assert verdict(case, observe(bare, raising)) is None, verdict(case, observe(bare, raising))
     assert verdict(case, observe(bare, lambda *a, **k: 0)) is not None
+
+
+@pytest.mark.skipif(sandbox.bwrap() is None, reason="bubblewrap is not installed")
+def test_grading_one_notebook_is_a_plain_call_sandbox_then_judge():
+    """`grading.worker.grade_notebook`, what nbgrader's Execute step is replaced by, called without nbgrader: the
+    notebook runs in the sandbox, the judge scores its test cell from the observation and writes its lines and
+    score into the cell (what SaveAutoGrades reads), and the record says the same."""
+    from grading.settings import Settings
+    from grading.worker import CourseFiles, grade_notebook
+
+    answer = "import torch\ndef causal_mask(T, device=None):\n    return torch.ones(T, T, dtype=torch.bool).tril(-1)"
+    test = nbformat.v4.new_code_cell("from starter.checks import check\ncheck('causal/5', causal_mask)")
+    test.metadata["nbgrader"] = {"grade": True, "solution": False, "locked": True, "grade_id": "t", "points": 2}
+    nb = _notebook(answer)
+    nb.cells.append(test)
+    record = grade_notebook(nb, "s", "01_scaled_dot_product_attention", None,
+                            Settings(sandbox.Limits(cell_seconds=30, notebook_seconds=60)),
+                            CourseFiles(None, None, (nbs.PUBLIC_REFERENCES,)))
+    (cell,) = record.cells
+    assert (record.sandbox, cell.grade_id, cell.points, cell.max_points) == ("finished", "t", 0.0, 2.0), record
+    assert cell.cases[0].diagnosis.startswith("known bug"), cell.cases[0]  # the diagonal left out, named
+    text, score = nb.cells[-1].outputs
+    assert "\u2717 causal/5" in text["text"] and score["data"]["text/plain"] == "0.0"

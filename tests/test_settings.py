@@ -9,8 +9,8 @@ from conftest import ROOT
 from traitlets.config.loader import PyFileConfigLoader
 
 from grading import course
-from grading.sandbox import SandboxedExecute
 from grading.settings import Limits, Settings, add_options, from_options
+from grading.worker import GradeNotebook
 
 
 def parse(*argv: str) -> Settings:
@@ -34,11 +34,11 @@ def test_the_course_configuration_hands_the_settings_to_the_sandbox_step(tmp_pat
                         reuse_sandbox=False)
     course.write_config(tmp_path, settings=settings)
     config = PyFileConfigLoader("nbgrader_config.py", path=str(tmp_path)).load_config()
-    step = SandboxedExecute(config=config)
+    step = GradeNotebook(config=config)
     assert Limits(**step.limits) == settings.limits
     assert (step.isolate, step.reuse_sandbox) == (False, False)
     course.write_config(tmp_path)  # the defaults, unless a run chooses others
-    step = SandboxedExecute(config=PyFileConfigLoader("nbgrader_config.py", path=str(tmp_path)).load_config())
+    step = GradeNotebook(config=PyFileConfigLoader("nbgrader_config.py", path=str(tmp_path)).load_config())
     assert (Limits(**step.limits), step.isolate, step.reuse_sandbox) == (Limits(), True, True)
 
 
