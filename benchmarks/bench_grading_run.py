@@ -25,6 +25,8 @@ from pathlib import Path
 
 from side_by_side import ROOT, alternate
 
+from grading.notebooks import trained_checkpoint
+
 MAKE_CLASS = """
 import shutil, sys
 from pathlib import Path
@@ -73,8 +75,6 @@ def main() -> None:
         if tree not in classes:  # each tree's class, made once (not timed)
             checkpoint = scratch / "trained.pt"
             if not checkpoint.exists():
-                sys.path.insert(0, str(ROOT))
-                from grading.notebooks import trained_checkpoint
                 trained_checkpoint(checkpoint)
             classes[tree] = scratch / f"class-{len(classes)}"
             subprocess.run([python_for(tree, scratch), "-c", MAKE_CLASS, str(classes[tree]), str(args.students),

@@ -7,8 +7,9 @@ worker that grades the student fills in how grading went and the judge's record 
 when the student is done (`outcomes/<student>.json` in the course folder: what `--resume` reads); the run joins
 the two (`joined`) and writes it once into OUT (`OUT/outcomes/<student>.json`, for instructors: it names the
 hidden cases). The rest of OUT is views of these records: `report.json` (each outcome without its notebooks),
-the status, review and notes columns of `grades.csv`, `failures.csv` and the class report. Only the points of
-written answers, which a person gives in formgrader, come from nbgrader's gradebook.
+the status, review and notes columns of `grades.csv`, `failures.csv` and the class report. The points in
+`grades.csv` are read from nbgrader's gradebook, where SaveAutoGrades wrote the judge's and where formgrader
+keeps a person's (a written answer's, or an override of an automatic score).
 """
 from __future__ import annotations
 

@@ -153,9 +153,9 @@ def report(out: Path, root: Path, results: list[StudentOutcome], graded: dict[st
     `out/outcomes/`, then its views: the feedback pages, `report.json`, `grades.csv`, the failure summary and
     the class report. Returns the joined outcomes."""
     outcomes = [joined(r, graded.get(r.student)) for r in results]
-    folder = out / FOLDER
+    folder, students = out / FOLDER, {o.student for o in outcomes}
     for stale in folder.glob("*.json") if folder.is_dir() else []:  # another run's students: not this run's
-        if stale.stem not in {o.student for o in outcomes}:
+        if stale.stem not in students:
             stale.unlink()
     for o in outcomes:
         if o.status == "graded":

@@ -515,8 +515,9 @@ def run_in_sandbox(nb, stem: str, folder: Path | None, limits: Limits, isolate: 
     with _session_for(case_inputs, limits, isolate, data_dir, reuse) as session:
         result = session.run(hide_case_names(nb, {v: k for k, v in names.items()}),
                              files_beside(folder, stem) if folder is not None else {})
+    real_names = set(names.values())
     result.observations = {names.get(k, k): v for k, v in result.observations.items()
-                           if k in names or k not in set(names.values())}
+                           if k in names or k not in real_names}
     if result.notebook is None:  # nothing came back: the notebook as submitted, with no outputs
         for cell in nb.cells:
             if cell.cell_type == "code":

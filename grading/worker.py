@@ -113,7 +113,7 @@ class CourseFiles:
 
     case_inputs: Path | None
     data_dir: Path | None
-    reference_dirs: tuple[Path, ...] = (notebooks.PUBLIC_REFERENCES, notebooks.HIDDEN_REFERENCES)
+    reference_dirs: tuple[Path, ...]
 
 
 def grade_notebook(nb, student: str, notebook: str, folder: Path | None, settings: Settings,
@@ -147,7 +147,8 @@ class GradeNotebook(NbGraderPreprocessor):
         info, folder = resources.get("nbgrader") or {}, (resources.get("metadata") or {}).get("path") or ""
         files = CourseFiles(Path(self.case_inputs) if self.case_inputs else None,
                             Path(self.data_dir) if self.data_dir else None,
-                            *([tuple(Path(d) for d in self.reference_dirs)] if self.reference_dirs else []))
+                            tuple(Path(d) for d in self.reference_dirs)
+                            or (notebooks.PUBLIC_REFERENCES, notebooks.HIDDEN_REFERENCES))
         record = grade_notebook(nb, info.get("student", "?"), info.get("notebook", ""), Path(folder) if folder else None,
                                 self.settings(), files)
         records = getattr(_graded, "records", None)
