@@ -4,7 +4,7 @@
    outcome (`outcome.StudentOutcome`) starts there;
 2. grade one student (`worker.grade_student`, one Dask task per student, `engine.run`): nbgrader's
    autograde with the sandbox (`sandbox.py`) as its Execute step and the judge (`judge.py`) scoring
-   the test cells, nbgrader's SaveAutoGrades writing the scores to the gradebook, then the feedback pages;
+   the test cells, SaveJudgedScores writing the judge's points to the gradebook, then the feedback pages;
    the worker writes the student's outcome, with the judge's record of each notebook;
 3. report (`report.py`, `class_report.py`): each student's outcome in `outcomes/`, and its views: `report.json`,
    `grades.csv` (with the gradebook's hand-given points), `failures.csv`/`.png`, the feedback pages and
@@ -39,14 +39,14 @@ __all__ = ["autograde", "graded_columns", "StudentOutcome"]
 
 def autograde(submissions: Path, out: Path, course_dir: Path | None = None, db_url: str | None = None,
               students: list[str] | None = None, resume: bool = False, settings: Settings = Settings(),
-              progress: bool = False, task: Callable[[str, str], Any] | None = None) -> list[StudentOutcome]:
+              progress: bool = False, task: Callable[..., Any] | None = None) -> list[StudentOutcome]:
     """Grade every student in `submissions` (folder or zip). Returns one outcome per student folder.
 
     resume=True keeps the results of students graded by an earlier, interrupted run. `settings`
     (grading/settings.py): the sandbox's limits; isolate=False runs student code without isolation (only
     where bubblewrap cannot be had): every row is flagged; `workers` worker processes on this machine, or
-    the Dask cluster at `scheduler` (grading/engine.py). `task` replaces `worker.grade_student` there (the
-    tests hold a student back with it).
+    the Dask cluster at `scheduler` (grading/engine.py). `task` replaces `worker.grade_student` there,
+    called as it is (root, student, prepared=digest); the tests hold a student back with it.
     The run holds the course folder from before it is prepared until the report is written (`course.hold`):
     another run on it raises `course.CourseLockError` at once, naming this one, having changed nothing.
     """
@@ -71,7 +71,7 @@ def autograde(submissions: Path, out: Path, course_dir: Path | None = None, db_u
             results, loose = intake(Path(submissions), root, students)
             gradable = [r.student for r in results if r.status not in ("failed", "no notebooks")]
             graded = engine.run(root, gradable, progress=progress, client=client,
-                                task=functools.partial(worker.graded_under, prepared, task or worker.grade_student))
+                                task=functools.partial(task or worker.grade_student, prepared=prepared))
         if course.preparation_digest(root) != prepared:  # after the last student: the gradebook may be another's
             log.error("the course folder %s changed during this run (prepared again?): every grade is flagged", root)
             for outcome in graded.values():

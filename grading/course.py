@@ -43,15 +43,16 @@ c.ClearSolutions.enforce_metadata = True
 c.LimitOutput.max_lines = 200
 c.LimitOutput.max_traceback = 20
 c.Autograde.create_student = True
-# Autograde: nbgrader's own steps, with Execute replaced by GradeNotebook (the notebook run in the sandbox,
-# then its test cells scored by the judge from what the checks recorded there), before SaveAutoGrades writes
-# the scores to the gradebook.
+# Autograde: nbgrader's own steps, with Execute replaced by GradeNotebook (the notebook run in the student's
+# sandbox, then its test cells scored by the judge from what the checks recorded there) and SaveAutoGrades by
+# SaveJudgedScores (the judge's points into the gradebook); grading.worker.StudentAutograde gives both what they
+# share, so they refuse to run under nbgrader's own autograde.
 c.Autograde.autograde_preprocessors = [
     "grading.worker.GradeNotebook",
     "nbgrader.preprocessors.IgnorePattern",
     "nbconvert.preprocessors.ClearMetadataPreprocessor",
     "nbgrader.preprocessors.LimitOutput",
-    "nbgrader.preprocessors.SaveAutoGrades",
+    "grading.worker.SaveJudgedScores",
     "nbgrader.preprocessors.AssignLatePenalties",
     "nbgrader.preprocessors.CheckCellMetadata",
 ]

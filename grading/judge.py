@@ -11,8 +11,9 @@ and each failure keeps its kind (a known bug, a symptom) for the class report.
 A test cell scores its points times the share of its hidden cases that pass (partial credit; all its
 cases where it has no hidden one): public cases' expected outputs ship with the kit. Its outputs
 become the judge's: one line per case (hidden cases by number, never by name) and the score, which
-nbgrader's SaveAutoGrades records. The notebook's record (each cell's points, each case's outcome and
-diagnosis) goes into the student's outcome (grading/outcome.py), which the reports are views of.
+the student and the feedback page see. The notebook's record (each cell's points, each case's outcome and
+diagnosis) goes into the student's outcome (grading/outcome.py), which the reports are views of, and its
+points into the gradebook (`grading.worker.SaveJudgedScores`).
 """
 from __future__ import annotations
 
@@ -143,8 +144,8 @@ def _not_run_message(sandbox) -> str:
 
 def judge_into(nb, sandbox: Any, reference_dirs: list[Path], student: str, notebook: str) -> NotebookRecord:
     """Score `nb`'s test cells from what the sandbox's run of it observed (`sandbox`: its SandboxResult; None when
-    it did not run) and make each test cell's outputs the judge's lines and score, which nbgrader's SaveAutoGrades
-    then reads; returns the notebook's record."""
+    it did not run) and make each test cell's outputs the judge's lines and score (what the feedback page shows);
+    returns the notebook's record, whose points `grading.worker.SaveJudgedScores` writes to the gradebook."""
     observations = sandbox.observations if sandbox is not None else {}
     cells = {c.grade_id: c for c in judge_notebook(nb, observations, reference_dirs, _not_run_message(sandbox))}
     for cell in notebooks.test_cells(nb):

@@ -8,7 +8,7 @@ when the student is done (`outcomes/<student>.json` in the course folder: what `
 the two (`joined`) and writes it once into OUT (`OUT/outcomes/<student>.json`, for instructors: it names the
 hidden cases). The rest of OUT is views of these records: `report.json` (each outcome without its notebooks),
 the status, review and notes columns of `grades.csv`, `failures.csv` and the class report. The points in
-`grades.csv` are read from nbgrader's gradebook, where SaveAutoGrades wrote the judge's and where formgrader
+`grades.csv` are read from nbgrader's gradebook, where SaveJudgedScores wrote the judge's and where formgrader
 keeps a person's (a written answer's, or an override of an automatic score).
 """
 from __future__ import annotations

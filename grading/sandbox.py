@@ -11,8 +11,8 @@ folder and other students' files do not exist in there. Limits: memory and proce
 where the machine lets us make one), file size and core dumps (rlimits), a per-cell timeout (an
 interrupt, then a kill), and a hard kill of the whole sandbox at a notebook's time limit.
 
-One sandbox for all of a student's notebooks (`Session`, opened by `student_session()` around nbgrader's
-autograde): its server (grading/sandbox_runner.py) imports torch and the rest once, forks a kernel
+One sandbox for all of a student's notebooks (a `Session`, held by the `StudentSandbox` that
+`grading.worker.grade_student` opens for the student): its server (grading/sandbox_runner.py) imports torch and the rest once, forks a kernel
 starter before it reads any notebook, and has it fork a fresh kernel for each notebook, so a notebook
 costs what its cells cost, not seconds of start-up. Nothing crosses from one notebook to the next but
 files in the sandbox's own /tmp: each kernel is a new process, and whatever a notebook started is killed
@@ -46,7 +46,6 @@ import sys
 import tempfile
 import threading
 import time
-import types
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -232,7 +231,8 @@ class Session:
     def __init__(self, case_inputs: Path | None = None, limits: Limits = Limits(), isolate: bool = True,
                  data_dir: Path | None = None):
         self.case_inputs, self.limits, self.isolate, self.data_dir = case_inputs, limits, isolate, data_dir
-        self.reuse = False  # kept for the next student after a reset (student_session)
+        self.reuse = False  # kept for the next student after a reset (StudentSandbox)
+        self.starts = 0  # how many times a sandbox was started for it (one dies at a notebook's time limit)
         self._stack: contextlib.ExitStack | None = None
         self._proc: subprocess.Popen | None = None
         self._scratch: Path | None = None
@@ -244,7 +244,7 @@ class Session:
         self.close()
 
     def _start(self) -> None:
-        _scope.started = getattr(_scope, "started", 0) + 1
+        self.starts += 1
         self._stack = contextlib.ExitStack()
         self._scratch = Path(self._stack.enter_context(tempfile.TemporaryDirectory(prefix="sandbox-")))
         os.chmod(self._scratch, 0o777)  # --no-sandbox: the notebooks' folders (in the sandbox: a tmpfs of its own)
@@ -441,39 +441,80 @@ def run_notebook(nb, case_inputs: Path | None, limits: Limits = Limits(), isolat
         return session.run(nb)
 
 
-_scope = threading.local()  # .sessions: the open student scope's; .started: sandboxes it started;
-# .warm: (key, Session) kept for this thread's next student
+class WarmSandboxes:
+    """Sandboxes reset after a student and kept for this worker process's next student (`Settings.reuse_sandbox`),
+    at most one per set of settings. A student's grading takes one out and owns it until the student is done, so
+    no two students are ever in one sandbox at a time; a worker that moves to another course keeps none of the
+    last (what the sandbox mounts differs)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._kept: dict[tuple, Session] = {}
+
+    def take(self, key: tuple) -> Session | None:
+        with self._lock:
+            return self._kept.pop(key, None)
+
+    def keep(self, key: tuple, session: Session) -> None:
+        with self._lock:
+            surplus = [s for k, s in self._kept.items() if k != key]  # kept for other settings: not needed again
+            if key in self._kept:  # one kept for these settings already (another thread's student): one is enough
+                surplus.append(session)
+            self._kept = {key: self._kept.get(key, session)}
+        for other in surplus:
+            other.close()
+
+    def close(self) -> None:
+        """End every sandbox kept here."""
+        with self._lock:
+            kept, self._kept = list(self._kept.values()), {}
+        for session in kept:
+            session.close()
 
 
-@contextlib.contextmanager
-def student_session():
-    """Within this block, every `run_in_sandbox` of this thread shares one Session: one sandbox for all of
-    a student's notebooks (grading/worker.py), so the imports are paid once for all of them.
+WARM = WarmSandboxes()  # this worker process's
 
-    A sandbox made with `reuse` (`Settings.reuse_sandbox`, the default) is then kept warm for this
-    thread's next student, but only once `Session.reset` has ended everything the student started,
-    emptied the only writable folder and checked that nothing is left; otherwise, and for a sandbox made
-    without it, the sandbox ends with the block, as before."""
-    _scope.sessions, _scope.started = {}, 0
-    scope = types.SimpleNamespace(sandboxes_started=0)  # how many this student's grading had to start
-    try:
-        yield scope
-    finally:
-        scope.sandboxes_started = _scope.started
-        sessions, _scope.sessions = _scope.sessions, None
-        for key, session in sessions.items():
-            if session.reuse and session.reset():
-                close_warm_sessions()  # one kept per thread: a worker that moves to another course keeps none of the last
-                _scope.warm = (key, session)
+
+class StudentSandbox:
+    """The sandbox all of one student's notebooks run in (`run_in_sandbox`), so the imports are paid once for
+    all of them: a warm one from `warm` (the worker's last student's, reset) where there is one, else a new one.
+    Closing it hands a sandbox made with `reuse` back to `warm`, but only once `Session.reset` has ended
+    everything the student started, emptied the only writable folder and checked that nothing is left;
+    otherwise, and for a sandbox made without it, the sandbox ends. Use as a context manager."""
+
+    def __init__(self, warm: WarmSandboxes | None = WARM) -> None:
+        self.warm = warm
+        self._sessions: dict[tuple, tuple[Session, int]] = {}  # settings: (session, its starts when taken)
+
+    @property
+    def sandboxes_started(self) -> int:
+        """How many sandboxes this student's grading had to start (0: it ran in a warm one)."""
+        return sum(session.starts - before for session, before in self._sessions.values())
+
+    def session(self, case_inputs: Path | None, limits: Limits, isolate: bool, data_dir: Path | None,
+                reuse: bool = False) -> Session:
+        # what the sandbox mounts, down to the folders' identity: a course prepared again (new opaque ids) or a
+        # dataset rebuilt since the warm sandbox was made needs a new one
+        key = (case_inputs, limits, isolate, data_dir, *(_identity(p) for p in (case_inputs, data_dir, RUNNER)))
+        if key not in self._sessions:
+            session = (self.warm.take(key) if self.warm is not None else None) or Session(case_inputs, limits,
+                                                                                          isolate, data_dir)
+            session.reuse = reuse and isolate and self.warm is not None
+            self._sessions[key] = (session, session.starts)
+        return self._sessions[key][0]
+
+    def __enter__(self) -> StudentSandbox:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        for key, (session, _) in self._sessions.items():
+            if session.reuse and self.warm is not None and session.reset():
+                self.warm.keep(key, session)
             else:
                 session.close()
-
-
-def close_warm_sessions() -> None:
-    """End the sandbox this thread kept for its next student, if any."""
-    kept, _scope.warm = getattr(_scope, "warm", None), None
-    if kept is not None:
-        kept[1].close()
 
 
 def _identity(path: Path | None) -> tuple:
@@ -484,35 +525,17 @@ def _identity(path: Path | None) -> tuple:
     return (info.st_dev, info.st_ino, info.st_mtime_ns) if info else ()
 
 
-def _session_for(case_inputs: Path | None, limits: Limits, isolate: bool, data_dir: Path | None,
-                 reuse: bool = False):
-    """The open student scope's session for these settings (a warm one from this thread's last student if
-    there is one), or a one-notebook session."""
-    sessions = getattr(_scope, "sessions", None)
-    if sessions is None:
-        return Session(case_inputs, limits, isolate, data_dir)
-    # what the sandbox mounts, down to the folders' identity: a course prepared again (new opaque ids) or a
-    # dataset rebuilt since the warm sandbox was made needs a new one
-    key = (case_inputs, limits, isolate, data_dir, *(_identity(p) for p in (case_inputs, data_dir, RUNNER)))
-    if key not in sessions:
-        kept, _scope.warm = getattr(_scope, "warm", None), None
-        if kept is not None and kept[0] != key:  # kept for other settings: not what this student needs
-            kept[1].close()
-            kept = None
-        sessions[key] = kept[1] if kept is not None else Session(case_inputs, limits, isolate, data_dir)
-        sessions[key].reuse = reuse and isolate
-    return contextlib.nullcontext(sessions[key])
-
-
 def run_in_sandbox(nb, stem: str, folder: Path | None, limits: Limits, isolate: bool = True,
-                   case_inputs: Path | None = None, data_dir: Path | None = None, reuse: bool = False) -> SandboxResult:
-    """Run notebook `stem` (`nb`, handed in in `folder` with the files it reads) in this thread's student sandbox
-    (`student_session`; a sandbox of its own outside one), its hidden cases under opaque ids; put the sandbox's
+                   case_inputs: Path | None = None, data_dir: Path | None = None, reuse: bool = False,
+                   student: StudentSandbox | None = None) -> SandboxResult:
+    """Run notebook `stem` (`nb`, handed in in `folder` with the files it reads) in the student's sandbox
+    (`student`; a sandbox of its own when None), its hidden cases under opaque ids; put the sandbox's
     outputs in `nb`'s code cells (nbgrader's cell metadata kept as restored) and return the result, its
     observations under the hidden cases' names. An observation filed under a hidden case's real name was not
     made by its check: it is dropped."""
     names = json.loads(case_inputs.with_suffix(".json").read_text()) if case_inputs is not None else {}
-    with _session_for(case_inputs, limits, isolate, data_dir, reuse) as session:
+    with (contextlib.nullcontext(student.session(case_inputs, limits, isolate, data_dir, reuse)) if student
+          else Session(case_inputs, limits, isolate, data_dir)) as session:
         result = session.run(hide_case_names(nb, {v: k for k, v in names.items()}),
                              files_beside(folder, stem) if folder is not None else {})
     real_names = set(names.values())

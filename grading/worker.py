@@ -3,29 +3,29 @@
 `grade_student(root, student)` is the task the engine (grading/engine.py) runs on a Dask worker: nbgrader's
 autograde of the student, the feedback pages, the review flags, the student's outcome (grading/outcome.py)
 written to `outcomes/<student>.json` as soon as the student is done (what `--resume` reads). The course's
-configuration puts `GradeNotebook` in the place of nbgrader's Execute step: a thin adapter around
-`grade_notebook`, which runs one notebook in the sandbox (grading/sandbox.py) and has the judge
-(grading/judge.py) score it, before nbgrader's SaveAutoGrades writes the scores to the gradebook. This
-process never runs student code itself. The API (importing nbgrader costs seconds) is made once per worker
+configuration puts the kit's two steps in nbgrader's autograde pipeline: `GradeNotebook` in the place of
+Execute, a thin adapter around `grade_notebook`, which runs one notebook in the student's sandbox
+(grading/sandbox.py) and has the judge (grading/judge.py) score it, and `SaveJudgedScores` in the place of
+SaveAutoGrades, which writes the judge's points into the gradebook. `StudentAutograde`, the autograde that
+`grade_student` starts, hands both the student's sandbox and the list of the judge's records. This process
+never runs student code itself. The API (importing nbgrader costs seconds) is made once per worker
 process (`course.api`).
 
-A run passes each task the digest of the course preparation it started with (`graded_under`); grading
+A run passes each task the digest of the course preparation it started with (`prepared`); grading
 compares the course folder's with it before and after the student, so a course prepared again or changed
 under the run (another run on the folder, a hand edit) is flagged in `review`, never a silent 0.
 """
 from __future__ import annotations
 
-import contextlib
-import contextvars
-import threading
 import time
 import traceback
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from nbgrader.preprocessors import NbGraderPreprocessor
+from nbgrader import utils as nbgrader_utils
+from nbgrader.converters import Autograde
+from nbgrader.converters.base import NbGraderException
+from nbgrader.preprocessors import NbGraderPreprocessor, SaveAutoGrades
 from traitlets import Bool, Dict, List, Unicode
 
 from starter.notebook_loader import python_source, read_cells
@@ -51,19 +51,6 @@ def student_code(path: Path) -> str:
 PREPARATION_CHANGED = ("the course folder was prepared again or changed during this run (another run on it?): "
                        "its hidden-case inputs, configuration or references differ from those the run started "
                        "with; grade again before trusting this row")
-
-_run_preparation: contextvars.ContextVar[str | None] = contextvars.ContextVar("run_preparation", default=None)
-
-
-def graded_under(preparation: str, task: Callable[[str, str], Any], root: str, student: str) -> Any:
-    """`task(root, student)` (`grade_student`, or a test's task that calls it) for a run whose course was
-    prepared with digest `preparation` (`course.preparation_digest`), which `grade_student` checks."""
-    token = _run_preparation.set(preparation)
-    try:
-        return task(root, student)
-    finally:
-        _run_preparation.reset(token)
-
 
 def hidden_cases_not_run(rec: NotebookRecord) -> str | None:
     """Why a notebook's score is not to be trusted when, in a sandbox run that finished, test cells ran their
@@ -117,21 +104,23 @@ class CourseFiles:
 
 
 def grade_notebook(nb, student: str, notebook: str, folder: Path | None, settings: Settings,
-                   files: CourseFiles) -> NotebookRecord:
-    """One notebook of a student, as nbgrader restored it (`nb`, changed in place): run in the sandbox with the
-    files handed in beside it in `folder`, then scored by the judge from what the checks observed there; the
-    test cells' outputs become the judge's lines and score. Returns the judge's record of the notebook."""
+                   files: CourseFiles, sandbox_: sandbox.StudentSandbox | None = None) -> NotebookRecord:
+    """One notebook of a student, as nbgrader restored it (`nb`, changed in place): run in the student's sandbox
+    (`sandbox_`; one of its own when None) with the files handed in beside it in `folder`, then scored by the judge
+    from what the checks observed there; the test cells' outputs become the judge's lines and score. Returns the
+    judge's record of the notebook."""
     ran = sandbox.run_in_sandbox(nb, notebook, folder, settings.limits, settings.isolate, files.case_inputs,
-                                 files.data_dir, settings.reuse_sandbox)
+                                 files.data_dir, settings.reuse_sandbox, sandbox_)
     return judge.judge_into(nb, ran, list(files.reference_dirs), student, notebook)
 
 
-_graded = threading.local()  # .records: where GradeNotebook puts its records for grade_student (None: nowhere)
+NOT_IN_A_RUN = ("the kit's grading steps run within `python -m grading autograde` (which gives them the student's "
+                "sandbox and keeps the judge's records), not from nbgrader's own autograde")
 
 
 class GradeNotebook(NbGraderPreprocessor):
-    """nbgrader's Execute step done by `grade_notebook`; each notebook's record goes to the `grade_student` that
-    runs nbgrader's autograde in this thread."""
+    """nbgrader's Execute step, done by `grade_notebook` in the student's sandbox (`grading`, the `StudentAutograde`
+    that runs it, gives the sandbox and keeps the record). Its settings are the course's configuration."""
 
     isolate = Bool(Settings.isolate, help=setting_help("isolate")).tag(config=True)
     limits = Dict(help="grading.settings.Limits as a dict (missing fields: their defaults)").tag(config=True)
@@ -139,51 +128,90 @@ class GradeNotebook(NbGraderPreprocessor):
     case_inputs = Unicode("", help="folder of the hidden cases without expected outputs").tag(config=True)
     data_dir = Unicode("", help="the datasets folder, read-only inside").tag(config=True)
     reference_dirs = List(Unicode(), help="folders of reference files with expected outputs").tag(config=True)
+    grading: StudentAutograde | None = None
 
     def settings(self) -> Settings:
         return Settings(Limits(**self.limits), isolate=self.isolate, reuse_sandbox=self.reuse_sandbox)
 
+    def files(self) -> CourseFiles:
+        return CourseFiles(Path(self.case_inputs) if self.case_inputs else None,
+                           Path(self.data_dir) if self.data_dir else None,
+                           tuple(Path(d) for d in self.reference_dirs)
+                           or (notebooks.PUBLIC_REFERENCES, notebooks.HIDDEN_REFERENCES))
+
     def preprocess(self, nb, resources):
-        info, folder = resources.get("nbgrader") or {}, (resources.get("metadata") or {}).get("path") or ""
-        files = CourseFiles(Path(self.case_inputs) if self.case_inputs else None,
-                            Path(self.data_dir) if self.data_dir else None,
-                            tuple(Path(d) for d in self.reference_dirs)
-                            or (notebooks.PUBLIC_REFERENCES, notebooks.HIDDEN_REFERENCES))
-        record = grade_notebook(nb, info.get("student", "?"), info.get("notebook", ""), Path(folder) if folder else None,
-                                self.settings(), files)
-        records = getattr(_graded, "records", None)
-        if records is not None:
-            records.append(record)
+        if self.grading is None:
+            raise NbGraderException(NOT_IN_A_RUN)
+        folder = (resources.get("metadata") or {}).get("path") or ""
+        record = grade_notebook(nb, resources["nbgrader"]["student"], resources["nbgrader"]["notebook"],
+                                Path(folder) if folder else None, self.settings(), self.files(), self.grading.sandbox)
+        self.grading.judged.append(record)
         return nb, resources
 
 
-@contextlib.contextmanager
-def _collecting() -> Iterator[list[NotebookRecord]]:
-    """The records of the notebooks GradeNotebook grades in this thread within the block, in order."""
-    found: list[NotebookRecord] = []
-    _graded.records = found
-    try:
-        yield found
-    finally:
-        _graded.records = None
+class SaveJudgedScores(SaveAutoGrades):
+    """nbgrader's SaveAutoGrades, but a test cell's points are the judge's number from its record of the notebook
+    (`grading.judged`), not parsed back from the cell's output; written answers and comments as nbgrader does."""
+
+    grading: StudentAutograde | None = None
+
+    def _add_score(self, cell, resources) -> None:
+        if not notebooks.is_test(cell):  # a written answer: 0 if left as released, else for a person to grade
+            return super()._add_score(cell, resources)
+        if self.grading is None:
+            raise NbGraderException(NOT_IN_A_RUN)
+        grade_id = cell.metadata.nbgrader["grade_id"]
+        points = {c.grade_id: c.points for r in self.grading.judged if r.notebook == self.notebook_id for c in r.cells}
+        if grade_id not in points:
+            raise NbGraderException(f"the judge has no score for test cell {grade_id} of {self.notebook_id}")
+        grade = self.gradebook.find_grade(grade_id, self.notebook_id, self.assignment_id, self.student_id)
+        grade.auto_score = points[grade_id]
+        grade.needs_manual_grade = grade.manual_score is not None  # a person's earlier score: to be looked at again
+        self.gradebook.db.commit()
 
 
-def grade_student(root: str | Path, student: str) -> StudentOutcome:
-    """Grade `student`, staged by intake in the course folder `root`: nbgrader's autograde (the sandbox runs the
-    notebooks, the judge scores them, SaveAutoGrades writes the scores to the gradebook), the feedback pages,
-    the review flags; returns the student's outcome and writes it (`outcomes/<student>.json`)."""
+class StudentAutograde(Autograde):
+    """nbgrader's autograde of one student (the gradebook's rows, the autograded copies, late penalties), whose
+    notebooks all run in one sandbox (`sandbox`): the course's configuration puts the kit's two steps in its
+    pipeline, GradeNotebook in the place of Execute and SaveJudgedScores in the place of SaveAutoGrades, and this
+    gives them the student's sandbox and the list of the judge's records (`judged`, one per notebook, in order)."""
+
+    def __init__(self, sandbox_: sandbox.StudentSandbox, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.sandbox = sandbox_
+        self.judged: list[NotebookRecord] = []
+
+    def _init_preprocessors(self) -> None:
+        super()._init_preprocessors()
+        for step in self.exporter._preprocessors:
+            if isinstance(step, (GradeNotebook, SaveJudgedScores)):
+                step.grading = self
+
+
+def autograde_student(api, student: str, sandbox_: sandbox.StudentSandbox) -> tuple[dict, list[NotebookRecord]]:
+    """nbgrader's autograde of `student` (what `NbGraderAPI.autograde` does, with StudentAutograde): its result
+    (success, error, log) and the judge's record of each notebook."""
+    with nbgrader_utils.temp_attrs(api.coursedir, assignment_id=ASSIGNMENT, student_id=student):
+        app = StudentAutograde(sandbox_, coursedir=api.coursedir, parent=api)
+        app.force, app.create_student = True, True
+        return nbgrader_utils.capture_log(app), app.judged
+
+
+def grade_student(root: str | Path, student: str, prepared: str | None = None) -> StudentOutcome:
+    """Grade `student`, staged by intake in the course folder `root`: nbgrader's autograde (the student's sandbox
+    runs the notebooks, the judge scores them, its points go into the gradebook), the feedback pages,
+    the review flags; returns the student's outcome and writes it (`outcomes/<student>.json`). `prepared`: the
+    digest of the course preparation the run started with (`course.preparation_digest`; None outside a run),
+    compared with the folder's before and after the student."""
     root = Path(root)
     api = course.api(root)
     start = time.perf_counter()
     outcome = StudentOutcome(student, status="failed")
-    prepared = _run_preparation.get()  # None: called outside a run (nothing to compare with)
     changed = prepared is not None and course.preparation_digest(root) != prepared
     try:
-        # nbgrader's autograde runs GradeNotebook on each notebook in this thread: one sandbox for all of this
-        # student's notebooks, and the judge's record of each collected here
-        with sandbox.student_session() as scope, _collecting() as judged:
-            result = api.autograde(ASSIGNMENT, student, force=True, create=True)
-        outcome.sandboxes_started = scope.sandboxes_started  # 0: the worker's warm one, reset after the last student
+        with sandbox.StudentSandbox() as student_sandbox:  # one sandbox for all of the student's notebooks
+            result, judged = autograde_student(api, student, student_sandbox)
+        outcome.sandboxes_started = student_sandbox.sandboxes_started  # 0: the worker's warm one, reset after the last student
         outcome.judged = judged
         if result.get("success"):
             outcome.status = "graded"

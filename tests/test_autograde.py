@@ -115,7 +115,7 @@ def test_written_answers_graded_in_formgrader_count_after_report(graded, capsys)
 
 def test_each_worker_starts_one_sandbox_and_keeps_it_warm(graded):
     """Nobody here ends their own sandbox, so each worker starts one, for its first student, and grades the
-    others in it once it is reset (grading.sandbox.student_session): a start costs seconds per student."""
+    others in it once it is reset (grading.sandbox.StudentSandbox): a start costs seconds per student."""
     started = {s: o.sandboxes_started for s, o in read_outcomes(graded["course"] / "outcomes").items()}
     graded_here = [s for s, r in graded["results"].items() if r.status == "graded"]
     assert len(graded_here) >= 3 and all(isinstance(started.get(s), int) for s in graded_here), started

@@ -193,7 +193,7 @@ class ChangesTheCourseWhenDone:
     """A task that grades nothing: its student is done at once, and then the course folder changes (as when
     another run prepares it again between a run's last student and its report)."""
 
-    def __call__(self, root: str, student: str) -> StudentOutcome:
+    def __call__(self, root: str, student: str, prepared: str | None = None) -> StudentOutcome:
         (Path(root) / "case_inputs.json").write_text("{}")
         return StudentOutcome(student, status="graded")
 

@@ -236,11 +236,11 @@ print(json.dumps({"files": files, "shm": shm, "others": others, "server": os.get
 '''
 
 
-def _grade_one_student(sources: list[str], limits: sandbox.Limits):
-    """What grading does for one student: their notebooks in this thread's sandbox, reused if warm."""
-    with sandbox.student_session():
-        with sandbox._session_for(None, limits, True, None, reuse=True) as session:
-            return session, [session.run(_notebook(source)) for source in sources]
+def _grade_one_student(sources: list[str], limits: sandbox.Limits, warm: sandbox.WarmSandboxes):
+    """What grading does for one student: their notebooks in the student's sandbox, the worker's warm one if any."""
+    with sandbox.StudentSandbox(warm) as student:
+        session = student.session(None, limits, True, None, reuse=True)
+        return session, [session.run(_notebook(source)) for source in sources], student.sandboxes_started
 
 
 @pytest.mark.skipif(sandbox.bwrap() is None, reason="bubblewrap is not installed")
@@ -250,22 +250,24 @@ def test_a_warm_sandbox_reaches_the_next_student_with_nothing_of_the_last():
     folder emptied (dot-files, an IPython start-up script, folders made unreadable), IPC objects removed.
     A sandbox whose server a student killed is not reused: the next student gets a new one."""
     limits = sandbox.Limits(cell_seconds=30, notebook_seconds=60)
+    warm = sandbox.WarmSandboxes()  # a worker's
     try:
-        first, (planted,) = _grade_one_student([LEAVE_FOR_THE_NEXT_STUDENT], limits)
-        second, (looked,) = _grade_one_student([LOOK_FOR_THE_LAST_STUDENT], limits)
+        first, (planted,), started = _grade_one_student([LEAVE_FOR_THE_NEXT_STUDENT], limits, warm)
+        second, (looked,), started_again = _grade_one_student([LOOK_FOR_THE_LAST_STUDENT], limits, warm)
         assert planted.status == "finished" and "left" in _text(planted.notebook.cells[0]), planted.message
-        assert second is first, "the warm sandbox was not reused"
+        assert second is first and (started, started_again) == (1, 0), "the warm sandbox was not reused"
         found = json.loads(_text(looked.notebook.cells[0]))
         assert "PLANTED" not in _text(looked.notebook.cells[0])
         planted_files = [f for f in found["files"] if any(n in f for n in ("planted", "hidden", "locked", "answers"))]
         assert (planted_files, found["shm"], found["others"]) == ([], [], []), found
         # a student who ends the server: the sandbox cannot be reset, so the next student gets a new one
         kill = "import ctypes, os\nctypes.CDLL(None).kill(os.getppid(), 9)"
-        killer, _ = _grade_one_student([kill], limits)
-        after, (fine,) = _grade_one_student(["print('fresh')"], limits)
-        assert after is not killer and fine.status == "finished" and _text(fine.notebook.cells[0]) == "fresh\n"
+        killer, _, _ = _grade_one_student([kill], limits, warm)
+        after, (fine,), started = _grade_one_student(["print('fresh')"], limits, warm)
+        assert after is not killer and started == 1
+        assert fine.status == "finished" and _text(fine.notebook.cells[0]) == "fresh\n"
     finally:
-        sandbox.close_warm_sessions()
+        warm.close()
 
 
 LOOK_BESIDE = '''
@@ -619,7 +621,7 @@ def test_the_sandbox_is_not_told_which_hidden_cases_expect_an_error(tmp_path):
 def test_grading_one_notebook_is_a_plain_call_sandbox_then_judge():
     """`grading.worker.grade_notebook`, what nbgrader's Execute step is replaced by, called without nbgrader: the
     notebook runs in the sandbox, the judge scores its test cell from the observation and writes its lines and
-    score into the cell (what SaveAutoGrades reads), and the record says the same."""
+    score into the cell (what the feedback page shows), and the record says the same."""
     from grading.settings import Settings
     from grading.worker import CourseFiles, grade_notebook
 
@@ -636,3 +638,62 @@ def test_grading_one_notebook_is_a_plain_call_sandbox_then_judge():
     assert cell.cases[0].diagnosis.startswith("known bug"), cell.cases[0]  # the diagonal left out, named
     text, score = nb.cells[-1].outputs
     assert "\u2717 causal/5" in text["text"] and score["data"]["text/plain"] == "0.0"
+
+
+def test_the_gradebook_gets_the_judges_number_not_what_the_cell_shows():
+    """SaveJudgedScores, in the place of nbgrader's SaveAutoGrades, writes a test cell's points from the judge's
+    record of the notebook; the cell's output (what a student's code could have printed into) is not read."""
+    from types import SimpleNamespace
+
+    from grading.judge import CellResult, NotebookRecord
+    from grading.worker import SaveJudgedScores
+
+    cell = nbformat.v4.new_code_cell("check('causal/5', causal_mask)")
+    cell.metadata["nbgrader"] = {"grade": True, "solution": False, "locked": True, "grade_id": "t", "points": 2}
+    cell.outputs = [nbformat.v4.new_output("execute_result", data={"text/plain": "2.0"}, execution_count=None)]
+    grade = SimpleNamespace(auto_score=None, manual_score=None, needs_manual_grade=True)
+    step = SaveJudgedScores()
+    step.notebook_id, step.assignment_id, step.student_id = "01_nb", "a", "s"
+    step.gradebook = SimpleNamespace(find_grade=lambda *key: grade, db=SimpleNamespace(commit=lambda: None))
+    record = NotebookRecord("s", "01_nb", "finished", "", True, 1.0, [], [CellResult("t", 0.5, 2.0)])
+    step.grading = SimpleNamespace(judged=[record])
+    step._add_score(cell, {})
+    assert (grade.auto_score, grade.needs_manual_grade) == (0.5, False)
+    step.grading = SimpleNamespace(judged=[dataclasses.replace(record, notebook="02_other")])
+    with pytest.raises(Exception, match="no score for test cell t of 01_nb"):
+        step._add_score(cell, {})
+
+
+def test_the_kits_steps_refuse_to_run_under_nbgraders_own_autograde():
+    """Outside `python -m grading autograde` (its StudentAutograde gives them the student's sandbox and keeps the
+    judge's records), the kit's steps stop with a message: no notebook is run without the student's sandbox,
+    and no score is written without the judge's."""
+    from grading.worker import NOT_IN_A_RUN, GradeNotebook, SaveJudgedScores
+
+    cell = nbformat.v4.new_code_cell("check('causal/5', causal_mask)")
+    cell.metadata["nbgrader"] = {"grade": True, "solution": False, "locked": True, "grade_id": "t", "points": 2}
+    with pytest.raises(Exception, match="python -m grading autograde"):
+        GradeNotebook().preprocess(nbformat.v4.new_notebook(cells=[cell]), {"nbgrader": {"student": "s",
+                                                                                         "notebook": "01_nb"}})
+    with pytest.raises(Exception, match="python -m grading autograde"):
+        SaveJudgedScores()._add_score(cell, {})
+    assert "nbgrader's own autograde" in NOT_IN_A_RUN
+
+
+def test_a_students_grading_follows_calls_not_thread_locals():
+    """What one student's grading shares (the sandbox, the judge's records, the course preparation the run started
+    with) is passed as arguments: no module of grading/ keeps state per thread or per context."""
+    import ast
+
+    found = []
+    for path in sorted((nbs.ROOT / "grading").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+                name = f"{node.value.id}.{node.attr}"
+            elif isinstance(node, ast.Import | ast.ImportFrom):
+                name = " ".join([getattr(node, "module", None) or ""] + [a.name for a in node.names])
+            else:
+                continue
+            if name == "threading.local" or "contextvars" in name or "ContextVar" in name or "threading local" in name:
+                found.append(f"{path.name}:{node.lineno} {name}")
+    assert found == [], found

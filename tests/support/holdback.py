@@ -30,12 +30,12 @@ class HoldBack:
     file: str | None = None
     let_others_run: bool = False
 
-    def __call__(self, root: str, student: str):
+    def __call__(self, root: str, student: str, prepared: str | None = None):
         from grading.worker import grade_student
 
         if student == self.held:
             self.wait(Path(root))
-        return grade_student(root, student)
+        return grade_student(root, student, prepared)
 
     def wait(self, root: Path) -> None:
         status, log = root / "outcomes", root / "held.json"
