@@ -441,38 +441,38 @@ def run_notebook(nb, case_inputs: Path | None, limits: Limits = Limits(), isolat
         return session.run(nb)
 
 
-class WarmSandboxes:
-    """Sandboxes reset after a student and kept for this worker process's next student (`Settings.reuse_sandbox`),
-    at most one per set of settings. A student's grading takes one out and owns it until the student is done, so
-    no two students are ever in one sandbox at a time; a worker that moves to another course keeps none of the
-    last (what the sandbox mounts differs)."""
+class WarmSandbox:
+    """The sandbox reset after a worker process's last student and kept for its next (`Settings.reuse_sandbox`).
+    A student's grading takes it and owns it until the student is done, so no two students are ever in one sandbox
+    at a time; one kept for other settings (a worker that moves to another course) ends instead of being taken."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._kept: dict[tuple, Session] = {}
+        self._kept: tuple[tuple, Session] | None = None  # (the settings it was made for, the sandbox)
 
     def take(self, key: tuple) -> Session | None:
         with self._lock:
-            return self._kept.pop(key, None)
+            kept, self._kept = self._kept, None
+        if kept is not None and kept[0] != key:
+            kept[1].close()
+            return None
+        return kept[1] if kept is not None else None
 
     def keep(self, key: tuple, session: Session) -> None:
         with self._lock:
-            surplus = [s for k, s in self._kept.items() if k != key]  # kept for other settings: not needed again
-            if key in self._kept:  # one kept for these settings already (another thread's student): one is enough
-                surplus.append(session)
-            self._kept = {key: self._kept.get(key, session)}
-        for other in surplus:
-            other.close()
+            before, self._kept = self._kept, (key, session)
+        if before is not None:  # another thread's student's (one is enough)
+            before[1].close()
 
     def close(self) -> None:
-        """End every sandbox kept here."""
+        """End the sandbox kept here, if any."""
         with self._lock:
-            kept, self._kept = list(self._kept.values()), {}
-        for session in kept:
-            session.close()
+            kept, self._kept = self._kept, None
+        if kept is not None:
+            kept[1].close()
 
 
-WARM = WarmSandboxes()  # this worker process's
+WARM = WarmSandbox()  # this worker process's
 
 
 class StudentSandbox:
@@ -482,7 +482,7 @@ class StudentSandbox:
     everything the student started, emptied the only writable folder and checked that nothing is left;
     otherwise, and for a sandbox made without it, the sandbox ends. Use as a context manager."""
 
-    def __init__(self, warm: WarmSandboxes | None = WARM) -> None:
+    def __init__(self, warm: WarmSandbox | None = WARM) -> None:
         self.warm = warm
         self._sessions: dict[tuple, tuple[Session, int]] = {}  # settings: (session, its starts when taken)
 

@@ -236,7 +236,7 @@ print(json.dumps({"files": files, "shm": shm, "others": others, "server": os.get
 '''
 
 
-def _grade_one_student(sources: list[str], limits: sandbox.Limits, warm: sandbox.WarmSandboxes):
+def _grade_one_student(sources: list[str], limits: sandbox.Limits, warm: sandbox.WarmSandbox):
     """What grading does for one student: their notebooks in the student's sandbox, the worker's warm one if any."""
     with sandbox.StudentSandbox(warm) as student:
         session = student.session(None, limits, True, None, reuse=True)
@@ -250,7 +250,7 @@ def test_a_warm_sandbox_reaches_the_next_student_with_nothing_of_the_last():
     folder emptied (dot-files, an IPython start-up script, folders made unreadable), IPC objects removed.
     A sandbox whose server a student killed is not reused: the next student gets a new one."""
     limits = sandbox.Limits(cell_seconds=30, notebook_seconds=60)
-    warm = sandbox.WarmSandboxes()  # a worker's
+    warm = sandbox.WarmSandbox()  # a worker's
     try:
         first, (planted,), started = _grade_one_student([LEAVE_FOR_THE_NEXT_STUDENT], limits, warm)
         second, (looked,), started_again = _grade_one_student([LOOK_FOR_THE_LAST_STUDENT], limits, warm)
