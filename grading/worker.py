@@ -104,13 +104,13 @@ class CourseFiles:
 
 
 def grade_notebook(nb, student: str, notebook: str, folder: Path | None, settings: Settings,
-                   files: CourseFiles, sandbox_: sandbox.StudentSandbox | None = None) -> NotebookRecord:
+                   files: CourseFiles, student_sandbox: sandbox.StudentSandbox | None = None) -> NotebookRecord:
     """One notebook of a student, as nbgrader restored it (`nb`, changed in place): run in the student's sandbox
-    (`sandbox_`; one of its own when None) with the files handed in beside it in `folder`, then scored by the judge
-    from what the checks observed there; the test cells' outputs become the judge's lines and score. Returns the
-    judge's record of the notebook."""
+    (`student_sandbox`; one of its own when None) with the files handed in beside it in `folder`, then scored by
+    the judge from what the checks observed there; the test cells' outputs become the judge's lines and score.
+    Returns the judge's record of the notebook."""
     ran = sandbox.run_in_sandbox(nb, notebook, folder, settings.limits, settings.isolate, files.case_inputs,
-                                 files.data_dir, settings.reuse_sandbox, sandbox_)
+                                 files.data_dir, settings.reuse_sandbox, student_sandbox)
     return judge.judge_into(nb, ran, list(files.reference_dirs), student, notebook)
 
 
@@ -176,9 +176,9 @@ class StudentAutograde(Autograde):
     pipeline, GradeNotebook in the place of Execute and SaveJudgedScores in the place of SaveAutoGrades, and this
     gives them the student's sandbox and the list of the judge's records (`judged`, one per notebook, in order)."""
 
-    def __init__(self, sandbox_: sandbox.StudentSandbox, **kwargs) -> None:
+    def __init__(self, student_sandbox: sandbox.StudentSandbox, **kwargs) -> None:
         super().__init__(**kwargs)
-        self.sandbox = sandbox_
+        self.sandbox = student_sandbox
         self.judged: list[NotebookRecord] = []
 
     def _init_preprocessors(self) -> None:
@@ -188,11 +188,11 @@ class StudentAutograde(Autograde):
                 step.grading = self
 
 
-def autograde_student(api, student: str, sandbox_: sandbox.StudentSandbox) -> tuple[dict, list[NotebookRecord]]:
+def autograde_student(api, student: str, student_sandbox: sandbox.StudentSandbox) -> tuple[dict, list[NotebookRecord]]:
     """nbgrader's autograde of `student` (what `NbGraderAPI.autograde` does, with StudentAutograde): its result
     (success, error, log) and the judge's record of each notebook."""
     with nbgrader_utils.temp_attrs(api.coursedir, assignment_id=ASSIGNMENT, student_id=student):
-        app = StudentAutograde(sandbox_, coursedir=api.coursedir, parent=api)
+        app = StudentAutograde(student_sandbox, coursedir=api.coursedir, parent=api)
         app.force, app.create_student = True, True
         return nbgrader_utils.capture_log(app), app.judged
 
@@ -211,7 +211,7 @@ def grade_student(root: str | Path, student: str, prepared: str | None = None) -
     try:
         with sandbox.StudentSandbox() as student_sandbox:  # one sandbox for all of the student's notebooks
             result, judged = autograde_student(api, student, student_sandbox)
-        outcome.sandboxes_started = student_sandbox.sandboxes_started  # 0: the worker's warm one, reset after the last student
+        outcome.sandboxes_started = student_sandbox.sandboxes_started  # 0: the worker's warm one
         outcome.judged = judged
         if result.get("success"):
             outcome.status = "graded"
