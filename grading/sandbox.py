@@ -139,8 +139,10 @@ def sandbox_argv(limits: Limits, case_inputs: Path | None, data_dir: Path | None
     for src, dest, optional in binds:
         argv += ["--ro-bind-try" if optional else "--ro-bind", src, dest]
     # the notebooks' folders: a tmpfs of the sandbox's own, of bounded size (its pages count against the
-    # memory cgroup too); the grader never opens anything in it
-    argv += ["--size", str(limits.scratch_mb * 2**20), "--perms", "0777", "--tmpfs", SCRATCH, "--chdir", SCRATCH]
+    # memory cgroup too); the grader never opens anything in it. Sticky: only its owner (root, outside) may set
+    # extended attributes on the folder itself, which the reset between two students could not empty (memory
+    # the next student would be short of, and a message to them)
+    argv += ["--size", str(limits.scratch_mb * 2**20), "--perms", "1777", "--tmpfs", SCRATCH, "--chdir", SCRATCH]
     if os.geteuid() == 0:
         argv += [shutil.which("setpriv") or "/usr/bin/setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}",
                  "--clear-groups", "--inh-caps=-all", "--bounding-set=-all", "--"]

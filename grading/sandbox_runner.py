@@ -353,6 +353,12 @@ def _starter_loop(sock: socket.socket, cell_seconds: int) -> None:
                 signal.signal(signal.SIGCHLD, signal.SIG_DFL)
                 for sig, handler in handlers.items():
                     signal.signal(sig, handler)
+                # a /dev/null of its own: the starter's open file description, shared, would keep a kernel's
+                # locks and file flags on it for the next student's kernels to read
+                devnull = os.open(os.devnull, os.O_RDWR)
+                for fd in (0, 1, 2):
+                    os.dup2(devnull, fd)
+                os.close(devnull)
                 _own_open_files(keep=(0, 1, 2, *fds))
                 kernel(str(request["folder"]), cell_seconds, fds[0], fds[1])
                 code = 0
@@ -611,6 +617,18 @@ def _empty(folder: str) -> list[str]:
         return [f"({exc.strerror})"]
 
 
+def _remove_xattrs(path: str) -> list[str]:
+    """Remove the extended attributes of `path` (the writable folder itself, which outlives its files; its
+    sticky bit keeps a student from setting any); returns those left."""
+    try:
+        for name in os.listxattr(path):
+            with contextlib.suppress(OSError):
+                os.removexattr(path, name)
+        return os.listxattr(path)
+    except OSError as exc:
+        return [f"({exc.strerror})"]
+
+
 def _remove_ipc() -> list[str]:
     """Remove the System V shared memory, message queues and semaphores of this sandbox's IPC namespace
     (they outlive the processes that made them); returns those that could not be removed."""
@@ -645,14 +663,16 @@ def _seccomp_mode() -> int:
 def reset(workdir: str, starter: KernelStarter) -> dict:
     """Between two students, in the sandbox (--sweep): nothing of the last one stays. Every other process but
     the kernel starter is ended, the writable folder (the notebooks' folders and $HOME: the only place a
-    student can write) emptied and the System V IPC objects removed (POSIX message queues and the keyring are
-    refused by the seccomp filter, which must be in force), then checked, the starter too (it must answer):
+    student can write) emptied, its extended attributes too, and the System V IPC objects removed (POSIX
+    message queues and the keyring are refused by the seccomp filter, which must be in force), then checked,
+    the starter too (it must answer):
     {"clean": False, "left": [...]} if anything survived, and the grader then ends this sandbox and starts a
     new one."""
     _sweep(spare=starter.pid)
     starter.exits.clear()
     left = [f"process {p}" for p in os.listdir("/proc") if p.isdigit() and int(p) not in (1, os.getpid(), starter.pid)]
     left += [f"file {name}" for name in _empty(workdir)]
+    left += [f"extended attribute {name}" for name in _remove_xattrs(workdir)]
     left += [f"ipc {name}" for name in _remove_ipc()]
     if _seccomp_mode() != 2:
         left.append("no seccomp filter")

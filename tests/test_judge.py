@@ -220,6 +220,13 @@ locked = home / "locked"
 os.chmod(locked / "inner", 0)
 os.chmod(locked, 0)
 print("shm", ctypes.CDLL(None).shmget(0x5eed, 4096, 0o1666))  # IPC_CREAT | 0666
+try:  # on the writable folder itself, which outlives its files (its sticky bit refuses it)
+    os.setxattr(home, "user.answers", b"x" * 60000)
+except OSError:
+    pass
+import fcntl, struct
+fcntl.fcntl(0, 37, struct.pack("hhqqi4x", fcntl.F_WRLCK, 0, 42, 1, 0))  # F_OFD_SETLK on /dev/null
+fcntl.fcntl(0, fcntl.F_SETFL, fcntl.fcntl(0, fcntl.F_GETFL) | os.O_APPEND | os.O_NONBLOCK)
 subprocess.Popen([sys.executable, "-c", "import signal, time\\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\\n"
                   "time.sleep(120)"], start_new_session=True)
 print("left", os.getppid())
@@ -232,7 +239,11 @@ shm = open("/proc/sysvipc/shm").read().splitlines()[1:]
 starter = os.getppid()  # the kernel starter, and its parent the server
 server = int(open(f"/proc/{starter}/stat").read().rsplit(")", 1)[1].split()[1])
 others = [p for p in os.listdir("/proc") if p.isdigit() and int(p) not in (1, os.getpid(), starter, server)]
-print(json.dumps({"files": files, "shm": shm, "others": others, "server": os.getppid()}))
+import fcntl, struct
+lock = fcntl.fcntl(os.open("/dev/null", os.O_RDWR), 36, struct.pack("hhqqi4x", fcntl.F_WRLCK, 0, 0, 0, 0))
+channels = {"xattrs": os.listxattr(pathlib.Path.home()), "lock": struct.unpack("hhqqi4x", lock)[0] != fcntl.F_UNLCK,
+            "flags": bool(fcntl.fcntl(0, fcntl.F_GETFL) & (os.O_APPEND | os.O_NONBLOCK))}
+print(json.dumps({"files": files, "shm": shm, "others": others, "server": os.getppid(), **channels}))
 '''
 
 
@@ -247,7 +258,8 @@ def _grade_one_student(sources: list[str], limits: sandbox.Limits, warm: sandbox
 def test_a_warm_sandbox_reaches_the_next_student_with_nothing_of_the_last():
     """A worker keeps its sandbox warm for its next student (the imports are paid once per worker), but only
     after a reset: every process of the last student ended (one that ignores SIGTERM included), the writable
-    folder emptied (dot-files, an IPython start-up script, folders made unreadable), IPC objects removed.
+    folder emptied (dot-files, an IPython start-up script, folders made unreadable), IPC objects removed, and
+    nothing left on what outlives a kernel (the folder's extended attributes, the starter's /dev/null).
     A sandbox whose server a student killed is not reused: the next student gets a new one."""
     limits = sandbox.Limits(cell_seconds=30, notebook_seconds=60)
     warm = sandbox.WarmSandbox()  # a worker's
@@ -260,6 +272,8 @@ def test_a_warm_sandbox_reaches_the_next_student_with_nothing_of_the_last():
         assert "PLANTED" not in _text(looked.notebook.cells[0])
         planted_files = [f for f in found["files"] if any(n in f for n in ("planted", "hidden", "locked", "answers"))]
         assert (planted_files, found["shm"], found["others"]) == ([], [], []), found
+        # nothing on what outlives a kernel: the writable folder's extended attributes, locks or flags on /dev/null
+        assert (found["xattrs"], found["lock"], found["flags"]) == ([], False, False), found
         # a student who ends the server: the sandbox cannot be reset, so the next student gets a new one
         kill = "import ctypes, os\nctypes.CDLL(None).kill(os.getppid(), 9)"
         killer, _, _ = _grade_one_student([kill], limits, warm)
