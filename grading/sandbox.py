@@ -235,6 +235,7 @@ class Session:
         self.case_inputs, self.limits, self.isolate, self.data_dir = case_inputs, limits, isolate, data_dir
         self.reuse = False  # kept for the next student after a reset (StudentSandbox)
         self.starts = 0  # how many times a sandbox was started for it (one dies at a notebook's time limit)
+        self.left_behind: list[str] = []  # what its last reset found left of the student (it then ended)
         self._stack: contextlib.ExitStack | None = None
         self._proc: subprocess.Popen | None = None
         self._scratch: Path | None = None
@@ -311,6 +312,8 @@ class Session:
         except (OSError, ValueError):
             answer = {}
         if not (isinstance(answer, dict) and answer.get("reset") is True and answer.get("clean") is True):
+            left = answer.get("left") if isinstance(answer, dict) else None
+            self.left_behind = [str(x)[:200] for x in left[:5]] if isinstance(left, list) else ["no answer"]
             self.close()
             return False
         return True
@@ -487,6 +490,12 @@ class StudentSandbox:
     def __init__(self, warm: WarmSandbox | None = WARM) -> None:
         self.warm = warm
         self._sessions: dict[tuple, tuple[Session, int]] = {}  # settings: (session, its starts when taken)
+
+    @property
+    def left_behind(self) -> list[str]:
+        """What the reset after this student found they had left or changed in the sandbox (it was then ended,
+        not kept for the next student); empty when it was clean or not reset."""
+        return [item for session, _ in self._sessions.values() for item in session.left_behind]
 
     @property
     def sandboxes_started(self) -> int:

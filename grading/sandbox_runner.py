@@ -33,7 +33,9 @@ import fcntl
 import importlib
 import json
 import os
+import platform
 import re
+import resource
 import select
 import shutil
 import signal
@@ -660,12 +662,33 @@ def _seccomp_mode() -> int:
         return 0
 
 
-def reset(workdir: str, starter: KernelStarter) -> dict:
+RLIMITS = sorted(name for name in dir(resource) if name.startswith("RLIMIT_"))
+IOPRIO_GET = {"x86_64": 252, "aarch64": 31}  # the ioprio_get system call's number
+
+
+def process_state(pid: int) -> dict:
+    """What any process of the sandbox's user may change in another of its processes, the server or the kernel
+    starter, and every kernel forked later inherits: resource limits (a lowered hard limit cannot be raised
+    again), nice value, scheduling policy and priority, CPU affinity and I/O priority."""
+    state = {"limits": {name: resource.prlimit(pid, getattr(resource, name)) for name in RLIMITS},
+             "nice": os.getpriority(os.PRIO_PROCESS, pid),
+             "scheduler": (os.sched_getscheduler(pid), os.sched_getparam(pid).sched_priority),
+             "affinity": sorted(os.sched_getaffinity(pid))}
+    number = IOPRIO_GET.get(platform.machine())
+    if number is not None:
+        import ctypes
+
+        state["ioprio"] = ctypes.CDLL(None, use_errno=True).syscall(number, 1, pid)  # IOPRIO_WHO_PROCESS
+    return state
+
+
+def reset(workdir: str, starter: KernelStarter, started: dict[str, dict]) -> dict:
     """Between two students, in the sandbox (--sweep): nothing of the last one stays. Every other process but
     the kernel starter is ended, the writable folder (the notebooks' folders and $HOME: the only place a
     student can write) emptied, its extended attributes too, and the System V IPC objects removed (POSIX
     message queues and the keyring are refused by the seccomp filter, which must be in force), then checked,
-    the starter too (it must answer):
+    the starter too (it must answer), and the server's and the starter's limits and scheduling compared with
+    `started`, theirs when the sandbox started (`process_state`):
     {"clean": False, "left": [...]} if anything survived, and the grader then ends this sandbox and starts a
     new one."""
     _sweep(spare=starter.pid)
@@ -678,6 +701,13 @@ def reset(workdir: str, starter: KernelStarter) -> dict:
         left.append("no seccomp filter")
     if not starter.alive():
         left.append("the kernel starter does not answer")
+    for who, pid in (("server", os.getpid()), ("kernel starter", starter.pid)):
+        try:
+            changed = process_state(pid) != started[who]
+        except OSError:
+            changed = True
+        if changed:
+            left.append(f"the {who}'s resource limits or scheduling changed since the sandbox started")
     return {"reset": True, "clean": not left, "left": left[:20]}
 
 
@@ -778,14 +808,15 @@ def serve(cell_seconds: int, workdir: str, sweep: bool) -> int:
     warm_up()
     _dumpable(False)
     starter = KernelStarter(cell_seconds)  # before any job: it holds nothing of a student's
+    started = {"server": process_state(os.getpid()), "kernel starter": process_state(starter.pid)}
     replies = os.fdopen(os.dup(1), "w", buffering=1)
     devnull = os.open(os.devnull, os.O_RDWR)
     os.dup2(devnull, 1)  # what the notebooks print outside their kernel goes nowhere
     for line in sys.stdin:
         job = json.loads(line)
         if job.get("reset"):
-            replies.write(json.dumps(reset(workdir, starter) if sweep else {"reset": True, "clean": False,
-                                                                            "left": ["no sandbox to reset"]}) + "\n")
+            replies.write(json.dumps(reset(workdir, starter, started) if sweep else
+                                     {"reset": True, "clean": False, "left": ["no sandbox to reset"]}) + "\n")
             continue
         name = job["folder"] if PLAIN_NAME.fullmatch(str(job["folder"])) else "notebook"
         folder = os.path.join(workdir, name)

@@ -221,6 +221,9 @@ def grade_student(root: str | Path, student: str, prepared: str | None = None) -
         else:
             outcome.error = course.last_error(result)
         outcome.flags = review_flags(root, student, judged)
+        if student_sandbox.left_behind:
+            outcome.flags.append("the sandbox was not clean after this student's notebooks, so it ended instead of "
+                                 f"being kept for the next student: {'; '.join(student_sandbox.left_behind)}")
     except Exception as exc:
         outcome.status, outcome.error = "failed", f"{type(exc).__name__}: {exc}"
         outcome.traceback = traceback.format_exc()[-4000:]

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import secrets
 from pathlib import Path
 
@@ -280,6 +281,47 @@ def test_a_warm_sandbox_reaches_the_next_student_with_nothing_of_the_last():
         after, (fine,), started = _grade_one_student(["print('fresh')"], limits, warm)
         assert after is not killer and started == 1
         assert fine.status == "finished" and _text(fine.notebook.cells[0]) == "fresh\n"
+    finally:
+        warm.close()
+
+
+MEDDLE_WITH_THE_STARTER = {  # what a kernel may do, as the same user, to processes that outlive it
+    "lowers a hard limit": "resource.prlimit(starter, resource.RLIMIT_FSIZE, (0, 0))",
+    "lowers the priority": "os.setpriority(os.PRIO_PROCESS, starter, 10)",
+    "changes the scheduling": "os.sched_setscheduler(starter, os.SCHED_IDLE, os.sched_param(0))",
+    "sets the I/O priority": "ctypes.CDLL(None).syscall(251 if platform.machine() == 'x86_64' else 30, 1, starter, 3 << 13)",
+    "lowers the server's limit": "resource.prlimit(server, resource.RLIMIT_NOFILE, (900, 900))",
+}
+if len(os.sched_getaffinity(0)) > 1:
+    MEDDLE_WITH_THE_STARTER["pins it to one CPU"] = "os.sched_setaffinity(starter, {min(os.sched_getaffinity(0))})"
+
+
+@pytest.mark.skipif(sandbox.bwrap() is None, reason="bubblewrap is not installed")
+def test_a_sandbox_whose_starter_a_student_changed_is_not_kept_for_the_next():
+    """Every process in a sandbox runs as uid 65534, so a kernel may change the kernel starter's and the server's
+    resource limits and scheduling, which every kernel forked later inherits (a file-size limit of 0: every
+    later kernel dies at start-up). The reset compares them with the sandbox's start and ends a sandbox that
+    differs: the next student gets a new one and is graded in full."""
+    limits = sandbox.Limits(cell_seconds=30, notebook_seconds=60)
+    prelude = ("import ctypes, os, platform, resource\nstarter = os.getppid()\n"
+               "server = int(open(f'/proc/{starter}/stat').read().rsplit(')', 1)[1].split()[1])\n")
+    for what, code in MEDDLE_WITH_THE_STARTER.items():
+        with sandbox.Session(limits=limits) as session:
+            ran = session.run(_notebook(prelude + code + "\nprint('done')"))
+            assert ran.status == "finished" and "done" in _text(ran.notebook.cells[0]), (what, ran.message)
+            assert session.reset() is False, f"a sandbox whose starter a student {what} was kept"
+    with sandbox.Session(limits=limits) as session:  # and one that nobody changed is kept
+        session.run(_notebook("print('honest')"))
+        assert session.reset() is True
+    warm = sandbox.WarmSandbox()
+    try:
+        with sandbox.StudentSandbox(warm) as meddler:
+            meddler.session(None, limits, True, None, reuse=True).run(
+                _notebook(prelude + MEDDLE_WITH_THE_STARTER["lowers a hard limit"]))
+        assert meddler.left_behind == ["the kernel starter's resource limits or scheduling changed since the "
+                                       "sandbox started"], meddler.left_behind  # what grade_student flags
+        _, (next_one,), started = _grade_one_student(["open('x', 'w').write('fine')\nprint('fine')"], limits, warm)
+        assert started == 1 and next_one.status == "finished" and _text(next_one.notebook.cells[0]) == "fine\n"
     finally:
         warm.close()
 
