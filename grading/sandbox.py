@@ -366,12 +366,13 @@ class Session:
                     status = "stopped"
                     message = (f"the kernel died (exit code {code}"
                                + (", killed: out of memory or too many processes?)" if code == -9 else ")"))
-        executed = None
+        executed, unreadable = None, ""
         if isinstance(answer.get("out"), str):
             try:
                 executed = nbformat.reads(answer["out"], as_version=4)
             except Exception as exc:
-                message = message or f"the executed notebook could not be read ({type(exc).__name__})"
+                unreadable = f"the executed notebook could not be read ({type(exc).__name__}): its outputs are lost"
+                message = message or unreadable
         if executed is not None and status == "finished":
             run = executed.metadata.get("grading_run") or {}
             if run.get("timeouts"):
@@ -382,6 +383,8 @@ class Session:
             dropped = _unpack_records(answer.get("results"), Path(records))
             observations, problems = read_observations(Path(records))
         problems += [str(p)[:300] for p in answer.get("problems") or [] if isinstance(p, str)][:10]
+        if unreadable:  # (the scores stand: they come from the records)
+            problems.append(unreadable)
         if dropped or answer.get("dropped"):
             problems.append(f"{int(dropped) + int(answer.get('dropped') or 0)} unreadable result file(s), not read back "
                             "(links, special files, odd names, or over the size limit)")

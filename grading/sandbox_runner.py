@@ -361,6 +361,10 @@ def _starter_loop(sock: socket.socket, cell_seconds: int) -> None:
                 for fd in (0, 1, 2):
                     os.dup2(devnull, fd)
                 os.close(devnull)
+                # a session of its own, and with it a scheduling autogroup of its own: the server's and the
+                # starter's, whose nice value any member may set (/proc/self/autogroup), would keep it for the
+                # next student's kernels
+                os.setsid()
                 _own_open_files(keep=(0, 1, 2, *fds))
                 kernel(str(request["folder"]), cell_seconds, fds[0], fds[1])
                 code = 0
@@ -682,13 +686,23 @@ def process_state(pid: int) -> dict:
     return state
 
 
-def reset(workdir: str, starter: KernelStarter, started: dict[str, dict]) -> dict:
+def autogroup() -> str | None:
+    """This process's scheduling autogroup and its nice value (shared with the kernel starter, one session), or
+    None where the kernel has no autogroups."""
+    try:
+        with open("/proc/self/autogroup") as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
+
+def reset(workdir: str, starter: KernelStarter, started: dict) -> dict:
     """Between two students, in the sandbox (--sweep): nothing of the last one stays. Every other process but
     the kernel starter is ended, the writable folder (the notebooks' folders and $HOME: the only place a
     student can write) emptied, its extended attributes too, and the System V IPC objects removed (POSIX
     message queues and the keyring are refused by the seccomp filter, which must be in force), then checked,
-    the starter too (it must answer), and the server's and the starter's limits and scheduling compared with
-    `started`, theirs when the sandbox started (`process_state`):
+    the starter too (it must answer), and the server's and the starter's limits and scheduling (their
+    `process_state`, the server's `autogroup`) compared with `started`, theirs when the sandbox started:
     {"clean": False, "left": [...]} if anything survived, and the grader then ends this sandbox and starts a
     new one."""
     _sweep(spare=starter.pid)
@@ -708,6 +722,8 @@ def reset(workdir: str, starter: KernelStarter, started: dict[str, dict]) -> dic
             changed = True
         if changed:
             left.append(f"the {who}'s resource limits or scheduling changed since the sandbox started")
+    if autogroup() != started["autogroup"]:
+        left.append("the server's scheduling autogroup changed since the sandbox started")
     return {"reset": True, "clean": not left, "left": left[:20]}
 
 
@@ -808,7 +824,8 @@ def serve(cell_seconds: int, workdir: str, sweep: bool) -> int:
     warm_up()
     _dumpable(False)
     starter = KernelStarter(cell_seconds)  # before any job: it holds nothing of a student's
-    started = {"server": process_state(os.getpid()), "kernel starter": process_state(starter.pid)}
+    started = {"server": process_state(os.getpid()), "kernel starter": process_state(starter.pid),
+               "autogroup": autogroup()}
     replies = os.fdopen(os.dup(1), "w", buffering=1)
     devnull = os.open(os.devnull, os.O_RDWR)
     os.dup2(devnull, 1)  # what the notebooks print outside their kernel goes nowhere

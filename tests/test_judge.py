@@ -228,6 +228,8 @@ except OSError:
 import fcntl, struct
 fcntl.fcntl(0, 37, struct.pack("hhqqi4x", fcntl.F_WRLCK, 0, 42, 1, 0))  # F_OFD_SETLK on /dev/null
 fcntl.fcntl(0, fcntl.F_SETFL, fcntl.fcntl(0, fcntl.F_GETFL) | os.O_APPEND | os.O_NONBLOCK)
+if os.path.exists("/proc/self/autogroup"):  # the scheduling group's nice value (no privilege needed to raise it)
+    open("/proc/self/autogroup", "w").write("19")
 subprocess.Popen([sys.executable, "-c", "import signal, time\\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\\n"
                   "time.sleep(120)"], start_new_session=True)
 print("left", os.getppid())
@@ -243,7 +245,8 @@ others = [p for p in os.listdir("/proc") if p.isdigit() and int(p) not in (1, os
 import fcntl, struct
 lock = fcntl.fcntl(os.open("/dev/null", os.O_RDWR), 36, struct.pack("hhqqi4x", fcntl.F_WRLCK, 0, 0, 0, 0))
 channels = {"xattrs": os.listxattr(pathlib.Path.home()), "lock": struct.unpack("hhqqi4x", lock)[0] != fcntl.F_UNLCK,
-            "flags": bool(fcntl.fcntl(0, fcntl.F_GETFL) & (os.O_APPEND | os.O_NONBLOCK))}
+            "flags": bool(fcntl.fcntl(0, fcntl.F_GETFL) & (os.O_APPEND | os.O_NONBLOCK)),
+            "autogroup": open("/proc/self/autogroup").read().split()[-1] if os.path.exists("/proc/self/autogroup") else "0"}
 print(json.dumps({"files": files, "shm": shm, "others": others, "server": os.getppid(), **channels}))
 '''
 
@@ -260,7 +263,8 @@ def test_a_warm_sandbox_reaches_the_next_student_with_nothing_of_the_last():
     """A worker keeps its sandbox warm for its next student (the imports are paid once per worker), but only
     after a reset: every process of the last student ended (one that ignores SIGTERM included), the writable
     folder emptied (dot-files, an IPython start-up script, folders made unreadable), IPC objects removed, and
-    nothing left on what outlives a kernel (the folder's extended attributes, the starter's /dev/null).
+    nothing left on what outlives a kernel (the folder's extended attributes, the starter's /dev/null, the
+    scheduling autogroup of the starter's session).
     A sandbox whose server a student killed is not reused: the next student gets a new one."""
     limits = sandbox.Limits(cell_seconds=30, notebook_seconds=60)
     warm = sandbox.WarmSandbox()  # a worker's
@@ -273,8 +277,9 @@ def test_a_warm_sandbox_reaches_the_next_student_with_nothing_of_the_last():
         assert "PLANTED" not in _text(looked.notebook.cells[0])
         planted_files = [f for f in found["files"] if any(n in f for n in ("planted", "hidden", "locked", "answers"))]
         assert (planted_files, found["shm"], found["others"]) == ([], [], []), found
-        # nothing on what outlives a kernel: the writable folder's extended attributes, locks or flags on /dev/null
-        assert (found["xattrs"], found["lock"], found["flags"]) == ([], False, False), found
+        # nothing on what outlives a kernel: the writable folder's extended attributes, locks or flags on /dev/null,
+        # the nice value of a scheduling group
+        assert (found["xattrs"], found["lock"], found["flags"], found["autogroup"]) == ([], False, False, "0"), found
         # a student who ends the server: the sandbox cannot be reset, so the next student gets a new one
         kill = "import ctypes, os\nctypes.CDLL(None).kill(os.getppid(), 9)"
         killer, _, _ = _grade_one_student([kill], limits, warm)
@@ -324,6 +329,20 @@ def test_a_sandbox_whose_starter_a_student_changed_is_not_kept_for_the_next():
         assert started == 1 and next_one.status == "finished" and _text(next_one.notebook.cells[0]) == "fine\n"
     finally:
         warm.close()
+
+
+@pytest.mark.skipif(sandbox.bwrap() is None, reason="bubblewrap is not installed")
+def test_outputs_that_cannot_be_read_back_are_flagged_and_the_scores_stand():
+    """An output nested deeper than the grader's reader goes (JSON 850 lists deep) gets the whole executed notebook
+    lost: the run says so among its problems (which review_flags lists), and what the checks recorded still
+    comes back."""
+    deep = ("from IPython.display import display\nfrom starter.checks import check\nimport torch\n"
+            "check('causal/5', lambda T, device=None: torch.ones(T, T, dtype=torch.bool).tril())\n"
+            "deep = []\nfor _ in range(850): deep = [deep]\ndisplay({'application/json': {'a': deep}}, raw=True)")
+    with sandbox.Session(limits=sandbox.Limits(cell_seconds=30, notebook_seconds=60)) as session:
+        ran = session.run(_notebook(deep))
+    assert ran.notebook is None and any("could not be read" in p for p in ran.problems), (ran.message, ran.problems)
+    assert "causal/5" in ran.observations
 
 
 LOOK_BESIDE = '''
