@@ -668,6 +668,8 @@ def _seccomp_mode() -> int:
 
 RLIMITS = sorted(name for name in dir(resource) if name.startswith("RLIMIT_"))
 IOPRIO_GET = {"x86_64": 252, "aarch64": 31}  # the ioprio_get system call's number
+SCHED_GETATTR = {"x86_64": 315, "aarch64": 275}  # sched_getattr's
+SCHED_ATTR_SIZE = 56  # struct sched_attr with the utilisation clamps (SCHED_ATTR_SIZE_VER1)
 
 
 def process_state(pid: int) -> dict:
@@ -678,12 +680,29 @@ def process_state(pid: int) -> dict:
              "nice": os.getpriority(os.PRIO_PROCESS, pid),
              "scheduler": (os.sched_getscheduler(pid), os.sched_getparam(pid).sched_priority),
              "affinity": sorted(os.sched_getaffinity(pid))}
-    number = IOPRIO_GET.get(platform.machine())
-    if number is not None:
-        import ctypes
+    import ctypes
 
-        state["ioprio"] = ctypes.CDLL(None, use_errno=True).syscall(number, 1, pid)  # IOPRIO_WHO_PROCESS
+    libc = ctypes.CDLL(None, use_errno=True)
+    if platform.machine() in IOPRIO_GET:
+        state["ioprio"] = libc.syscall(IOPRIO_GET[platform.machine()], 1, pid)  # IOPRIO_WHO_PROCESS
+    if platform.machine() in SCHED_GETATTR:  # all of it: the time slice (sched_runtime) and utilisation clamps too
+        attr = ctypes.create_string_buffer(SCHED_ATTR_SIZE)
+        done = libc.syscall(SCHED_GETATTR[platform.machine()], pid, attr, SCHED_ATTR_SIZE, 0)
+        state["sched_attr"] = attr.raw if done == 0 else ctypes.get_errno()
     return state
+
+
+def sockets() -> set[str]:
+    """The TCP and UDP sockets of the sandbox's network namespace: a connection closed on loopback waits in
+    TIME_WAIT for a minute after its process has gone, its ports readable by the next kernel."""
+    found: set[str] = set()
+    for name in ("tcp", "tcp6", "udp", "udp6"):
+        try:
+            with open(f"/proc/net/{name}") as f:
+                found.update(f"{name} {' '.join(line.split()[1:4])}" for line in f.readlines()[1:] if line.strip())
+        except OSError:
+            continue
+    return found
 
 
 def autogroup() -> str | None:
@@ -702,11 +721,11 @@ def reset(workdir: str, starter: KernelStarter, started: dict) -> dict:
     student can write) emptied, its extended attributes too, and the System V IPC objects removed (POSIX
     message queues and the keyring are refused by the seccomp filter, which must be in force), then checked,
     the starter too (it must answer), and the server's and the starter's limits and scheduling (their
-    `process_state`, the server's `autogroup`) compared with `started`, theirs when the sandbox started:
+    `process_state`, the server's `autogroup`) and the namespace's `sockets` compared with `started`, theirs
+    when the sandbox started:
     {"clean": False, "left": [...]} if anything survived, and the grader then ends this sandbox and starts a
     new one."""
     _sweep(spare=starter.pid)
-    starter.exits.clear()
     left = [f"process {p}" for p in os.listdir("/proc") if p.isdigit() and int(p) not in (1, os.getpid(), starter.pid)]
     left += [f"file {name}" for name in _empty(workdir)]
     left += [f"extended attribute {name}" for name in _remove_xattrs(workdir)]
@@ -715,6 +734,8 @@ def reset(workdir: str, starter: KernelStarter, started: dict) -> dict:
         left.append("no seccomp filter")
     if not starter.alive():
         left.append("the kernel starter does not answer")
+    starter.exits.clear()  # (after the ping: an exit reported late is not taken for the next student's kernel)
+    left += [f"socket {entry}" for entry in sorted(sockets() - started["sockets"])][:5]
     for who, pid in (("server", os.getpid()), ("kernel starter", starter.pid)):
         try:
             changed = process_state(pid) != started[who]
@@ -825,7 +846,7 @@ def serve(cell_seconds: int, workdir: str, sweep: bool) -> int:
     _dumpable(False)
     starter = KernelStarter(cell_seconds)  # before any job: it holds nothing of a student's
     started = {"server": process_state(os.getpid()), "kernel starter": process_state(starter.pid),
-               "autogroup": autogroup()}
+               "autogroup": autogroup(), "sockets": sockets()}
     replies = os.fdopen(os.dup(1), "w", buffering=1)
     devnull = os.open(os.devnull, os.O_RDWR)
     os.dup2(devnull, 1)  # what the notebooks print outside their kernel goes nowhere

@@ -296,6 +296,13 @@ MEDDLE_WITH_THE_STARTER = {  # what a kernel may do, as the same user, to proces
     "changes the scheduling": "os.sched_setscheduler(starter, os.SCHED_IDLE, os.sched_param(0))",
     "sets the I/O priority": "ctypes.CDLL(None).syscall(251 if platform.machine() == 'x86_64' else 30, 1, starter, 3 << 13)",
     "lowers the server's limit": "resource.prlimit(server, resource.RLIMIT_NOFILE, (900, 900))",
+    "shortens its time slice": ("import struct\nattr = ctypes.create_string_buffer(struct.pack('=IIQiIQQQII', 56, 0, 0, "
+                                "0, 0, 100_000, 0, 0, 0, 0), 56)\n"  # sched_setattr: SCHED_NORMAL, a 0.1 ms slice
+                                "assert ctypes.CDLL(None).syscall(314 if platform.machine() == 'x86_64' else 274, "
+                                "starter, attr, 0) == 0"),
+    "leaves a connection in TIME_WAIT": ("import socket\nserving = socket.create_server(('127.0.0.1', 41000))\n"
+                                         "client = socket.create_connection(('127.0.0.1', 41000))\n"
+                                         "accepted, _ = serving.accept()\nclient.close()\naccepted.close()"),
 }
 if len(os.sched_getaffinity(0)) > 1:
     MEDDLE_WITH_THE_STARTER["pins it to one CPU"] = "os.sched_setaffinity(starter, {min(os.sched_getaffinity(0))})"
@@ -305,8 +312,9 @@ if len(os.sched_getaffinity(0)) > 1:
 def test_a_sandbox_whose_starter_a_student_changed_is_not_kept_for_the_next():
     """Every process in a sandbox runs as uid 65534, so a kernel may change the kernel starter's and the server's
     resource limits and scheduling, which every kernel forked later inherits (a file-size limit of 0: every
-    later kernel dies at start-up). The reset compares them with the sandbox's start and ends a sandbox that
-    differs: the next student gets a new one and is graded in full."""
+    later kernel dies at start-up); and a connection closed on loopback outlives its process for a minute, its
+    ports readable. The reset compares them with the sandbox's start and ends a sandbox that differs: the next
+    student gets a new one and is graded in full."""
     limits = sandbox.Limits(cell_seconds=30, notebook_seconds=60)
     prelude = ("import ctypes, os, platform, resource\nstarter = os.getppid()\n"
                "server = int(open(f'/proc/{starter}/stat').read().rsplit(')', 1)[1].split()[1])\n")
