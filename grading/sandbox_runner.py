@@ -692,6 +692,20 @@ def process_state(pid: int) -> dict:
     return state
 
 
+def network_use() -> str:
+    """The sandbox's network namespace's traffic counters (the loopback's, IP's, TCP's, UDP's): notebooks do not
+    use the network, and whatever traffic there was leaves state that outlives its sockets and that a later
+    kernel can read (the counters themselves, the TCP metrics cache of each address connected to)."""
+    parts = []
+    for name in ("dev", "snmp", "snmp6", "netstat"):
+        try:
+            with open(f"/proc/net/{name}") as f:
+                parts.append(f.read())
+        except OSError:
+            continue
+    return "".join(parts)
+
+
 def sockets() -> set[str]:
     """The TCP and UDP sockets of the sandbox's network namespace: a connection closed on loopback waits in
     TIME_WAIT for a minute after its process has gone, its ports readable by the next kernel."""
@@ -721,8 +735,8 @@ def reset(workdir: str, starter: KernelStarter, started: dict) -> dict:
     student can write) emptied, its extended attributes too, and the System V IPC objects removed (POSIX
     message queues and the keyring are refused by the seccomp filter, which must be in force), then checked,
     the starter too (it must answer), and the server's and the starter's limits and scheduling (their
-    `process_state`, the server's `autogroup`) and the namespace's `sockets` compared with `started`, theirs
-    when the sandbox started:
+    `process_state`, the server's `autogroup`) and the namespace's `sockets` and `network_use` compared with
+    `started`, theirs when the sandbox started:
     {"clean": False, "left": [...]} if anything survived, and the grader then ends this sandbox and starts a
     new one."""
     _sweep(spare=starter.pid)
@@ -736,6 +750,8 @@ def reset(workdir: str, starter: KernelStarter, started: dict) -> dict:
         left.append("the kernel starter does not answer")
     starter.exits.clear()  # (after the ping: an exit reported late is not taken for the next student's kernel)
     left += [f"socket {entry}" for entry in sorted(sockets() - started["sockets"])][:5]
+    if network_use() != started["network"]:
+        left.append("the network was used (its counters changed since the sandbox started)")
     for who, pid in (("server", os.getpid()), ("kernel starter", starter.pid)):
         try:
             changed = process_state(pid) != started[who]
@@ -846,7 +862,7 @@ def serve(cell_seconds: int, workdir: str, sweep: bool) -> int:
     _dumpable(False)
     starter = KernelStarter(cell_seconds)  # before any job: it holds nothing of a student's
     started = {"server": process_state(os.getpid()), "kernel starter": process_state(starter.pid),
-               "autogroup": autogroup(), "sockets": sockets()}
+               "autogroup": autogroup(), "sockets": sockets(), "network": network_use()}
     replies = os.fdopen(os.dup(1), "w", buffering=1)
     devnull = os.open(os.devnull, os.O_RDWR)
     os.dup2(devnull, 1)  # what the notebooks print outside their kernel goes nowhere
