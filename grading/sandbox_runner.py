@@ -675,7 +675,8 @@ SCHED_ATTR_SIZE = 56  # struct sched_attr with the utilisation clamps (SCHED_ATT
 def process_state(pid: int) -> dict:
     """What any process of the sandbox's user may change in another of its processes, the server or the kernel
     starter, and every kernel forked later inherits: resource limits (a lowered hard limit cannot be raised
-    again), nice value, scheduling policy and priority, CPU affinity and I/O priority."""
+    again), nice value, scheduling (policy, priority, and all of sched_getattr: time slice, utilisation
+    clamps), CPU affinity and I/O priority."""
     state = {"limits": {name: resource.prlimit(pid, getattr(resource, name)) for name in RLIMITS},
              "nice": os.getpriority(os.PRIO_PROCESS, pid),
              "scheduler": (os.sched_getscheduler(pid), os.sched_getparam(pid).sched_priority),
