@@ -300,29 +300,50 @@ MEDDLE_WITH_THE_STARTER = {  # what a kernel may do, as the same user, to proces
                                 "0, 0, 100_000, 0, 0, 0, 0), 56)\n"  # sched_setattr: SCHED_NORMAL, a 0.1 ms slice
                                 "assert ctypes.CDLL(None).syscall(314 if platform.machine() == 'x86_64' else 274, "
                                 "starter, attr, 0) == 0"),
+}
+if len(os.sched_getaffinity(0)) > 1:
+    MEDDLE_WITH_THE_STARTER["pins it to one CPU"] = "os.sched_setaffinity(starter, {min(os.sched_getaffinity(0))})"
+USE_THE_NETWORK = {  # what outlives a kernel's sockets in the sandbox's network namespace
     "leaves a connection in TIME_WAIT": ("import socket\nserving = socket.create_server(('127.0.0.1', 41000))\n"
                                          "client = socket.create_connection(('127.0.0.1', 41000))\n"
                                          "accepted, _ = serving.accept()\nclient.close()\naccepted.close()"),
     "sends a datagram": ("import socket\nsocket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b'x', "
                          "('127.83.69.67', 9))"),  # gone at once, but the counters (and a TCP metrics cache) stay
 }
-if len(os.sched_getaffinity(0)) > 1:
-    MEDDLE_WITH_THE_STARTER["pins it to one CPU"] = "os.sched_setaffinity(starter, {min(os.sched_getaffinity(0))})"
+MEDDLE_PRELUDE = ("import ctypes, os, platform, resource\nstarter = os.getppid()\n"
+                  "server = int(open(f'/proc/{starter}/stat').read().rsplit(')', 1)[1].split()[1])\n")
+
+
+def test_the_reset_sees_every_change_a_kernel_may_make_to_the_starter():
+    """Every process in a sandbox runs as uid 65534, so a kernel may change the kernel starter's and the server's
+    resource limits and scheduling, which every kernel forked later inherits. The same calls, made here on a
+    process of the test's own: each changes what the reset compares (`process_state`)."""
+    import subprocess
+    import sys
+
+    from grading.sandbox_runner import process_state
+
+    for what, code in MEDDLE_WITH_THE_STARTER.items():
+        target = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        try:
+            before = process_state(target.pid)
+            exec("import ctypes, os, platform, resource\n" + code, {"starter": target.pid, "server": target.pid})
+            assert process_state(target.pid) != before, f"the reset would not see that a student {what}"
+        finally:
+            target.kill()
+            target.wait()
 
 
 @pytest.mark.skipif(sandbox.bwrap() is None, reason="bubblewrap is not installed")
-def test_a_sandbox_whose_starter_a_student_changed_is_not_kept_for_the_next():
-    """Every process in a sandbox runs as uid 65534, so a kernel may change the kernel starter's and the server's
-    resource limits and scheduling, which every kernel forked later inherits (a file-size limit of 0: every
-    later kernel dies at start-up); and a connection closed on loopback outlives its process for a minute, its
-    ports readable. The reset compares them with the sandbox's start and ends a sandbox that differs: the next
-    student gets a new one and is graded in full."""
+def test_a_sandbox_whose_starter_or_network_a_student_changed_is_not_kept_for_the_next():
+    """A sandbox in which a student changed the starter (a file-size limit of 0: every later kernel dies at
+    start-up), or used the network (a connection closed on loopback waits a minute, its ports readable; traffic
+    leaves counters and a cache of TCP metrics), is ended by the reset: the next student gets a new one and is
+    graded in full, and the student's grading says what was left."""
     limits = sandbox.Limits(cell_seconds=30, notebook_seconds=60)
-    prelude = ("import ctypes, os, platform, resource\nstarter = os.getppid()\n"
-               "server = int(open(f'/proc/{starter}/stat').read().rsplit(')', 1)[1].split()[1])\n")
-    for what, code in MEDDLE_WITH_THE_STARTER.items():
+    for what, code in USE_THE_NETWORK.items():
         with sandbox.Session(limits=limits) as session:
-            ran = session.run(_notebook(prelude + code + "\nprint('done')"))
+            ran = session.run(_notebook(code + "\nprint('done')"))
             assert ran.status == "finished" and "done" in _text(ran.notebook.cells[0]), (what, ran.message)
             assert session.reset() is False, f"a sandbox in which a student {what} was kept"
     with sandbox.Session(limits=limits) as session:  # and one that nobody changed is kept
@@ -332,7 +353,7 @@ def test_a_sandbox_whose_starter_a_student_changed_is_not_kept_for_the_next():
     try:
         with sandbox.StudentSandbox(warm) as meddler:
             meddler.session(None, limits, True, None, reuse=True).run(
-                _notebook(prelude + MEDDLE_WITH_THE_STARTER["lowers a hard limit"]))
+                _notebook(MEDDLE_PRELUDE + MEDDLE_WITH_THE_STARTER["lowers a hard limit"]))
         assert meddler.left_behind == ["the kernel starter's resource limits or scheduling changed since the "
                                        "sandbox started"], meddler.left_behind  # what grade_student flags
         _, (next_one,), started = _grade_one_student(["open('x', 'w').write('fine')\nprint('fine')"], limits, warm)
