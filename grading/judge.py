@@ -20,13 +20,16 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import nbformat
 
 from starter.compare import PUBLIC_DIR, CheckFailed, Diagnosis, Observation, case_file, case_names, diagnose, load_case
 
 from . import notebooks
+
+if TYPE_CHECKING:
+    from .sandbox import SandboxResult
 
 NOT_RUN = "did not run"  # the diagnosis of a case the sandbox recorded nothing for
 
@@ -142,7 +145,7 @@ def _not_run_message(sandbox) -> str:
     return "did not run (the test cell was not reached or raised before checking)"
 
 
-def judge_into(nb, sandbox: Any, reference_dirs: list[Path], student: str, notebook: str) -> NotebookRecord:
+def judge_into(nb, sandbox: SandboxResult | None, reference_dirs: list[Path], student: str, notebook: str) -> NotebookRecord:
     """Score `nb`'s test cells from what the sandbox's run of it observed (`sandbox`: its SandboxResult; None when
     it did not run) and make each test cell's outputs the judge's lines and score (what the feedback page shows);
     returns the notebook's record, whose points `grading.worker.SaveJudgedScores` writes to the gradebook."""
