@@ -70,15 +70,16 @@ def test_q5_the_leaky_model_copies_and_then_writes_one_caption(printed):
 
 
 def test_section_6_compares_one_short_budget_and_attention_wins(printed):
-    """Notebook 05, section 6: the two 150-step runs together take less than half the time of the 700-step run
-    (as its text says), and attention over the regions beats one pooled vector by far on the same budget."""
+    """Notebook 05, section 6: two runs of 150 steps, fewer than half the 700 of the full run (as its text says; a
+    claim in steps, which every machine takes alike, not in seconds, which vary from run to run), and attention over
+    the regions beats one pooled vector by far on the same budget."""
     text = printed["05_training_and_evaluation"]
-    assert "the two together take less than half the time of the 700-step run" in _model_answer(
+    assert "(300 steps in all, fewer than half the 700 of the run above)" in _model_answer(
         "05_training_and_evaluation", "md_bottleneck")
-    full = float(re.search(r"training on .*: 700 steps in " + NUMBER + " s", text).group(1))
-    short = [float(s) for s in re.findall(r"training on .*: 150 steps in " + NUMBER + " s",
-                                          text[:text.index("150 steps each")])][-2:]
-    assert len(short) == 2 and sum(short) < full / 2, (short, full)
+    assert re.search(r"training on .*: 700 steps in " + NUMBER + " s", text), "the full run is not 700 steps"
+    section = text[:text.index("150 steps each")]
+    short = re.findall(r"training on .*: (\d+) steps in " + NUMBER + " s", section)[-2:]
+    assert [int(steps) for steps, _ in short] == [150, 150], short
     exact = {name: float(v) for name, v in re.findall(
         r"(attention over the regions|one mean-pooled vector)\s+exact match\s+" + NUMBER + "%", text)}
     assert exact["attention over the regions"] > exact["one mean-pooled vector"] + 20, exact
