@@ -85,20 +85,22 @@ def test_section_6_compares_one_short_budget_and_attention_wins(printed):
     assert exact["attention over the regions"] > exact["one mean-pooled vector"] + 20, exact
 
 
-def test_q6_beam_search_gains_at_many_times_the_time_and_sampling_trades_accuracy(printed):
-    """Q6: beam raised the exact match and every score at many times greedy's time; sampling at the lowest
-    temperature matches greedy's exact match with about 2 different captions in 3; higher temperatures lose
-    accuracy and gain diversity."""
+def test_q6_beam_search_gains_at_many_more_model_calls_and_sampling_trades_accuracy(printed):
+    """Q6: beam raised the exact match and every score, calling the model many times as often as greedy and taking
+    longer; sampling at the lowest temperature matches greedy's exact match with about 2 different captions in 3;
+    higher temperatures lose accuracy and gain diversity."""
     text = printed["06_decoding"]
     answer = _model_answer("06_decoding", "q_decoding")
-    assert "many times greedy's time" in answer and "about 2 different captions, not 1" in answer
+    assert "it called the model many times as often as greedy" in answer and "it took longer" in answer
+    assert "about 2 different captions, not 1" in answer
     greedy, beam = (re.search(rf"^{name} .*$", text, re.M).group(0) for name in ("greedy", r"beam, k = 3"))
     exact = {name: float(re.search(r"exact match " + NUMBER + "%", line).group(1))
              for name, line in (("greedy", greedy), ("beam", beam))}
     assert exact["beam"] > exact["greedy"], exact
     assert all(b >= g for g, b in zip(_scores(greedy).values(), _scores(beam).values(), strict=True)), (greedy, beam)
-    ratio = int(re.search(r"beam search took (\d+) times greedy's time", text).group(1))
-    assert ratio >= 3, ratio
+    calls, seconds = map(float, re.search(r"beam search called the model " + NUMBER + " times as often as greedy "
+                                          r"and took " + NUMBER + " times its time", text).groups())
+    assert calls >= 10 and seconds > 1, (calls, seconds)
     sampled = [(float(t), float(a), float(d)) for t, a, d in re.findall(
         r"sampling, temperature " + NUMBER + ": exact match " + NUMBER + "%, " + NUMBER + " different", text)]
     (_, coldest_exact, coldest_diversity), *_ = sampled

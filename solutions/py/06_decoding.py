@@ -158,17 +158,23 @@ check("beam/end_in_length", with_model(beam_search))
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_29", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ## 3 · Greedy against beam search
 #
-# Greedy and beam search on the same validation images, with the time each took. Beam search costs about $k$ times the computation of greedy decoding, and this simple version decodes one image at a time:
+# Greedy and beam search on the same validation images, with the time each took and how many times each called the model. Beam search scores $k$ hypotheses per image where greedy scores one, and this simple version decodes one image at a time, so it calls the model once per step for each image where greedy calls it once per step for a whole batch:
 
 # %% nbgrader={"grade": false, "grade_id": "code_30", "locked": true, "schema_version": 3, "solution": false, "task": false}
 n_compare = 100
 
 
 def timed_evaluation(decode_fn):
-    """(scores with the seconds it took, generated captions) of your evaluate_captions on the first n_compare images."""
+    """(scores with the seconds it took and the calls of the model it made, generated captions) of your
+    evaluate_captions on the first n_compare images."""
+    calls = []
+    counter = model.register_forward_hook(lambda *_: calls.append(1))   # counts each model(...) call
     t0 = time.perf_counter()
-    scores, captions = evaluate(model, decode_fn, compare_split, vocab, max_len=ds.max_length - 1)
-    return dict(scores, seconds=time.perf_counter() - t0), captions
+    try:
+        scores, captions = evaluate(model, decode_fn, compare_split, vocab, max_len=ds.max_length - 1)
+    finally:
+        counter.remove()
+    return dict(scores, seconds=time.perf_counter() - t0, model_calls=len(calls)), captions
 
 
 if evaluate is not None:
@@ -178,8 +184,11 @@ if evaluate is not None:
     beam_scores, beam_captions = timed_evaluation(lambda m, f, n: beam_search(m, f, 3, n))
     print(f"first {n_compare} validation images")
     for name, s in (("greedy", greedy_scores), ("beam, k = 3", beam_scores)):
-        print(f"{name:11} ({s['seconds']:4.1f} s): {format_scores(s)}  exact match {s['exact_match']:.1%}")
-    print(f"beam search took {beam_scores['seconds'] / greedy_scores['seconds']:.0f} times greedy's time")
+        print(f"{name:11} ({s['seconds']:4.1f} s, {s['model_calls']:4d} calls of the model): {format_scores(s)}  "
+              f"exact match {s['exact_match']:.1%}")
+    print(f"beam search called the model {beam_scores['model_calls'] / max(greedy_scores['model_calls'], 1):.0f} "
+          f"times as often as greedy and took {beam_scores['seconds'] / greedy_scores['seconds']:.1f} times "
+          "its time (times depend on the machine and on what else it runs)")
 
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_sampling", "locked": true, "schema_version": 3, "solution": false, "task": false}
@@ -235,7 +244,7 @@ if evaluate is not None:
 
 # %% [markdown] nbgrader={"grade": true, "grade_id": "q_decoding", "locked": false, "points": 2, "schema_version": 3, "solution": true, "task": false}
 # ### BEGIN SOLUTION
-# **Model answer.** (a) Greedy commits to the single most likely word at each step; a caption whose first word is slightly less likely can still be the most likely caption overall, and beam search keeps $k$ prefixes so such a caption survives until its later words make up for it. Here (first 100 validation images) the beam raised the exact match and every score, at many times greedy's time (the run prints the ratio, which depends on the machine): this version runs the model once per step for each image's live hypotheses, one image at a time, while greedy runs it once per step for the whole batch. (b) Lower temperature sharpens each word's distribution: exact match rises to about greedy's; higher temperature flattens it: more different captions but more wrong words, so exact match falls (the plot). Even at the lowest temperature the 3 samples of an image are about 2 different captions, not 1: each scene has three phrasings that are about equally likely (the phrasing floor of notebook 05), sharpening keeps equally likely phrasings equally likely, so the samples still pick different phrasings, each of them correct. Sampling suits uses that want variety (several different captions for one image, dialogue, creative text, data augmentation); beam search suits one best, accurate caption.
+# **Model answer.** (a) Greedy commits to the single most likely word at each step; a caption whose first word is slightly less likely can still be the most likely caption overall, and beam search keeps $k$ prefixes so such a caption survives until its later words make up for it. Here (first 100 validation images) the beam raised the exact match and every score, at a cost: it called the model many times as often as greedy, because this version runs the model once per step for each image's live hypotheses, one image at a time, while greedy runs it once per step for the whole batch, and it took longer (the run prints how much; the ratio of times depends on the machine). (b) Lower temperature sharpens each word's distribution: exact match rises to about greedy's; higher temperature flattens it: more different captions but more wrong words, so exact match falls (the plot). Even at the lowest temperature the 3 samples of an image are about 2 different captions, not 1: each scene has three phrasings that are about equally likely (the phrasing floor of notebook 05), sharpening keeps equally likely phrasings equally likely, so the samples still pick different phrasings, each of them correct. Sampling suits uses that want variety (several different captions for one image, dialogue, creative text, data augmentation); beam search suits one best, accurate caption.
 #
 # **Rubric.** 1 point: beam keeps alternatives whose joint probability wins later, with the measured gain and cost. 1 point: the direction of the trade-off as measured (accuracy down, diversity up with temperature) and a sensible use for sampling.
 # ### END SOLUTION
