@@ -52,9 +52,11 @@ def autograde(submissions: Path, out: Path, course_dir: Path | None = None, db_u
     """
     workers, scheduler = settings.workers, settings.scheduler
     if settings.isolate:
-        from .sandbox import require_bwrap
+        from .sandbox import require_bwrap, unlimit_file_table
 
         require_bwrap()  # before any work: without it, say how to get it
+        if (problem := unlimit_file_table()) is not None:
+            log.warning(problem)
     root = course_dir or (notebooks.ROOT / "grading" / "work" / "course")
     if db_url is None and (workers > 1 or scheduler):
         raise ValueError("the SQLite gradebook allows one writer: use --workers 1, or --db with a PostgreSQL URL")

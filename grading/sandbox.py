@@ -4,11 +4,11 @@ bubblewrap (Debian package `bubblewrap`) builds the sandbox from nothing and let
 notebooks need, read-only: the system's programs and libraries (/usr, /bin, /lib, /etc), the Python
 environment, the kit's `starter/` and `data/` (public references and the dataset), and the hidden
 cases' *inputs* under opaque ids (never their names or expected outputs). The code runs as a real
-unprivileged user (uid 65534) in new pid, network, IPC and UTS namespaces (no network, no view of any
+unprivileged user of the sandbox's own (`sandbox_user`: no two sandboxes on a machine share one) in new pid, network, IPC and UTS namespaces (no network, no view of any
 other process); the only writable place is the notebooks' folder, a size-limited tmpfs of the
 sandbox's own that the grader never opens (results come back in the server's answer); solutions, hidden references, the gradebook, the course
 folder and other students' files do not exist in there. Limits: memory and process count (a cgroup,
-where the machine lets us make one), file size and core dumps (rlimits), a per-cell timeout (an
+where the machine lets us make one), file size, open files and core dumps (rlimits), a per-cell timeout (an
 interrupt, then a kill), and a hard kill of the whole sandbox at a notebook's time limit.
 
 One sandbox for all of a student's notebooks (a `Session`, held by the `StudentSandbox` that
@@ -17,8 +17,9 @@ starter before it reads any notebook, and has it fork a fresh kernel for each no
 costs what its cells cost, not seconds of start-up. Nothing crosses from one notebook to the next but
 files in the sandbox's own /tmp: each kernel is a new process, and whatever a notebook started is killed
 before the next one runs. When the sandbox ends, everything in it ends. A seccomp filter
-(grading/seccomp.py) refuses what namespaces leave shared between sandboxes (the keyring of uid 65534,
-message queues, new namespaces). A worker keeps its sandbox warm for its next student, but only after a
+(grading/seccomp.py) refuses what namespaces leave shared between sandboxes (keyrings, message queues, new
+namespaces); what the kernel counts per user (epoll watches, inotify instances, pending signals, pipe buffers)
+is each sandbox's own, and the machine's table of open files cannot be filled from one (`open_files_limit`). A worker keeps its sandbox warm for its next student, but only after a
 reset that ends every process but the server and the starter, empties the one writable folder, removes
 IPC objects, and finds nothing left, the filter in force and the starter answering; a sandbox that
 cannot be reset ends (`--no-reuse-sandbox`: a new one per student). The server never
@@ -34,6 +35,7 @@ import base64
 import contextlib
 import copy
 import dataclasses
+import fcntl
 import json
 import os
 import resource
@@ -63,7 +65,14 @@ CPU_PERIOD_US = 100_000  # the cgroup's accounting period for the CPU quota
 SCRATCH = "/tmp/work"  # the notebook's folder inside the sandbox (writable, private)
 RUNNER = Path(__file__).with_name("sandbox_runner.py")  # mounted at /tmp/runner.py, read-only
 CASES = "/tmp/cases"  # the hidden cases' inputs inside the sandbox (read-only)
-NOBODY = 65534
+NOBODY = 65534  # the sandbox's user inside its user namespace where the grader is not root
+SANDBOX_UID_BASE = 0x70000000  # the sandboxes' users on the host, a range no distribution gives out (systemd's
+SANDBOX_UIDS = 4096            # list leaves 1879048192-2147352575 unused); one per sandbox alive on the machine
+SANDBOX_USERS_DIR = Path("/run/grading-sandbox-users")  # one lock file per uid in use
+OPEN_FILES_SHARE = 16  # a sandbox's descriptors may be at most this fraction (1/16) of the machine's table of open files
+FILE_TABLE = Path("/proc/sys/fs/file-max")  # the machine's table of open files, shared by every process
+UNLIMITED_FILES = 2**63 - 1  # its largest size, which systemd sets at boot: open files are charged to the
+                             # memory cgroup of whoever opened them, and the sandbox's is bounded
 MAX_REPLY_BYTES = 200 * 2**20  # the server's answer for one notebook (the notebook and records, in base64)
 
 
@@ -104,14 +113,76 @@ def _python_roots() -> list[str]:
     return sorted(r for r in roots if not r.startswith(("/usr", "/bin", "/lib")))
 
 
+@contextlib.contextmanager
+def sandbox_user():
+    """A uid (and gid) for one sandbox, no other sandbox's on this machine while it lives. The kernel counts
+    some things per user, machine-wide: epoll watches, inotify instances, pending signals, pipe buffer pages.
+    Sandboxes sharing one user would share those limits, and a student who used one up in their sandbox would
+    make the kernels die in the sandbox of a student graded beside them. The uid is held with a lock on a file
+    in a folder only root may write (released when the grader closes it or dies), so grading processes on one
+    machine (the workers) take different ones. Not root: the sandbox runs in a user namespace as NOBODY, and
+    the kernel counts for the grader's own user, which every sandbox then shares (the threat model says so)."""
+    if os.geteuid() != 0:
+        yield NOBODY
+        return
+    SANDBOX_USERS_DIR.mkdir(mode=0o700, exist_ok=True)
+    folder = SANDBOX_USERS_DIR.stat()
+    if folder.st_uid != 0 or folder.st_mode & 0o022:
+        raise SandboxUnavailable(f"{SANDBOX_USERS_DIR} must be root's and writable by root only")
+    for slot in range(SANDBOX_UIDS):
+        fd = os.open(SANDBOX_USERS_DIR / str(slot), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            continue
+        try:
+            yield SANDBOX_UID_BASE + slot
+        finally:
+            os.close(fd)
+        return
+    raise SandboxUnavailable(f"all {SANDBOX_UIDS} sandbox users are in use on this machine")
+
+
+def unlimit_file_table() -> str | None:
+    """Make the machine's table of open files (fs.file-max) as large as it goes, as systemd does at boot, where
+    the grader may (root); None once it is, else why not. A file held by a memory mapping after its descriptor
+    is closed counts in the table and not against any descriptor limit: a sandbox's processes can open, map and
+    close one file after another until the table is full (about 2.5 million files on a 24 GiB machine whose
+    table was left at the kernel's default, in 40 s), and then every process without root's privileges, the
+    kernels of the students graded beside them and the gradebook's PostgreSQL, fails to open anything. With the
+    table unlimited, the sandbox's memory limit ends that student's sandbox first."""
+    try:
+        if int(FILE_TABLE.read_text()) >= UNLIMITED_FILES:
+            return None
+        FILE_TABLE.write_text(str(UNLIMITED_FILES))
+        return None
+    except (OSError, ValueError) as exc:
+        return (f"the machine's table of open files ({FILE_TABLE}) could not be raised to its largest size "
+                f"({exc.__class__.__name__}: {exc}): a student's sandbox could fill it and make the kernels of "
+                f"students graded beside it fail (as root: sysctl -w fs.file-max={UNLIMITED_FILES})")
+
+
+def open_files_limit(limits: Limits) -> int:
+    """Open files per process in a sandbox (RLIMIT_NOFILE): all its processes together (limits.processes of
+    them) may hold at most 1/OPEN_FILES_SHARE of the machine's table (fs.file-max), 256 to 4096 each. Without
+    it a sandbox's processes could fill the table, and every other process without root's privileges, the
+    next sandbox's kernel and the gradebook's database server included, would fail to open anything."""
+    try:
+        file_max = int(Path("/proc/sys/fs/file-max").read_text())
+    except (OSError, ValueError):
+        file_max = 2**20
+    return max(256, min(4096, file_max // (OPEN_FILES_SHARE * max(1, limits.processes))))
+
+
 def sandbox_argv(limits: Limits, case_inputs: Path | None, data_dir: Path | None,
-                 seccomp_fd: int | None = None) -> list[str]:
+                 seccomp_fd: int | None = None, uid: int = NOBODY) -> list[str]:
     """bubblewrap's command line, up to the program to run in the sandbox; `seccomp_fd`: an open file of the
-    system-call filter (grading/seccomp.py), to be passed to bwrap.
+    system-call filter (grading/seccomp.py), to be passed to bwrap; `uid`: the sandbox's user (`sandbox_user`).
 
     Run by root, bwrap builds the mounts and then `setpriv` makes the program a real unprivileged user
-    (uid 65534, no capabilities, no supplementary groups): with a user namespace instead, uid 65534
-    inside would be root outside (able to read /etc/shadow or write /proc/sys). Run by another user,
+    (`uid`, no capabilities, no supplementary groups): with a user namespace instead, the user inside
+    would be root outside (able to read /etc/shadow or write /proc/sys). Run by another user,
     bwrap needs a user namespace and the program stays that unprivileged user's."""
     namespaces = ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try"]
     if os.geteuid() != 0:
@@ -144,7 +215,7 @@ def sandbox_argv(limits: Limits, case_inputs: Path | None, data_dir: Path | None
     # the next student would be short of, and a message to them)
     argv += ["--size", str(limits.scratch_mb * 2**20), "--perms", "1777", "--tmpfs", SCRATCH, "--chdir", SCRATCH]
     if os.geteuid() == 0:
-        argv += [shutil.which("setpriv") or "/usr/bin/setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}",
+        argv += [shutil.which("setpriv") or "/usr/bin/setpriv", f"--reuid={uid}", f"--regid={uid}",
                  "--clear-groups", "--inh-caps=-all", "--bounding-set=-all", "--"]
     return argv
 
@@ -215,12 +286,17 @@ def _cgroup(limits: Limits):
 
 
 def _limit_child(procs: list[str], limits: Limits):
+    open_files = open_files_limit(limits)
+
     def apply() -> None:  # runs in the child between fork and exec
         for path in procs:
             with open(path, "w") as f:
                 f.write(str(os.getpid()))
         resource.setrlimit(resource.RLIMIT_FSIZE, (limits.file_mb * 2**20,) * 2)
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+        files = open_files if hard == resource.RLIM_INFINITY else min(open_files, hard)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (files, files))
     return apply
 
 
@@ -236,6 +312,7 @@ class Session:
         self.reuse = False  # kept for the next student after a reset (StudentSandbox)
         self.starts = 0  # how many times a sandbox was started for it (one dies at a notebook's time limit)
         self.left_behind: list[str] = []  # what its last reset found left of the student (it then ended)
+        self.uid: int | None = None  # the sandbox's user on the host (sandbox_user), while it runs
         self._stack: contextlib.ExitStack | None = None
         self._proc: subprocess.Popen | None = None
         self._scratch: Path | None = None
@@ -259,7 +336,10 @@ class Session:
         if self.isolate:
             filter_fd = seccomp.filter_file()
             self._stack.callback(os.close, filter_fd)
-            argv = sandbox_argv(self.limits, self.case_inputs, self.data_dir, filter_fd) + runner + ["--sweep"]
+            self.uid = self._stack.enter_context(sandbox_user())
+            unlimit_file_table()  # here too: a Dask cluster's workers run on machines of their own
+            argv = (sandbox_argv(self.limits, self.case_inputs, self.data_dir, filter_fd, self.uid) + runner
+                    + ["--sweep"])
             env[CASE_INPUTS_ENV] = CASES
         else:
             argv = runner

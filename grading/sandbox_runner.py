@@ -797,11 +797,15 @@ class Records:
         self.outside: set[str] = set()
         self.problems: list[str] = []
 
-    def _listing(self) -> dict[str, tuple[int, int]]:
+    def _listing(self) -> dict[str, tuple[int, int]] | OSError:
+        """The records' names with (size, mtime); the error where the folder exists and cannot be read (say,
+        the machine's table of open files is full): an error is not an empty folder."""
         try:
             entries = list(os.scandir(self.folder))
-        except OSError:
+        except FileNotFoundError:
             return {}
+        except OSError as exc:
+            return exc
         listing = {}
         for entry in entries:
             with contextlib.suppress(OSError):
@@ -811,6 +815,10 @@ class Records:
 
     def after_cell(self, index: int, is_test: bool) -> None:
         listing = self._listing()
+        if isinstance(listing, OSError):  # said, and nothing taken for changed or new
+            self.problems.append(f"after cell {index} the checks' records could not be read "
+                                 f"({listing.__class__.__name__}: {listing.strerror or listing})")
+            return
         changed = sorted(n for n, (_, sig) in self.kept.items() if listing.get(n) != sig)
         if changed:
             self.problems.append(f"cell {index} changed or removed the checks' records of an earlier test cell "

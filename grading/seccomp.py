@@ -1,9 +1,9 @@
 """The system calls a sandbox may not make: a seccomp filter for bubblewrap's `--seccomp FD`.
 
 Namespaces give each sandbox its own processes, network, IPC objects and files, but some kernel state is
-per *user*, and every sandbox runs as the same uid 65534 on the host: a key added to that user's keyring in
-one sandbox could be read in another (another worker's, another run's) and outlive both. POSIX message
-queues live in the IPC namespace, which a warm sandbox keeps from one student to the next. So, as Docker's
+per *user*, and a user outlives its sandbox (the next sandbox that takes its uid; every sandbox of a
+grader that is not root runs as that grader's user): a key added to that user's keyring would be read there.
+POSIX message queues live in the IPC namespace, which a warm sandbox keeps from one student to the next. So, as Docker's
 default profile does, the filter refuses (EPERM):
 
 - the kernel keyring: add_key, request_key, keyctl;

@@ -87,7 +87,7 @@ def test_without_bubblewrap_grading_stops_and_says_how_to_get_it(monkeypatch):
 @pytest.mark.skipif(sandbox.bwrap() is None, reason="bubblewrap is not installed")
 def test_inside_the_sandbox(tmp_path):
     probe = f"""
-import json, os, socket
+import json, os, resource, socket
 seen = {{p: os.path.exists(p) for p in {[str(nbs.HIDDEN_REFERENCES), str(nbs.SOLUTIONS), str(tmp_path),
                                         str(nbs.ROOT / "grading"), str(Path.home() / ".cache")]!r}}}
 try:
@@ -109,8 +109,14 @@ def attempt(action):
 root_only = {{"shadow": attempt(lambda: open("/etc/shadow").read()),
              "sysctl": attempt(lambda: open("/proc/sys/kernel/printk_ratelimit", "w").write(
                  open("/proc/sys/kernel/printk_ratelimit").read()))}}
+files = resource.getrlimit(resource.RLIMIT_NOFILE)
+try:
+    resource.setrlimit(resource.RLIMIT_NOFILE, (files[1] + 1,) * 2)
+    raised = True
+except (OSError, ValueError):
+    raised = False
 print(json.dumps({{"seen": seen, "net": net, "uid": os.getuid(), "pids": len(os.listdir("/proc")), "wrote": wrote,
-                  "root_only": root_only}}))
+                  "root_only": root_only, "files": files, "raised": raised}}))
 """
     (tmp_path / "secret.txt").write_text("the grader's own file")
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(probe)])
@@ -118,8 +124,57 @@ print(json.dumps({{"seen": seen, "net": net, "uid": os.getuid(), "pids": len(os.
     assert result.status == "finished", result.message
     report = json.loads(result.notebook.cells[0].outputs[0]["text"])
     assert not any(report["seen"].values()), report["seen"]
-    assert report["net"] != "connected" and report["uid"] == sandbox.NOBODY and not report["wrote"]
+    assert report["net"] != "connected" and not report["wrote"]
     assert not any(report["root_only"].values()), report["root_only"]  # not root outside, either
+    users = range(sandbox.SANDBOX_UID_BASE, sandbox.SANDBOX_UID_BASE + sandbox.SANDBOX_UIDS)
+    assert report["uid"] in (users if os.geteuid() == 0 else (sandbox.NOBODY,)), report["uid"]
+    limit = sandbox.open_files_limit(sandbox.Limits())
+    assert report["files"] == [limit, limit] and not report["raised"], (report["files"], report["raised"])
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="sandboxes run as users of their own only where the grader is root")
+def test_sandboxes_alive_at_once_run_as_users_of_their_own(tmp_path, monkeypatch):
+    """The kernel counts epoll watches, inotify instances, pending signals and pipe buffers per user, machine-wide:
+    a student who used one up in a sandbox that shared its user with another (uid 65534 for all, before) made the
+    kernels die in the sandbox of the student graded beside them. Each sandbox alive takes a uid no other has;
+    a uid is free again once its sandbox has ended."""
+    monkeypatch.setattr(sandbox, "SANDBOX_USERS_DIR", tmp_path / "users")
+    with sandbox.sandbox_user() as first, sandbox.sandbox_user() as second:
+        assert first != second and {first, second} <= set(range(sandbox.SANDBOX_UID_BASE,
+                                                                 sandbox.SANDBOX_UID_BASE + sandbox.SANDBOX_UIDS))
+        assert os.stat(tmp_path / "users").st_mode & 0o777 == 0o700
+    with sandbox.sandbox_user() as again:
+        assert again == first, (again, first)
+    (tmp_path / "users").chmod(0o777)  # a folder anybody could write: another user could hold every uid
+    with pytest.raises(sandbox.SandboxUnavailable, match="writable by root only"), sandbox.sandbox_user():
+        pass
+
+
+def test_a_sandbox_cannot_fill_the_machines_table_of_open_files(tmp_path, monkeypatch):
+    """A student's processes that filled the machine's table of open files (eventfds: 124 processes of 20000
+    each; or files opened, mapped and closed, which no descriptor limit counts) made every other process without
+    root's privileges fail to open anything, the kernels of the students graded beside them and the gradebook's
+    PostgreSQL included. The grader makes the table as large as it goes (as systemd does at boot; the sandbox's
+    memory limit then ends the student's sandbox first) or says it could not; and a sandbox's descriptors are at
+    most 1/16 of the table as it was."""
+    limits = sandbox.Limits()
+    per_process = sandbox.open_files_limit(limits)
+    assert 256 <= per_process <= 4096
+    file_max = int(Path("/proc/sys/fs/file-max").read_text())
+    assert per_process * limits.processes <= max(file_max // sandbox.OPEN_FILES_SHARE, 256 * limits.processes)
+    table = tmp_path / "file-max"
+    monkeypatch.setattr(sandbox, "FILE_TABLE", table)
+    table.write_text("2466170\n")  # the kernel's default on a 24 GiB machine
+    assert sandbox.unlimit_file_table() is None and int(table.read_text()) == sandbox.UNLIMITED_FILES
+    table.write_text("2466170\n")
+
+    class ReadOnly(type(table)):  # /proc/sys in a container that mounts it read-only
+        def write_text(self, *args, **kwargs):
+            raise PermissionError(30, "Read-only file system")
+
+    monkeypatch.setattr(sandbox, "FILE_TABLE", ReadOnly(table))
+    problem = sandbox.unlimit_file_table()
+    assert problem is not None and "sysctl -w fs.file-max=" in problem, problem
 
 
 def _cgroups_available() -> bool:
@@ -315,7 +370,7 @@ MEDDLE_PRELUDE = ("import ctypes, os, platform, resource\nstarter = os.getppid()
 
 
 def test_the_reset_sees_every_change_a_kernel_may_make_to_the_starter():
-    """Every process in a sandbox runs as uid 65534, so a kernel may change the kernel starter's and the server's
+    """Every process in a sandbox runs as the sandbox's one user, so a kernel may change the kernel starter's and the server's
     resource limits and scheduling, which every kernel forked later inherits. The same calls, made here on a
     process of the test's own: each changes what the reset compares (`process_state`)."""
     import subprocess
@@ -363,6 +418,30 @@ def test_a_sandbox_whose_starter_or_network_a_student_changed_is_not_kept_for_th
 
 
 @pytest.mark.skipif(sandbox.bwrap() is None, reason="bubblewrap is not installed")
+def test_records_that_cannot_be_listed_are_said_and_not_taken_for_removed(tmp_path, monkeypatch):
+    """With the machine's table of open files full, the sandbox's server could not list the checks' records and
+    took the error for an empty folder: an honest student's row said a later cell had changed or removed them.
+    An error is said as an error; the records kept stand."""
+    from grading import sandbox_runner
+
+    records = sandbox_runner.Records(str(tmp_path))
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "0000.json").write_text("{}")
+    records.after_cell(3, is_test=True)
+    assert list(records.kept) == ["0000.json"]
+
+    def table_full(path):
+        raise OSError(23, "Too many open files in system")
+
+    monkeypatch.setattr(sandbox_runner.os, "scandir", table_full)
+    records.after_cell(4, is_test=False)
+    monkeypatch.undo()
+    records.after_cell(5, is_test=False)
+    assert records.problems == ["after cell 4 the checks' records could not be read (OSError: Too many open files "
+                                "in system)"], records.problems
+    assert list(records.kept) == ["0000.json"]
+
+
 def test_outputs_that_cannot_be_read_back_are_flagged_and_the_scores_stand():
     """An output nested deeper than the grader's reader goes (JSON 850 lists deep) gets the whole executed notebook
     lost: the run says so among its problems (which review_flags lists), and what the checks recorded still
@@ -558,7 +637,7 @@ print(attempt(248, b"user", b"grading-test", b"secret", 6, ctypes.c_int(-4)),  #
 @pytest.mark.skipif(sandbox.bwrap() is None or seccomp.platform.machine() not in seccomp.AUDIT_ARCH,
                     reason="bubblewrap is not installed, or no filter for this machine")
 def test_the_keyring_queues_and_new_namespaces_are_refused():
-    """What namespaces leave shared (the keyring of uid 65534, POSIX message queues of a warm sandbox) and new
+    """What namespaces leave shared (the keyring of the sandbox's user, POSIX message queues of a warm sandbox) and new
     namespaces are refused by the seccomp filter, in two sandboxes in turn; threads, processes and torch work."""
     works = "import subprocess, threading, torch\nt = threading.Thread(target=print); t.start(); t.join()\n" \
             "print(subprocess.run(['echo', 'ok'], capture_output=True, text=True).stdout.strip(), float(torch.ones(2).sum()))"

@@ -183,8 +183,8 @@ for _src in _sources:
             continue
 print("definitions found:", len(_sources), "working:", _stolen)
 '''
-# channels that namespaces do not close: the kernel keyring of uid 65534 (shared by every sandbox on the
-# host) and POSIX message queues (kept by a warm sandbox's IPC namespace)
+# channels that namespaces do not close: the kernel keyring of the sandbox's user (the next sandbox to take
+# its uid, or every sandbox of a grader that is not root, would share it) and POSIX message queues (kept by a warm sandbox's IPC namespace)
 KEYRING_AND_QUEUES = '''
 import ctypes, errno, os
 _libc = ctypes.CDLL(None, use_errno=True)
