@@ -232,6 +232,20 @@ def _sandbox_env(data_dir: Path | None, isolate: bool, scratch: Path) -> dict:
     return env
 
 
+STALE_CGROUP_SECONDS = 600  # an empty group of ours this old was left by a grader that was killed
+
+
+def _remove_stale_cgroups() -> None:
+    """Remove the empty groups that graders killed before they could clean up left behind (a killed worker, an
+    interrupted run): harmless one by one, but a machine has a bounded number of memory groups. A group with a
+    process in it, a live sandbox's, cannot be removed; one just made is younger than STALE_CGROUP_SECONDS."""
+    base = Path("/sys/fs/cgroup")
+    for group in [*base.glob("grading-*"), *base.glob("*/grading-*")]:
+        with contextlib.suppress(OSError):
+            if time.time() - group.stat().st_mtime > STALE_CGROUP_SECONDS and not (group / "cgroup.procs").read_text():
+                group.rmdir()
+
+
 @contextlib.contextmanager
 def _cgroup(limits: Limits):
     """Files to write the sandbox's pid into, one per controller (memory, pids, cpu); [] where the machine
@@ -240,6 +254,7 @@ def _cgroup(limits: Limits):
     math libraries run one thread: OMP_NUM_THREADS=1); a hierarchy without the cpu controller goes without it."""
     name = f"grading-{uuid.uuid4().hex[:12]}"
     made: list[Path] = []
+    _remove_stale_cgroups()
     procs: list[str] = []
     settings: dict[str, dict[str, object]] = {"memory": {"memory.limit_in_bytes": limits.memory_mb * 2**20},
                                               "pids": {"pids.max": limits.processes}}
@@ -280,6 +295,8 @@ def _cgroup(limits: Limits):
             for _ in range(50):  # the processes are gone a moment after the kill
                 try:
                     group.rmdir()
+                    break
+                except FileNotFoundError:
                     break
                 except OSError:
                     time.sleep(0.05)

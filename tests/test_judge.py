@@ -182,6 +182,28 @@ def _cgroups_available() -> bool:
         return bool(procs)
 
 
+@pytest.mark.skipif(not _cgroups_available(), reason="needs a writable cgroup hierarchy (root)")
+def test_groups_left_by_a_killed_grader_are_removed_and_a_live_sandboxs_kept(monkeypatch):
+    """A grader killed mid-run (a killed worker, an interrupted run) leaves its sandboxes' cgroups behind, empty:
+    a machine has a bounded number of memory groups, and they piled up (117 on this machine). The next sandbox
+    removes the empty ones old enough; a group with a process in it, a live sandbox's, stays."""
+    import subprocess
+    import sys
+
+    with sandbox._cgroup(sandbox.Limits()) as live, sandbox._cgroup(sandbox.Limits()) as left:
+        sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        try:
+            for procs in live:
+                Path(procs).write_text(str(sleeper.pid))
+            monkeypatch.setattr(sandbox, "STALE_CGROUP_SECONDS", -1)
+            sandbox._remove_stale_cgroups()
+            assert all(Path(procs).parent.exists() for procs in live)
+            assert not any(Path(procs).parent.exists() for procs in left)
+        finally:
+            sleeper.kill()
+            sleeper.wait()
+
+
 @pytest.mark.skipif(sandbox.bwrap() is None or not _cgroups_available(),
                     reason="needs bubblewrap and a writable cgroup hierarchy (root)")
 def test_a_memory_hog_is_stopped_and_the_rest_of_the_machine_is_not():
