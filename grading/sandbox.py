@@ -125,7 +125,7 @@ def sandbox_user():
     if os.geteuid() != 0:
         yield NOBODY
         return
-    SANDBOX_USERS_DIR.mkdir(mode=0o700, exist_ok=True)
+    SANDBOX_USERS_DIR.mkdir(mode=0o700, parents=True, exist_ok=True)
     folder = SANDBOX_USERS_DIR.stat()
     if folder.st_uid != 0 or folder.st_mode & 0o022:
         raise SandboxUnavailable(f"{SANDBOX_USERS_DIR} must be root's and writable by root only")
