@@ -155,8 +155,8 @@ def test_a_sandbox_cannot_fill_the_machines_table_of_open_files(tmp_path, monkey
     each; or files opened, mapped and closed, which no descriptor limit counts) made every other process without
     root's privileges fail to open anything, the kernels of the students graded beside them and the gradebook's
     PostgreSQL included. The grader makes the table as large as it goes (as systemd does at boot; the sandbox's
-    memory limit then ends the student's sandbox first) or says it could not; and a sandbox's descriptors are at
-    most 1/16 of the table as it was."""
+    memory limit then ends the student's sandbox first) or says it could not, and a sandbox's descriptors are at
+    most 1/16 of a table that could not be lifted."""
     limits = sandbox.Limits()
     per_process = sandbox.open_files_limit(limits)
     assert 256 <= per_process <= 4096
