@@ -582,7 +582,7 @@ def _sweep(spare: int) -> None:
     """End every process of the sandbox but this one, its init (pid 1) and `spare` (the kernel starter):
     what a notebook started."""
     me = os.getpid()
-    for _ in range(20):
+    for attempt in range(60):
         others = [int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) not in (1, me, spare)]
         if not others:
             return
@@ -596,6 +596,8 @@ def _sweep(spare: int) -> None:
                 pass
         except ChildProcessError:
             pass
+        if attempt:  # a killed process another one started stays (a zombie) until init reaps it: give init time
+            time.sleep(0.05)
 
 
 def _empty(folder: str) -> list[str]:

@@ -349,7 +349,7 @@ def test_a_warm_sandbox_reaches_the_next_student_with_nothing_of_the_last():
         first, (planted,), started = _grade_one_student([LEAVE_FOR_THE_NEXT_STUDENT], limits, warm)
         second, (looked,), started_again = _grade_one_student([LOOK_FOR_THE_LAST_STUDENT], limits, warm)
         assert planted.status == "finished" and "left" in _text(planted.notebook.cells[0]), planted.message
-        assert second is first and (started, started_again) == (1, 0), "the warm sandbox was not reused"
+        assert second is first and (started, started_again) == (1, 0), f"the warm sandbox was not reused: {first.left_behind}"
         found = json.loads(_text(looked.notebook.cells[0]))
         assert "PLANTED" not in _text(looked.notebook.cells[0])
         planted_files = [f for f in found["files"] if any(n in f for n in ("planted", "hidden", "locked", "answers"))]
