@@ -4,12 +4,12 @@ bubblewrap (Debian package `bubblewrap`) builds the sandbox from nothing and let
 notebooks need, read-only: the system's programs and libraries (/usr, /bin, /lib, /etc), the Python
 environment, the kit's `starter/` and `data/` (public references and the dataset), and the hidden
 cases' *inputs* under opaque ids (never their names or expected outputs). The code runs as a real
-unprivileged user of the sandbox's own (`sandbox_user`: no two sandboxes on a machine share one) in new pid, network, IPC and UTS namespaces (no network, no view of any
-other process); the only writable place is the notebooks' folder, a size-limited tmpfs of the
+unprivileged user of the sandbox's own (`sandbox_user`: no two sandboxes on a machine share one) in new pid,
+network, IPC and UTS namespaces (no network, no view of any other process); the only writable place is the notebooks' folder, a size-limited tmpfs of the
 sandbox's own that the grader never opens (results come back in the server's answer); solutions, hidden references, the gradebook, the course
 folder and other students' files do not exist in there. Limits: memory and process count (a cgroup,
-where the machine lets us make one), file size, open files and core dumps (rlimits), a per-cell timeout (an
-interrupt, then a kill), and a hard kill of the whole sandbox at a notebook's time limit.
+where the machine lets us make one), file size, open files and core dumps (rlimits), a per-cell timeout
+(an interrupt, then a kill), and a hard kill of the whole sandbox at a notebook's time limit.
 
 One sandbox for all of a student's notebooks (a `Session`, held by the `StudentSandbox` that
 `grading.worker.grade_student` opens for the student): its server (grading/sandbox_runner.py) imports torch and the rest once, forks a kernel
@@ -19,12 +19,12 @@ files in the sandbox's own /tmp: each kernel is a new process, and whatever a no
 before the next one runs. When the sandbox ends, everything in it ends. A seccomp filter
 (grading/seccomp.py) refuses what namespaces leave shared between sandboxes (keyrings, message queues, new
 namespaces); what the kernel counts per user (epoll watches, inotify instances, pending signals, pipe buffers)
-is each sandbox's own, and the machine's table of open files cannot be filled from one (`open_files_limit`). A worker keeps its sandbox warm for its next student, but only after a
-reset that ends every process but the server and the starter, empties the one writable folder, removes
-IPC objects, and finds nothing left, the filter in force and the starter answering; a sandbox that
-cannot be reset ends (`--no-reuse-sandbox`: a new one per student). The server never
-runs student code, and no kernel is a fork of a process that has held a student's notebook, so a warm
-sandbox holds nothing of the last student.
+is each sandbox's own, and the machine's table of open files cannot be filled from one (`unlimit_file_table`,
+`open_files_limit`). A worker keeps its sandbox warm for its next student, but only after a reset that ends
+every process but the server and the starter, empties the one writable folder, removes IPC objects, and finds
+nothing left, the filter in force and the starter answering; a sandbox that cannot be reset ends
+(`--no-reuse-sandbox`: a new one per student). The server never runs student code, and no kernel is a fork of
+a process that has held a student's notebook, so a warm sandbox holds nothing of the last student.
 
 `run_in_sandbox` runs one notebook this way, in place of nbgrader's `Execute` step (grading/worker.py); what
 the checks recorded is read back as plain data (`starter.compare.read_observations`) for the judge.
@@ -69,7 +69,7 @@ NOBODY = 65534  # the sandbox's user inside its user namespace where the grader 
 SANDBOX_UID_BASE = 0x70000000  # the sandboxes' users on the host, a range no distribution gives out (systemd's
 SANDBOX_UIDS = 4096            # list leaves 1879048192-2147352575 unused); one per sandbox alive on the machine
 SANDBOX_USERS_DIR = Path("/run/grading-sandbox-users")  # one lock file per uid in use
-OPEN_FILES_SHARE = 16  # a sandbox's descriptors may be at most this fraction (1/16) of the machine's table of open files
+OPEN_FILES_SHARE = 16  # a sandbox's descriptors may be at most 1/16 of the machine's table of open files
 FILE_TABLE = Path("/proc/sys/fs/file-max")  # the machine's table of open files, shared by every process
 UNLIMITED_FILES = 2**63 - 1  # its largest size, which systemd sets at boot: open files are charged to the
                              # memory cgroup of whoever opened them, and the sandbox's is bounded
@@ -169,7 +169,7 @@ def open_files_limit(limits: Limits) -> int:
     it a sandbox's processes could fill the table, and every other process without root's privileges, the
     next sandbox's kernel and the gradebook's database server included, would fail to open anything."""
     try:
-        file_max = int(Path("/proc/sys/fs/file-max").read_text())
+        file_max = int(FILE_TABLE.read_text())
     except (OSError, ValueError):
         file_max = 2**20
     return max(256, min(4096, file_max // (OPEN_FILES_SHARE * max(1, limits.processes))))
