@@ -58,7 +58,7 @@ from starter.cases import case_groups, read_case, write_case
 from starter.compare import CASE_INPUTS_ENV, Observation, read_observations
 
 from . import notebooks, seccomp
-from .sandbox_runner import MAX_FILES, PLAIN_NAME  # the server's own definitions (it runs standalone)
+from .sandbox_runner import INTERRUPT_GRACE, KERNEL_EXIT_SECONDS, MAX_FILES, PLAIN_NAME, STARTER_SECONDS
 from .settings import Limits
 
 CPU_PERIOD_US = 100_000  # the cgroup's accounting period for the CPU quota
@@ -74,6 +74,8 @@ FILE_TABLE = Path("/proc/sys/fs/file-max")  # the machine's table of open files,
 UNLIMITED_FILES = 2**63 - 1  # its largest size, which systemd sets at boot: open files are charged to the
                              # memory cgroup of whoever opened them, and the sandbox's is bounded
 MAX_REPLY_BYTES = 200 * 2**20  # the server's answer for one notebook (the notebook and records, in base64)
+SERVER_MARGIN_SECONDS = 15  # past a step's own limit, for the server's own work (the sweep, its answer) on a busy machine
+RESET_SECONDS = 60  # for the server to reset the sandbox between two students
 
 
 @dataclass
@@ -332,6 +334,7 @@ class Session:
         self.uid: int | None = None  # the sandbox's user on the host (sandbox_user), while it runs
         self._stack: contextlib.ExitStack | None = None
         self._proc: subprocess.Popen | None = None
+        self._lines: _Lines | None = None  # the server's answers (its stdout)
         self._scratch: Path | None = None
 
     def __enter__(self) -> Session:
@@ -370,6 +373,7 @@ class Session:
                                       pass_fds=() if filter_fd is None else (filter_fd,),
                                       preexec_fn=_limit_child(procs if self.isolate else [], self.limits))
         self._stack.callback(self._kill)
+        self._lines = _Lines(self._proc.stdout)
 
     def _kill(self) -> None:
         if self._proc is not None and self._proc.poll() is None:
@@ -404,7 +408,7 @@ class Session:
         try:
             proc.stdin.write(b'{"reset": true}\n')
             proc.stdin.flush()
-            reply = _read_line(proc.stdout, 60, 2**20)
+            reply = self._lines.next(time.monotonic() + RESET_SECONDS, 2**20) if self._lines else None
             answer = json.loads(reply) if reply else {}
         except (OSError, ValueError):
             answer = {}
@@ -429,20 +433,26 @@ class Session:
                 self.close()
                 self._start()
             proc: subprocess.Popen = self._proc  # type: ignore[assignment]  # (started above)
-            assert proc.stdin is not None and proc.stdout is not None
+            assert proc.stdin is not None and self._lines is not None
+            progress = _Progress(job["notebook"], self.limits)
             try:
                 proc.stdin.write((json.dumps(job) + "\n").encode())
                 proc.stdin.flush()
-                reply = _read_line(proc.stdout, self.limits.notebook_seconds, MAX_REPLY_BYTES)
+                reply = progress.follow(self._lines, time.monotonic() + self.limits.notebook_seconds)
             except OSError:
                 reply = b""
             answer = _parse(reply)
             if not answer.get("restart"):
                 break
             self.close()
-        if reply is None:
+        if reply is None:  # what the server told of the cells that ran still counts
             self._kill()
-            status, message = "time limit", f"stopped at the notebook's time limit ({self.limits.notebook_seconds} s)"
+            answer = progress.answer()
+            if progress.stalled:
+                status, message = "killed", progress.stalled
+            else:
+                status, message = "time limit", (f"stopped at the notebook's time limit "
+                                                 f"({self.limits.notebook_seconds} s)")
         else:
             try:
                 code, stuck = int(answer["exit"]), answer.get("stuck")
@@ -477,7 +487,9 @@ class Session:
                 message = (f"cells {list(run['timeouts'])[:10]} took longer than {self.limits.cell_seconds} s "
                            "and were interrupted")
         with tempfile.TemporaryDirectory(prefix="records-") as records:  # a folder of the grader's own
-            dropped = _unpack_records(answer.get("results"), Path(records))
+            results = answer.get("results")  # those the server had not sent while the notebook ran
+            dropped = _unpack_records({**progress.results, **(results if isinstance(results, dict) else {})},
+                                      Path(records))
             observations, problems = read_observations(Path(records))
         problems += [str(p)[:300] for p in answer.get("problems") or [] if isinstance(p, str)][:10]
         if unreadable:  # (the scores stand: they come from the records)
@@ -519,24 +531,112 @@ def _unpack_records(files, dest: Path) -> int:
     return refused + max(0, len(files) - MAX_FILES)
 
 
-def _read_line(pipe, seconds: float, limit: int) -> bytes | None:
-    """One line from `pipe` within `seconds` (None: none came); b"" if the pipe closed or the line is
-    longer than `limit`."""
-    deadline = time.monotonic() + seconds
-    line = b""
-    with selectors.DefaultSelector() as sel:
-        sel.register(pipe, selectors.EVENT_READ)
-        while not line.endswith(b"\n"):
-            left = deadline - time.monotonic()
-            if left <= 0 or not sel.select(left):
+class _Lines:
+    """The server's answers: lines of its stdout, each read by a deadline and within a size limit."""
+
+    def __init__(self, pipe) -> None:
+        self.fd, self.buffer = pipe.fileno(), bytearray()
+
+    def next(self, deadline: float, limit: int) -> bytes | None:
+        """The next line by `deadline` (time.monotonic()): None if none came; b"" if the pipe closed or the
+        line is longer than `limit`."""
+        scanned = 0
+        with selectors.DefaultSelector() as sel:
+            sel.register(self.fd, selectors.EVENT_READ)
+            while True:
+                newline = self.buffer.find(b"\n", scanned)
+                if newline >= 0:
+                    line = bytes(self.buffer[:newline + 1])
+                    del self.buffer[:newline + 1]
+                    return line
+                if len(self.buffer) > limit:
+                    self.buffer.clear()
+                    return b""
+                scanned = len(self.buffer)
+                left = deadline - time.monotonic()
+                if left <= 0 or not sel.select(left):
+                    return None
+                chunk = os.read(self.fd, 2**20)
+                if not chunk:
+                    return b""
+                self.buffer += chunk
+
+
+class _Progress:
+    """What the server tells of a notebook while it runs it (grading/sandbox_runner.py `run_notebook`): each
+    step as it begins (the kernel's start, each code cell, the end) and, once a cell ran, its outputs and the
+    records it left. The grader keeps each step's deadline by its own clock too, from limits it knows (a
+    cell's: `cell_seconds` + INTERRUPT_GRACE; the starter's; a kernel's exit), plus SERVER_MARGIN_SECONDS: a
+    kernel can stop the server (SIGSTOP: they are one user, and a stopped process cannot keep a deadline), and
+    the worker would otherwise wait for the notebook's time limit. No kernel can write to the server's
+    stdout (it is not dumpable), and even so a step counts only once and in the notebook's order, so no line
+    buys more time than the notebook's own cells could take."""
+
+    def __init__(self, notebook: dict, limits: Limits) -> None:
+        cell = limits.cell_seconds + INTERRUPT_GRACE
+        self.notebook = notebook
+        code = [i for i, c in enumerate(notebook.get("cells", [])) if c.get("cell_type") == "code"]
+        # (the step's name, what it is in words, its limit in seconds), in the order the server takes them
+        self.steps = [("kernel", "starting the kernel", STARTER_SECONDS),
+                      ("cell -1", "the set-up cell", cell),
+                      *((f"cell {i}", f"cell {i}", cell) for i in code),
+                      ("end", "ending the notebook", 2 * KERNEL_EXIT_SECONDS)]
+        self.at = -1  # the step the server is in (-1: none yet; until the first, no student code runs)
+        self.since = 0.0
+        self.cells: dict[int, dict] = {}  # each code cell that ran: its outputs and execution count
+        self.results: dict = {}  # the records kept so far ({name: base64})
+        self.received = 0  # bytes of cells and records told
+        self.stalled = ""  # why the server was taken for stopped: it did not finish a step in time
+
+    def deadline(self, end: float) -> float:
+        return min(end, self.since + self.steps[self.at][2] + SERVER_MARGIN_SECONDS) if self.at >= 0 else end
+
+    def take(self, message: dict, size: int) -> bool:
+        """Note a line of progress (True), or say that `message` is not one (False: the server's answer)."""
+        if "step" in message:
+            name = f"{message['step']} {message.get('index')}" if message["step"] == "cell" else str(message["step"])
+            later = [i for i, step in enumerate(self.steps) if step[0] == name and i > self.at]
+            if later:
+                self.at, self.since = later[0], time.monotonic()
+            return True
+        if "ran" in message:
+            self.received += size
+            if isinstance(message["ran"], int) and self.received <= MAX_REPLY_BYTES:
+                self.cells[message["ran"]] = message
+                if isinstance(message.get("results"), dict):
+                    self.results.update(message["results"])
+            return True
+        return False
+
+    def follow(self, lines: _Lines, end: float) -> bytes | None:
+        """The server's answer to its notebook job, taking its progress on the way; None if it did not come by
+        `end` (time.monotonic(), the notebook's time limit) or by the deadline of the step it was in (then
+        `stalled` says so)."""
+        while True:
+            line = lines.next(self.deadline(end), MAX_REPLY_BYTES)
+            if line is None:
+                if self.at >= 0 and time.monotonic() < end:
+                    _, what, limit = self.steps[self.at]
+                    self.stalled = (f"the sandbox's server stopped answering: nothing from it for "
+                                    f"{time.monotonic() - self.since:.0f} s in {what} (its limit: {limit} s), so "
+                                    "the sandbox was ended; what ran before counts")
                 return None
-            chunk = os.read(pipe.fileno(), 2**20)
-            if not chunk:
-                return b""
-            line += chunk
-            if len(line) > limit:
-                return b""
-    return line
+            message = _parse(line)
+            if not self.take(message, len(line)):
+                return line
+
+    def answer(self) -> dict:
+        """An answer made of what the server told (where its own never came): the notebook with the outputs of
+        the cells that ran (the others' cleared), the records, the problems it had found."""
+        notebook = copy.deepcopy(self.notebook)
+        for index, cell in enumerate(notebook.get("cells", [])):
+            if cell.get("cell_type") == "code":
+                ran = self.cells.get(index, {})
+                cell["outputs"] = ran.get("outputs") if isinstance(ran.get("outputs"), list) else []
+                cell["execution_count"] = ran.get("execution_count") if isinstance(
+                    ran.get("execution_count"), int) else None
+        last = self.cells[max(self.cells)] if self.cells else {}
+        return {"out": json.dumps(notebook), "dropped": last.get("dropped"), "problems": last.get("problems")}
 
 
 def run_notebook(nb, case_inputs: Path | None, limits: Limits = Limits(), isolate: bool = True,

@@ -12,7 +12,11 @@ A standalone script (it imports nothing of the grader, which does not exist insi
   (grading.notebooks.FILES_BESIDE) into WORKDIR/NAME, has the starter fork a kernel, sends it the code cells
   one at a time and keeps each cell's deadline by its own clock (`run_notebook`). It then ends whatever the
   notebook left running (`--sweep`: every other process of the sandbox but the starter) and answers one
-  line on stdout: how the run ended, the executed notebook and the checks' records;
+  line on stdout: how the run ended, the executed notebook and the checks' records. While the notebook runs
+  it tells the grader each step as it begins (`{"step": "kernel"}`, `{"step": "cell", "index": I}`, `{"step":
+  "end"}`) and what each cell left (`{"ran": I, "outputs": [...], "results": {...}, ...}`): the grader keeps
+  each step's deadline too, so a server that a kernel stopped (SIGSTOP: the server and the kernels are one
+  user) is ended at a cell's limit plus a margin, and what ran before it stopped still counts;
 - the **kernel starter** (`KernelStarter`), forked before the first job, so that no kernel is ever a fork of
   a process that has held a student's notebook (a fork inherits freed memory, readable through /proc);
 - a **kernel** per notebook, forked by the starter: an IPython kernel in its own process (ipykernel's
@@ -52,6 +56,7 @@ MAX_RECORDS_BYTES = 64 * 2**20  # the checks' records read back per notebook
 MAX_ANSWER_BYTES = 16 * 2**20  # a kernel's answer for one cell (its outputs, capped by the kernel before)
 MAX_FILES = 4096  # records files read back per notebook
 STARTER_SECONDS = 30  # for the kernel starter to answer
+KERNEL_EXIT_SECONDS = 10  # for a kernel to exit once its notebook is done, and again once it is killed
 _EXIT = os._exit  # the kernel's code replaces os._exit (REFUSE_EXIT)
 PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 RESULTS_ENV = "COURSE_RESULTS_DIR"  # starter.compare.RESULTS_ENV (the grader's code is not importable here)
@@ -473,16 +478,22 @@ def _is_test(cell: dict) -> bool:
     return isinstance(meta, dict) and bool(meta.get("grade")) and not meta.get("solution")
 
 
+def _tell_nobody(line: dict) -> None:
+    pass
+
+
 def run_notebook(nb: dict, folder: str, cell_seconds: int, seconds: float, starter: KernelStarter,
-                 records: Records) -> dict:
+                 records: Records, tell=_tell_nobody) -> dict:
     """Run `nb`'s code cells in a new kernel from `starter`, one at a time, each within its deadline, kept
     here by the server's own clock whatever the kernel does to its pipes or signals: a cell that does not
     answer `cell_seconds` + INTERRUPT_GRACE seconds after it was sent (the kernel's own interrupt did not stop
     it), or past the notebook's `seconds`, has its kernel killed and the notebook stops there. Fills in the
     outputs, takes the checks' records as each cell ends (`records`) and returns what the grader is told of
-    how the run ended."""
+    how the run ended. `tell` sends the grader a line: each step as it begins, and each cell's outputs and
+    new records once it ran (the grader's own deadlines, and what counts if this server is stopped)."""
     commands_out, commands = os.pipe()
     answers, answers_in = os.pipe()
+    tell({"step": "kernel"})
     try:
         pid = starter.start(folder, commands_out, answers_in)
     finally:
@@ -499,8 +510,10 @@ def run_notebook(nb: dict, folder: str, cell_seconds: int, seconds: float, start
     cells: list[tuple[int | None, dict]] = [(None, {"source": REFUSE_EXIT})]
     cells += [(i, c) for i, c in enumerate(nb.get("cells", [])) if c.get("cell_type") == "code"]
     graded = any(_is_test(c) for _, c in cells)  # else (a plain notebook, not an assignment) every cell records
+    budget = MAX_NOTEBOOK_OUTPUTS
     for index, cell in cells:
         source = cell.get("source", "")
+        tell({"step": "cell", "index": -1 if index is None else index})
         sent = time.monotonic()
         deadline = min(sent + cell_seconds + INTERRUPT_GRACE, end)
         request = json.dumps({"source": "".join(source) if isinstance(source, list) else str(source),
@@ -510,6 +523,7 @@ def run_notebook(nb: dict, folder: str, cell_seconds: int, seconds: float, start
         if kind in ("timeout", "closed"):  # what the cell recorded before it stopped still counts
             if index is not None:
                 records.after_cell(index, _is_test(cell) or not graded)
+                tell({"ran": index, **records.report()})
             if kind == "timeout":
                 stuck = index if index is not None else -1
             else:
@@ -533,13 +547,16 @@ def run_notebook(nb: dict, folder: str, cell_seconds: int, seconds: float, start
             outputs.append(_output("error", {"ename": "CellTimeoutError", "evalue":
                                              f"the cell took longer than {cell_seconds} s", "traceback": []}))
         cell["outputs"], cell["execution_count"] = outputs, count
+        budget = cap_outputs({"cells": [cell]}, budget)
         records.after_cell(index, _is_test(cell) or not graded)
+        tell({"ran": index, "outputs": cell["outputs"], "execution_count": count, **records.report()})
+    tell({"step": "end"})
     os.close(commands)  # the kernel's end of the notebook: it exits
-    code = None if stuck is not None else starter.exit_code(pid, 10 if not stopped else 1)
+    code = None if stuck is not None else starter.exit_code(pid, KERNEL_EXIT_SECONDS if not stopped else 1)
     if code is None:  # stuck, or alive without answering: killed
         with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGKILL)
-        code = starter.exit_code(pid, 10)
+        code = starter.exit_code(pid, KERNEL_EXIT_SECONDS)
         if stopped:
             stopped = stopped.replace("stopped answering", "closed its connection to the grader")
         elif code is None and stuck is None:
@@ -795,6 +812,7 @@ class Records:
     def __init__(self, folder: str):
         self.folder = os.path.join(folder, "results")
         self.kept: dict[str, tuple[bytes, tuple[int, int]]] = {}  # name -> (content, (size, mtime) when kept)
+        self.reported: set[str] = set()  # the kept records already sent to the grader
         self.budget, self.dropped = MAX_RECORDS_BYTES, 0
         self.outside: set[str] = set()
         self.problems: list[str] = []
@@ -846,8 +864,12 @@ class Records:
             self.budget -= len(data)
             self.kept[name] = (data, listing[name])
 
-    def reply(self) -> dict:
-        return {"results": {name: base64.b64encode(data).decode() for name, (data, _) in sorted(self.kept.items())},
+    def report(self) -> dict:
+        """For the grader: the records kept since the last report (each is sent once, as it was kept), how many
+        were dropped and the problems so far."""
+        new = sorted(name for name in self.kept if name not in self.reported)
+        self.reported.update(new)
+        return {"results": {name: base64.b64encode(self.kept[name][0]).decode() for name in new},
                 "dropped": self.dropped, "problems": self.problems[:10]}
 
 
@@ -890,13 +912,14 @@ def serve(cell_seconds: int, workdir: str, sweep: bool) -> int:
         _write_files(folder, job.get("files") or {})
         nb = job["notebook"]
         records = Records(folder)
-        ran = run_notebook(nb, folder, cell_seconds, float(job.get("seconds") or 600), starter, records)
+        ran = run_notebook(nb, folder, cell_seconds, float(job.get("seconds") or 600), starter, records,
+                           tell=lambda line: replies.write(json.dumps(line) + "\n"))
         if ran.get("restart"):  # the starter was killed or stopped (by a notebook before): a new sandbox
             replies.write(json.dumps({"folder": name, "restart": True}) + "\n")
             return 1
         if sweep:  # in the sandbox; without it, what the notebook started ends with the session (grading/sandbox.py)
             _sweep(spare=starter.pid)
-        reply = {"folder": name, **ran, "out": json.dumps(nb), **records.reply()}
+        reply = {"folder": name, **ran, "out": json.dumps(nb), **records.report()}  # the records not sent yet
         shutil.rmtree(folder, ignore_errors=True)  # the space is the next notebook's
         replies.write(json.dumps(reply) + "\n")
     return 0

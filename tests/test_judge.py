@@ -5,6 +5,7 @@ import dataclasses
 import json
 import os
 import secrets
+import time
 from pathlib import Path
 
 import h5py
@@ -697,6 +698,56 @@ def test_the_cell_deadline_is_kept_whatever_the_kernel_does_to_its_pipes():
         (stuck.status, stuck.seconds, stuck.message)
     assert _text(stuck.notebook.cells[0]) == "a\n" and _text(stuck.notebook.cells[2]) == ""
     assert after.status == "finished" and _text(after.notebook.cells[0]) == "ok\n", after.message
+
+
+STOP_THE_SERVER = '''
+import os, posix, signal
+starter = os.getppid()  # the kernel starter, and its parent the server
+server = int(open(f"/proc/{starter}/stat").read().rsplit(")", 1)[1].split()[1])
+assert open(f"/proc/{server}/cmdline").read().split("\\0")[1] == "/tmp/runner.py"
+posix.kill(server, signal.SIGSTOP)  # (os.kill is refused in the kernel)
+'''
+
+
+@pytest.mark.skipif(sandbox.bwrap() is None, reason="bubblewrap is not installed")
+def test_a_kernel_that_stops_the_server_holds_the_worker_only_past_its_cells_limit():
+    """A stopped server keeps no deadline: the grader keeps each cell's too (2 s + 5 s here, and its margin) and
+    ends the sandbox, not at the notebook's limit (120 s); what ran before counts, the notebook is flagged, and
+    the sandbox is not kept for the next student, who is graded in a new one."""
+    limits = sandbox.Limits(cell_seconds=2, notebook_seconds=120)
+    test = nbformat.v4.new_code_cell("from starter.checks import check\nimport torch\n"
+                                     "check('causal/5', lambda T, device=None: torch.ones(T, T, dtype=torch.bool).tril())")
+    test.metadata["nbgrader"] = {"grade": True, "solution": False, "locked": True, "grade_id": "t", "points": 1}
+    nb = _notebook("print('a')")
+    nb.cells += [test, nbformat.v4.new_code_cell(STOP_THE_SERVER), nbformat.v4.new_code_cell("print('never')")]
+    warm = sandbox.WarmSandbox()
+    with sandbox.StudentSandbox(warm) as student:
+        stopped = student.session(None, limits, True, None, reuse=True).run(nb)
+    assert stopped.status == "killed" and stopped.message.startswith("the sandbox's server stopped answering: ") \
+        and "in cell 2 (" in stopped.message and stopped.seconds < 60, (stopped.status, stopped.seconds, stopped.message)
+    assert _text(stopped.notebook.cells[0]) == "a\n" and not stopped.notebook.cells[3].outputs
+    assert set(stopped.observations) == {"causal/5"}, stopped.observations  # recorded before the stop
+    _, (after,), started = _grade_one_student(["print('ok')"], limits, warm)
+    assert started == 1 and after.status == "finished" and _text(after.notebook.cells[0]) == "ok\n", after.message
+
+
+def test_the_graders_deadline_moves_only_with_the_notebooks_own_steps():
+    """Each step the server tells of counts once and in the notebook's order: a line told again, out of order or
+    for a cell the notebook does not have buys no time."""
+    progress = sandbox._Progress(json.loads(nbformat.writes(_notebook("a", "b"))), sandbox.Limits(cell_seconds=2))
+    end = time.monotonic() + 600
+    assert progress.deadline(end) == end  # before the kernel is asked for, no student code runs
+    assert progress.take({"step": "kernel"}, 0)
+    assert progress.deadline(end) == pytest.approx(progress.since + sandbox.STARTER_SECONDS
+                                                   + sandbox.SERVER_MARGIN_SECONDS)
+    progress.take({"step": "cell", "index": 1}, 0)
+    at = (progress.at, progress.since)
+    for line in ({"step": "cell", "index": 1}, {"step": "cell", "index": 0}, {"step": "kernel"},
+                 {"step": "cell", "index": 7}, {"step": "cell", "index": "1"}):
+        assert progress.take(line, 0) and (progress.at, progress.since) == at, line
+    assert progress.deadline(end) == pytest.approx(progress.since + 2 + sandbox.INTERRUPT_GRACE
+                                                   + sandbox.SERVER_MARGIN_SECONDS)
+    assert not progress.take({"folder": "nb", "exit": 0}, 0)  # the server's answer
 
 
 @pytest.mark.skipif(sandbox.bwrap() is None, reason="bubblewrap is not installed")
