@@ -8,9 +8,11 @@ reading or rebuilding one student's files (`stage_student`). Each notebook is re
 Submissions are only read.
 
 Students are found as an LMS export lays them out (`handins`): a folder per student (any name: Moodle's
-`First Last_<id>_assignsubmission_file_` gives the name and the participant id), or the flat files of
-Canvas (`lastfirst_<id>_<submission>_<file>`) or of Moodle without folders. Each is graded under an id
-that is safe as a folder and gradebook name (`student_id`); the reports show the name as given.
+`First Last_<id>_assignsubmission_file[_]` gives the name and the participant id), or the flat files of
+Canvas (`lastfirst_<id>_<submission>_<file>`) or of Moodle without folders; a flat file whose name reads as
+more than one student's is nobody's (each of them gets a row that says so, for a person to decide). Each is
+graded under an id that is safe as a folder and gradebook name (`student_id`); the reports show the name as
+given. One student's ignored files are noted one by one up to MAX_FILES_NOTED of a kind, then counted.
 """
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ import unicodedata
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import nbformat
 
@@ -70,9 +73,44 @@ def shown(name: str) -> str:
     return name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
 
 
-MOODLE_FOLDER = re.compile(r"(?P<name>.+)_(?P<lms_id>\d+)_assignsubmission_[a-z]+_", re.S)
-MOODLE_FILE = re.compile(r"(?P<name>.+?)_(?P<lms_id>\d+)_assignsubmission_[a-z]+_(?P<file>.+)", re.S)
+# How Moodle names what it exports (mod/assign/classes/downloader.php, Moodle 4.1 on; mod/assign/locallib.php
+# before): a student's prefix is `clean_filename(str_replace('_', ' ', fullname) . '_' . participant id)`, then
+# `_assignsubmission_<plugin>` (`file`, `onlinetext`) and either a folder (`<prefix>_assignsubmission_file/`, with
+# a `_` at its end before 4.1) or, without folders, the file name itself (`<prefix>_assignsubmission_file_<file>`).
+# Moodle's own import of feedback zips splits these names at their first four `_`: a name it wrote holds no `_`.
+# Names written otherwise (another tool, a renamed export) may: a folder's name is read from its right, where
+# the fixed fields are; a flat file's name has the file's own name at its right, so every split at the fixed
+# fields is a reading, and a name with several readings (participant 2002, `Alice Smith_1001_assignsubmission_file_x`,
+# handing in `01.ipynb` reads as Alice's `x_2002_assignsubmission_file_01.ipynb` too) is nobody's: refused for review.
+MOODLE_FOLDER = re.compile(r"(?P<name>.+)_(?P<lms_id>\d+)_assignsubmission_[a-z]+_?", re.S)
+MOODLE_FIELDS = re.compile(r"(?=(_(?P<lms_id>\d+)_assignsubmission_[a-z]+_))")  # at every place they could be
+# Canvas: `<lastfirst>_<user id>_<attachment id>_<file>` (`<lastfirst>_LATE_...` when late); the name is the part
+# before the first `_` (Canvas keeps none in it), so a name cannot hold the fields that follow it: one reading
 CANVAS_FILE = re.compile(r"(?P<name>[^_]+)_(?:(?P<late>late)_)?(?P<lms_id>\d+)_\d+_(?P<file>.+)", re.S | re.I)
+
+
+class Reading(NamedTuple):
+    """Whose an entry of the class folder is, read from its name."""
+    name: str
+    lms_id: str
+    file: str  # the name the file was handed in as ("" for a folder)
+    late: bool
+
+
+def lms_readings(entry: str, folder: bool) -> list[Reading]:
+    """Every way an entry of the class folder's name reads as a student's: one for a folder (a Moodle folder
+    `First Last_<id>_assignsubmission_file[_]` is First Last's, any other folder the student of that name); for a
+    file, one per split of its name as a flat export writes it (Moodle's `First Last_<id>_assignsubmission_file_<file>`,
+    Canvas's `lastfirst_<id>_<submission>_<file>`), none for a loose file, several for a name nobody can own."""
+    if folder:
+        m = MOODLE_FOLDER.fullmatch(entry)
+        return [Reading(m["name"], m["lms_id"], "", False) if m else Reading(entry, "", "", False)]
+    found = [Reading(entry[:m.start()], m["lms_id"], entry[m.end(1):], False) for m in MOODLE_FIELDS.finditer(entry)
+             if m.start() > 0 and m.end(1) < len(entry)]
+    m = CANVAS_FILE.fullmatch(entry)
+    if m:
+        found.append(Reading(m["name"], m["lms_id"], m["file"], bool(m["late"])))
+    return found
 
 
 @dataclass
@@ -84,23 +122,12 @@ class Handin:
     files: list[tuple[Path, str]] = field(default_factory=list)  # a loose file, and the name it was handed in as
     entries: list[str] = field(default_factory=list)  # the class folder's names of those (zip members refused too)
     late: bool = False
+    disputed: list[str] = field(default_factory=list)  # files whose names read as this student's and another's
 
     @property
     def key(self) -> str:
         """The exact text the student's id is made from: one per student of the export."""
         return f"{self.name}_{self.lms_id}" if self.lms_id else self.name
-
-
-def lms_entry(entry: str, folder: bool) -> tuple[str, str, str, bool] | None:
-    """Whose an entry of the class folder is: (name, LMS id, file name handed in, late), None for a loose file.
-    A Moodle folder `First Last_<id>_assignsubmission_file_` is First Last's; any other folder is the
-    student of that name; a file of a flat export, Canvas's `lastfirst_<id>_<submission>_<file>` (late:
-    `lastfirst_LATE_<id>_...`) or Moodle's `First Last_<id>_assignsubmission_file_<file>`, its student's."""
-    if folder:
-        m = MOODLE_FOLDER.fullmatch(entry)
-        return (m["name"], m["lms_id"], "", False) if m else (entry, "", "", False)
-    m = MOODLE_FILE.fullmatch(entry) or CANVAS_FILE.fullmatch(entry)
-    return (m["name"], m["lms_id"], m["file"], bool(m.groupdict().get("late"))) if m else None
 
 
 def handins(folder: Path, refused: dict[str, bool]) -> tuple[list[Handin], list[str]]:
@@ -112,21 +139,28 @@ def handins(folder: Path, refused: dict[str, bool]) -> tuple[list[Handin], list[
     for entry in sorted(set(entries) | set(refused)):
         path = entries.get(entry)
         is_folder = refused[entry] if path is None else (path.is_dir() or path.is_symlink() and not path.is_file())
-        owner = lms_entry(entry, is_folder)
-        if owner is None:
+        readings = lms_readings(entry, is_folder)
+        if not readings:
             if path is not None:
                 loose.append(entry)
             continue
-        name, lms_id, handed_in, late = owner
-        handin = Handin(name, lms_id)
-        handin = found.setdefault(handin.key, handin)
-        handin.entries.append(entry)
-        handin.late |= late
+        owners = []
+        for reading in readings:
+            handin = Handin(reading.name, reading.lms_id)
+            owners.append(found.setdefault(handin.key, handin))
+            owners[-1].entries.append(entry)
+        if len(owners) > 1:  # every student it could be gets a row; none gets the file
+            whose = " or ".join(f"{shown(r.name)} ({r.lms_id})" for r in readings)
+            for handin in owners:
+                handin.disputed.append(f"{entry} (the file of {whose})")
+            continue
+        handin, reading = owners[0], readings[0]
+        handin.late |= reading.late
         if path is not None:
             if is_folder:
                 handin.folders.append(path)
             else:
-                handin.files.append((path, handed_in))
+                handin.files.append((path, reading.file))
     return list(found.values()), loose
 
 
@@ -145,6 +179,32 @@ def problem(exc: BaseException) -> str:
     """An exception as the one line a note gives it: its type and the first line of its message."""
     first = (str(exc).splitlines() or [""])[0]
     return one_line(f"{type(exc).__name__}: {first}" if first else type(exc).__name__, 200)
+
+
+MAX_FILES_NOTED = 10  # of one reason, per student: more are one note (20 000 files made a note of 820 000 characters)
+DISPUTED = "not taken in: its name reads as more than one student's file (a person decides whose it is)"
+DISPUTED_FLAG = "a file whose name reads as this student's and another's was not taken in (see notes)"
+
+
+class Ignored:
+    """The files of one student's hand-in that are not taken in, by reason: a note per file, or for more than
+    MAX_FILES_NOTED files of one reason one note that counts them and names the first."""
+
+    def __init__(self) -> None:
+        self.files: dict[str, list[str]] = {}
+
+    def add(self, file: Path | str, why: str) -> None:
+        self.files.setdefault(why, []).append(str(file))
+
+    def notes(self) -> list[str]:
+        notes = []
+        for why, files in self.files.items():
+            if len(files) <= MAX_FILES_NOTED:
+                notes += [f"{file}: {why}" for file in files]
+            else:
+                first = ", ".join(one_line(file, 60) for file in files[:MAX_FILES_NOTED])
+                notes.append(f"{len(files)} files: {why}; the first {MAX_FILES_NOTED}: {first}")
+        return notes
 
 
 def unpack(path: Path, into: Path) -> tuple[Path, list[tuple[str, str]]]:
@@ -214,7 +274,7 @@ def submission_root(folder: Path) -> Path:
 def _flat_export(folder: Path) -> bool:
     """Whether every file in `folder` is named as a flat export names a student's file."""
     files = [p.name for p in folder.iterdir() if p.is_file() and p.name not in JUNK]
-    return bool(files) and all(lms_entry(name, folder=False) for name in files)
+    return bool(files) and all(lms_readings(name, folder=False) for name in files)
 
 
 def notebook_for(filename: str, known: dict[str, str]) -> str | None:
@@ -234,34 +294,35 @@ def read_submission(path: Path, repairs: list[str] | None = None):
         return None, f"corrupt notebook ({problem(exc)[:160]})"
 
 
-def _files(folder: Path, result: StudentOutcome, prefix: Path = Path()) -> list[tuple[Path, Path]]:
+def _files(folder: Path, ignored: Ignored, prefix: Path = Path()) -> list[tuple[Path, Path]]:
     """The regular files under `folder`, each with its name in the student's hand-in (`prefix`/its path in
     `folder`); symbolic links are noted and never followed (a link could point at the instructor's
     solution or at another student's work)."""
     found = []
     for dirpath, dirnames, filenames in os.walk(folder, followlinks=False):
+        files = set(filenames)  # a set: a folder of 20 000 files made the list's lookups take seconds
         for name in sorted(dirnames + filenames):
             path = Path(dirpath) / name
             if path.is_symlink():
-                result.notes.append(f"{prefix / path.relative_to(folder)}: ignored (a symbolic link)")
-            elif name in filenames and path.is_file():
+                ignored.add(prefix / path.relative_to(folder), "ignored (a symbolic link)")
+            elif name in files and path.is_file():
                 found.append((path, prefix / path.relative_to(folder)))
     return sorted(found)
 
 
-def handed_in(handin: Handin, result: StudentOutcome) -> list[tuple[Path, Path]]:
+def handed_in(handin: Handin, ignored: Ignored) -> list[tuple[Path, Path]]:
     """Every regular file of a student's hand-in, with the name it is reported under: its path in the
     student's folder (behind the folder's name when the student has several, as Moodle's file and online
     text), or the name a flat export's file was handed in as."""
     found = []
     for folder in handin.folders:
-        found += _files(folder, result, Path(folder.name) if len(handin.folders) > 1 else Path())
+        found += _files(folder, ignored, Path(folder.name) if len(handin.folders) > 1 else Path())
     taken = {str(rel) for _, rel in found}
     for path, name in sorted(handin.files):
         rel = Path(name if name not in taken else path.name)  # the export's own name if two were handed in alike
         taken.add(str(rel))
         if path.is_symlink():
-            result.notes.append(f"{rel}: ignored (a symbolic link)")
+            ignored.add(rel, "ignored (a symbolic link)")
         elif path.is_file():
             found.append((path, rel))
     return found
@@ -269,20 +330,30 @@ def handed_in(handin: Handin, result: StudentOutcome) -> list[tuple[Path, Path]]
 
 def collect(handin: Handin, known: dict[str, str], result: StudentOutcome, dest: Path) -> None:
     """Copy the student's gradable notebooks to `dest/<notebook>.ipynb`; note every other file."""
+    ignored = Ignored()
+    try:
+        _collect(handin, known, result, dest, ignored)
+    finally:  # what was ignored is noted, also when the student is refused
+        result.notes += ignored.notes()
+
+
+def _collect(handin: Handin, known: dict[str, str], result: StudentOutcome, dest: Path, ignored: Ignored) -> None:
     candidates: dict[str, list[tuple[Path, Path]]] = {}
     checkpoints: list[tuple[Path, Path]] = []
-    for path, rel in handed_in(handin, result):
+    for entry in handin.disputed:
+        ignored.add(entry, DISPUTED)
+    for path, rel in handed_in(handin, ignored):
         if any(part in JUNK for part in rel.parts):
             continue
         if rel.name == Path(notebooks.TRAINED_CHECKPOINT).name:
             checkpoints.append((path, rel))
             continue
         if path.suffix != ".ipynb":
-            result.notes.append(f"{rel}: ignored (not a notebook)")
+            ignored.add(rel, "ignored (not a notebook)")
             continue
         stem = notebook_for(rel.name, known)
         if stem is None:
-            result.notes.append(f"{rel}: ignored (not one of the assignment's notebooks)")
+            ignored.add(rel, "ignored (not one of the assignment's notebooks)")
             continue
         candidates.setdefault(stem, []).append((path, rel))
     dest.mkdir(parents=True, exist_ok=True)
@@ -290,7 +361,7 @@ def collect(handin: Handin, known: dict[str, str], result: StudentOutcome, dest:
         # prefer the exact name, then the most recently modified copy
         copies.sort(key=lambda c: (c[1].stem == stem, c[0].stat().st_mtime), reverse=True)
         for _, extra in copies[1:]:
-            result.notes.append(f"{extra}: ignored (another copy of {stem} was graded)")
+            ignored.add(extra, f"ignored (another copy of {stem} was graded)")
         chosen, rel = copies[0]
         repairs: list[str] = []
         nb, unreadable = read_submission(chosen, repairs)
@@ -304,14 +375,14 @@ def collect(handin: Handin, known: dict[str, str], result: StudentOutcome, dest:
             raise Refused(f"{rel}: could not be rebuilt on the release ({problem(exc)})") from exc
         result.notes += [f"{rel}: {note}" for note in repairs + rebuilt.notes]
         result.notebooks[stem] = str(rel)
-    _keep_checkpoint(checkpoints, result, dest)
+    _keep_checkpoint(checkpoints, result, dest, ignored)
 
 
 class Refused(Exception):
     """One student's files cannot be taken in: the message names the file and the problem, on one line."""
 
 
-def _keep_checkpoint(found: list[tuple[Path, Path]], result: StudentOutcome, dest: Path) -> None:
+def _keep_checkpoint(found: list[tuple[Path, Path]], result: StudentOutcome, dest: Path, ignored: Ignored) -> None:
     """Notebook 05's trained model goes to `dest`/runs/ (its test_trained_model loads it there): the copy in
     a runs/ folder if there is one, else the newest; one over MAX_HANDED_IN bytes is noted and left out."""
     if not found:
@@ -319,7 +390,7 @@ def _keep_checkpoint(found: list[tuple[Path, Path]], result: StudentOutcome, des
     found.sort(key=lambda c: (c[1].parent.name == "runs", c[0].stat().st_mtime), reverse=True)
     chosen, rel = found[0]
     for _, extra in found[1:]:
-        result.notes.append(f"{extra}: ignored (another copy of the trained model was kept)")
+        ignored.add(extra, "ignored (another copy of the trained model was kept)")
     size = chosen.stat().st_size
     if size > notebooks.MAX_HANDED_IN:
         result.notes.append(f"{rel}: not kept ({size / 2**20:.0f} MB, over {notebooks.MAX_HANDED_IN / 2**20:.0f} MB)")
@@ -411,12 +482,21 @@ def intake(submissions: Path, root: Path, students: list[str] | None = None) -> 
             if why is None and ids.setdefault(student, handin.key) != handin.key:
                 why = f"its id {student} is another student's"  # (a hash collision: never seen)
             bad = [problem for entry in handin.entries for problem in refused_of.get(entry, [])]
+            if why is None and not bad and handin.disputed and not handin.folders and not handin.files:
+                why = "no file is this student's alone: each one's name reads as another student's file too"
             if why or bad:
                 note = f"refused: {why}" if why else "refused: the zip holds " + "; ".join(f"{n}: {w}" for n, w in bad[:3])
-                results.append(StudentOutcome(student=student, status="failed", notes=[note],
+                disputed = Ignored()
+                for file in handin.disputed:
+                    disputed.add(file, DISPUTED)
+                results.append(StudentOutcome(student=student, status="failed", notes=disputed.notes() + [note],
+                                             flags=[DISPUTED_FLAG] if handin.disputed else [],
                                              name=shown(handin.name), lms_id=handin.lms_id))
                 continue
-            results.append(stage_student(root, handin, known, student))
+            outcome = stage_student(root, handin, known, student)
+            if handin.disputed:
+                outcome.flags.append(DISPUTED_FLAG)
+            results.append(outcome)
     for r in results:  # a note is one line, whatever the file names hold
         r.notes = [one_line(note, 1000) for note in r.notes]
     return results, loose

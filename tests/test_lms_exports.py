@@ -18,7 +18,8 @@ import pytest
 from conftest import filled_submission, write_nb
 
 from grading import intake as intake_module
-from grading.intake import STUDENT_ID, intake, lms_entry, student_id, unusable_name
+from grading.intake import DISPUTED, DISPUTED_FLAG, STUDENT_ID, intake, lms_readings, student_id, unusable_name
+from grading.notebooks import ASSIGNMENT, RELEASE, solution_sources
 from grading.settings import Settings
 from grading.spreadsheet import FORMULA_START, read_csv
 
@@ -130,13 +131,69 @@ def test_only_a_name_that_cannot_be_a_folder_is_refused():
 
 
 def test_the_layouts_of_the_exports_are_read():
-    assert lms_entry("John Smith_12345_assignsubmission_file_", folder=True) == ("John Smith", "12345", "", False)
-    assert lms_entry("Ann_B_1_assignsubmission_file_", folder=True) == ("Ann_B", "1", "", False)
-    assert lms_entry("john smith", folder=True) == ("john smith", "", "", False)
-    assert lms_entry(f"smithjohn_12345_67890_{NB}.ipynb", folder=False) == ("smithjohn", "12345", f"{NB}.ipynb", False)
-    assert lms_entry("smithjohn_LATE_12_34_01_x.ipynb", folder=False) == ("smithjohn", "12", "01_x.ipynb", True)
-    assert lms_entry("Jo Li_7_assignsubmission_file_a_b.ipynb", folder=False) == ("Jo Li", "7", "a_b.ipynb", False)
-    assert lms_entry("notes.txt", folder=False) is None and lms_entry(f"{NB}.ipynb", folder=False) is None
+    assert lms_readings("John Smith_12345_assignsubmission_file_", folder=True) == [("John Smith", "12345", "", False)]
+    assert lms_readings("John Smith_12345_assignsubmission_file", folder=True) == [("John Smith", "12345", "", False)]
+    assert lms_readings("Ann_B_1_assignsubmission_file_", folder=True) == [("Ann_B", "1", "", False)]
+    assert lms_readings("A_1_assignsubmission_file_2_assignsubmission_file", folder=True) == [
+        ("A_1_assignsubmission_file", "2", "", False)], "a folder's name is read from its right"
+    assert lms_readings("john smith", folder=True) == [("john smith", "", "", False)]
+    assert lms_readings(f"smithjohn_12345_67890_{NB}.ipynb", folder=False) == [
+        ("smithjohn", "12345", f"{NB}.ipynb", False)]
+    assert lms_readings("smithjohn_LATE_12_34_01_x.ipynb", folder=False) == [("smithjohn", "12", "01_x.ipynb", True)]
+    assert lms_readings("Jo Li_7_assignsubmission_file_a_b.ipynb", folder=False) == [("Jo Li", "7", "a_b.ipynb", False)]
+    assert lms_readings("Jo Li_7_assignsubmission_onlinetext_onlinetext.html", folder=False) == [
+        ("Jo Li", "7", "onlinetext.html", False)]
+    assert lms_readings("notes.txt", folder=False) == [] and lms_readings(f"{NB}.ipynb", folder=False) == []
+
+
+def test_a_flat_name_with_two_readings_is_both_students(tmp_path):
+    """A flat file's own name is at its right and may hold the fields that Moodle's names hold (or Canvas's
+    file a Moodle name): every reading of it is listed, none is picked."""
+    moodle = "Alice Smith_1001_assignsubmission_file_x_2002_assignsubmission_file_01.ipynb"
+    assert lms_readings(moodle, folder=False) == [
+        ("Alice Smith", "1001", "x_2002_assignsubmission_file_01.ipynb", False),
+        ("Alice Smith_1001_assignsubmission_file_x", "2002", "01.ipynb", False)]
+    canvas = "smithjohn_12_34_x_5_assignsubmission_file_01.ipynb"
+    assert lms_readings(canvas, folder=False) == [("smithjohn_12_34_x", "5", "01.ipynb", False),
+                                                  ("smithjohn", "12", "x_5_assignsubmission_file_01.ipynb", False)]
+
+
+def test_moodle_41_folders_without_their_last_underscore_are_one_student(tmp_path):
+    """Moodle 4.1 on names a student's folders `First Last_<id>_assignsubmission_file` (no `_` at the end)."""
+    subs = tmp_path / "subs"
+    write_nb(filled_submission(NB), subs / "John Smith_12345_assignsubmission_file" / f"{NB}.ipynb")
+    (subs / "John Smith_12345_assignsubmission_onlinetext").mkdir()
+    (subs / "John Smith_12345_assignsubmission_onlinetext" / "onlinetext.html").write_text("<p>see the file</p>")
+    results, loose = intake(subs, tmp_path / "course")
+    assert [(r.name, r.lms_id, r.status) for r in results] == [("John Smith", "12345", "pending")], results
+    assert results[0].notebooks == {NB: f"John Smith_12345_assignsubmission_file/{NB}.ipynb"}, results[0].notes
+
+
+def test_a_moodle_display_name_cannot_take_another_students_file(tmp_path):
+    """Participant 2002, display name `Alice Smith_1001_assignsubmission_file_x`, hands in a notebook: in a flat
+    Moodle export its name reads as Alice's file too. Read lazily it was Alice's, and newer than her own, the one
+    graded (Alice 0, the impostor no row). Now Alice's own file is hers, the other is nobody's: both students
+    have a row, the impostor's refused with the reason, both flagged for review, nothing staged from it."""
+    impostor = "Alice Smith_1001_assignsubmission_file_x"
+    alices = f"Alice Smith_1001_assignsubmission_file_{NB} (1).ipynb"
+    theirs = f"{impostor}_2002_assignsubmission_file_{NB}.ipynb"
+    export = tmp_path / "moodle.zip"
+    with zipfile.ZipFile(export, "w") as zf:  # unpacked in this order: the impostor's file is the newer
+        zf.writestr(alices, nbformat.writes(filled_submission(NB)))
+        zf.writestr(theirs, nbformat.writes(nbformat.read(str(RELEASE / f"{NB}.ipynb"), as_version=4)))
+    results, loose = intake(export, tmp_path / "course")
+    rows = {(r.name, r.lms_id): r for r in results}
+    assert set(rows) == {("Alice Smith", "1001"), (impostor, "2002")} and loose == [], (set(rows), loose)
+    alice, other = rows[("Alice Smith", "1001")], rows[(impostor, "2002")]
+    assert alice.status == "pending" and alice.notebooks == {NB: f"{NB} (1).ipynb"}, (alice.notebooks, alice.notes)
+    staged = nbformat.read(str(tmp_path / "course" / "submitted" / alice.student / ASSIGNMENT / f"{NB}.ipynb"), 4)
+    answer = next(iter(solution_sources(NB).values()))
+    assert [c for c in staged.cells if c.source == answer], "the notebook staged for Alice is not her own"
+    assert [n for n in alice.notes if theirs in n and DISPUTED in n] and alice.flags == [DISPUTED_FLAG], alice
+    assert other.status == "failed" and not other.notebooks and other.flags == [DISPUTED_FLAG], other
+    assert other.notes[0] == f"{theirs} (the file of Alice Smith (1001) or {impostor} (2002)): {DISPUTED}", other.notes
+    assert other.notes[-1].startswith("refused: no file is this student's alone"), other.notes
+    assert not (tmp_path / "course" / "submitted" / other.student).exists(), "a disputed file was staged"
 
 
 def test_intake_refuses_only_what_cannot_be_a_folder(tmp_path):
