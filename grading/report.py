@@ -15,7 +15,7 @@ from pathlib import Path
 from . import class_report
 from .notebooks import ASSIGNMENT, graded_columns, written_columns
 from .outcome import FOLDER, StudentOutcome, joined, read_outcomes, write_outcome
-from .spreadsheet import read_csv, write_csv
+from .spreadsheet import MAX_TEXT, read_csv, write_csv
 
 TITLE = re.compile(r"<title>(.*?)</title>", re.S)
 
@@ -71,8 +71,24 @@ def refresh_grades(out: Path, db_url: str) -> Path:
 
 
 def _rows(outcomes: list[StudentOutcome]) -> list[GradesRow]:
-    return [(o.student, o.name or o.student, o.lms_id, o.status, " | ".join(o.flags), " | ".join(o.notes))
+    return [(o.student, o.name or o.student, o.lms_id, o.status, fitted(o.flags, o.student), fitted(o.notes, o.student))
             for o in outcomes]
+
+
+def fitted(items: list[str], student: str) -> str:
+    """A student's notes (or review flags) as one cell of the grades table: joined by ` | `, and if longer than a
+    spreadsheet's cell holds (MAX_TEXT), those that fit and where all of them are: the student's outcome file."""
+    text = " | ".join(items)
+    if len(text) <= MAX_TEXT:
+        return text
+    where = f"{FOLDER}/{student}.json"
+    length = 0  # of the items kept, joined
+    for kept, item in enumerate(items):
+        tail = f"… {len(items) - kept} more, all in {where}"
+        if length + len(" | ") + len(item) + len(" | ") + len(tail) > MAX_TEXT:
+            return " | ".join(items[:kept] + [tail])
+        length += len(" | ") * bool(kept) + len(item)
+    return text  # not reached: the whole text is longer than MAX_TEXT
 
 
 def _write_grades(out: Path, students: list[GradesRow], db_url: str, same_run: bool = False) -> Path:

@@ -7,6 +7,10 @@ written with a single quote in front, OWASP's rule (the spreadsheet shows the re
 cell is quoted, so that a spreadsheet that splits on `;` (its locale's separator) cannot make a new cell
 start inside one. Numbers are written as numbers. Reading undoes the quote: a student id or a note reads
 back exactly as it was written.
+
+A spreadsheet holds at most 32 767 characters in a cell (Excel; counted in UTF-16 units, two for an emoji) and
+cuts or refuses a longer one: a text cell is written with at most MAX_TEXT characters, cut with a mark (the
+grades table fits its notes itself, with a pointer to the student's outcome file, where they are whole).
 """
 from __future__ import annotations
 
@@ -15,6 +19,8 @@ from collections.abc import Iterable
 from pathlib import Path
 
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r", "\uff1d", "\uff0b", "\uff0d", "\uff20")
+MAX_TEXT = 16_000  # characters of a text cell: under a spreadsheet's 32 767 even at two UTF-16 units each
+CUT = " …(cut)"  # ends a text cell cut to MAX_TEXT
 
 
 def _quoted(text: str) -> bool:
@@ -25,8 +31,12 @@ def _quoted(text: str) -> bool:
 
 def to_cell(value):
     """What a CSV cell holds for `value`: numbers as they are, text with a quote in front if it starts like
-    a formula."""
-    return "'" + value if isinstance(value, str) and _quoted(value) else value
+    a formula, and cut to MAX_TEXT characters if longer."""
+    if not isinstance(value, str):
+        return value
+    if len(value) > MAX_TEXT:
+        value = value[:MAX_TEXT - len(CUT)] + CUT
+    return "'" + value if _quoted(value) else value
 
 
 def from_cell(text):
