@@ -34,6 +34,7 @@ import nbformat
 from . import notebooks
 from .notebooks import ASSIGNMENT
 from .outcome import StudentOutcome
+from .scan import is_student_code
 from .submission import read_any, rebuild
 
 STUDENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}$")
@@ -168,6 +169,13 @@ def handins(folder: Path, refused: dict[str, bool]) -> tuple[list[Handin], list[
 # Reading submissions
 
 MAX_MEMBER_BYTES = 256 * 2**20  # one file of a zip
+# What the grader's host reads of one notebook, in characters of its sources summed: the student's code cells
+# (their answers and extra cells: what the review scan parses), and every cell the feedback page highlights or
+# renders (the release's included). Honest notebooks are far under: the solutions hold at most 7,757 characters
+# of answer code (notebook 04) and 53,251 shown (notebook 05); one extra cell of 4 MB of code cost the host
+# 240 s and 2 GB of memory. At the limits the host spends a few seconds (the highlighting: about 7 s).
+MAX_STUDENT_CODE = 256 * 2**10
+MAX_SHOWN_SOURCE = 512 * 2**10
 
 
 def one_line(text: str, limit: int = 300) -> str:
@@ -370,12 +378,30 @@ def _collect(handin: Handin, known: dict[str, str], result: StudentOutcome, dest
             continue
         try:
             rebuilt = rebuild(nb, notebooks.read(notebooks.RELEASE / f"{stem}.ipynb"))
-            nbformat.write(rebuilt.notebook, str(dest / f"{stem}.ipynb"))
+            too_large = oversized(rebuilt.notebook)
+            if too_large is None:
+                nbformat.write(rebuilt.notebook, str(dest / f"{stem}.ipynb"))
         except Exception as exc:
             raise Refused(f"{rel}: could not be rebuilt on the release ({problem(exc)})") from exc
+        if too_large is not None:
+            result.notes.append(f"{rel}: not graded: {too_large}")
+            continue
         result.notes += [f"{rel}: {note}" for note in repairs + rebuilt.notes]
         result.notebooks[stem] = str(rel)
     _keep_checkpoint(checkpoints, result, dest, ignored)
+
+
+def oversized(nb) -> str | None:
+    """Why a rebuilt notebook is too large to grade (MAX_STUDENT_CODE, MAX_SHOWN_SOURCE), else None."""
+    code = sum(len(c.source) for c in nb.cells if is_student_code(c))
+    if code > MAX_STUDENT_CODE:
+        return (f"{code:,} characters of code in the student's cells, over the limit of {MAX_STUDENT_CODE:,} "
+                "(what the grader's host reads of a notebook)")
+    shown = sum(len(c.source) for c in nb.cells)
+    if shown > MAX_SHOWN_SOURCE:
+        return (f"{shown:,} characters of cells for the feedback page, over the limit of {MAX_SHOWN_SOURCE:,} "
+                "(what the grader's host highlights and renders)")
+    return None
 
 
 class Refused(Exception):

@@ -3,16 +3,48 @@
 It decides nothing: scores come from the judge, which compares recorded outputs with expected ones
 that never enter the sandbox, so such code cannot gain points. The findings go to the `review`
 column. Honest notebook code (functions, classes, `self.x = ...`, tensor maths) raises none.
+
+Each cell is read on its own, as the kernel reads it: IPython's syntax (`out = !cmd`, `%magic`, `%%cell
+magic`) transformed first by IPython's own transformer, the code a magic runs (`%time ...`, `%%capture`)
+scanned too. A cell that is still not Python is itself a finding, and the other cells are scanned all the
+same (one such line once hid a whole notebook from the scan).
 """
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from IPython.core.inputtransformer2 import TransformerManager
+
+from .notebooks import nbgrader_meta
 
 PROTECTED_NAMES = {"check", "load_case", "CheckFailed", "summary"}
 RISKY_CALLS = {"setattr", "delattr", "globals", "vars", "__import__", "exec", "eval", "compile", "get_ipython",
                "locals"}
 RISKY_MODULES = {"builtins", "ctypes", "gc", "importlib", "inspect", "sys", "starter", "unittest", "IPython",
                  "ipykernel", "signal", "subprocess", "grading", "nbgrader", "os"}
+# IPython's calls that run a magic, and which of their arguments is the code the magic may run as Python
+MAGIC_CODE_ARGUMENT = {"run_line_magic": 1, "run_cell_magic": 2}
+MAX_MAGIC_DEPTH = 3  # a magic's code that holds a magic, ...: deeper is not read
+
+
+class NotPython(ValueError):
+    """A cell that neither Python nor IPython can read (the kernel would refuse it as well)."""
+
+
+@dataclass
+class Findings:
+    """What the scan found in a notebook: what its code reaches for, and which cells are not Python."""
+    reasons: list[str] = field(default_factory=list)
+    not_python: list[str] = field(default_factory=list)
+
+
+def is_student_code(cell) -> bool:
+    """A code cell of the student's own in a notebook rebuilt on the release (grading/submission.py): an answer
+    cell, or an extra cell (the release gives every one of its code cells nbgrader metadata)."""
+    meta = nbgrader_meta(cell)
+    return isinstance(cell, dict) and cell.get("cell_type") == "code" and (bool(meta.get("solution")) or not meta)
 
 
 def _root_name(node) -> str | None:
@@ -21,12 +53,71 @@ def _root_name(node) -> str | None:
     return node.id if isinstance(node, ast.Name) else None
 
 
-def suspicious(source: str) -> list[str]:
-    """Reasons to look at this code (empty for ordinary code)."""
+def _shown(node: ast.AST) -> str:
+    """The start of an expression's code, for a reason (an expression nested too deep to write back: its root)."""
     try:
-        tree = ast.parse(source)
-    except SyntaxError:
-        return []  # it fails on its own; nothing it could patch
+        return ast.unparse(node)[:60]
+    except RecursionError:
+        return f"{_root_name(node)}[...] (nested too deep to show)"
+
+
+def parse_cell(source: str) -> ast.Module:
+    """One cell's code as the kernel runs it: IPython's syntax transformed, then parsed; NotPython if it is not."""
+    try:
+        python = TransformerManager().transform_cell(source)
+    except Exception as exc:  # e.g. a transformation that never settles: the kernel fails on it too
+        raise NotPython(f"IPython cannot transform it ({type(exc).__name__}: {str(exc)[:100]})") from exc
+    try:
+        return ast.parse(python)
+    except SyntaxError as exc:
+        raise NotPython(f"{exc.msg} (line {exc.lineno})") from exc
+    except (ValueError, RecursionError, MemoryError) as exc:  # nested past what the parser takes
+        raise NotPython(f"{type(exc).__name__} {str(exc)[:100]}".strip()) from exc
+
+
+def _magic_code(node: ast.Call) -> str | None:
+    """The code a magic is given (`%time CODE`, `%%capture` + CODE), where `node` runs one with a literal."""
+    position = MAGIC_CODE_ARGUMENT.get(node.func.attr) if isinstance(node.func, ast.Attribute) else None
+    if position is None or len(node.args) <= position:
+        return None
+    arg = node.args[position]
+    return arg.value if isinstance(arg, ast.Constant) and isinstance(arg.value, str) else None
+
+
+def _magic_reasons(code: str, depth: int) -> list[str]:
+    """Reasons in a magic's code, read as Python where it is (a `%%bash` body is not, and is left alone)."""
+    if depth >= MAX_MAGIC_DEPTH:
+        return []
+    try:
+        return _reasons(parse_cell(code), depth + 1)
+    except NotPython:
+        return []
+
+
+def suspicious(source: str) -> list[str]:
+    """Reasons to look at one cell's code (empty for ordinary code); NotPython if the cell is not Python."""
+    return sorted(set(_reasons(parse_cell(source), 0)))
+
+
+def scan_cells(cells: Iterable[tuple[int, str]]) -> Findings:
+    """The findings of a notebook's cells, given as (cell number, source), each read on its own."""
+    found = Findings()
+    for number, source in cells:
+        try:
+            found.reasons += suspicious(source)
+        except NotPython as exc:
+            found.not_python.append(f"cell {number} is not Python: {exc}")
+    found.reasons = sorted(set(found.reasons))
+    return found
+
+
+def scan_notebook(cells: list) -> Findings:
+    """The findings of the student's own cells of a rebuilt notebook (numbered from 1, as in the notebook)."""
+    return scan_cells((number, cell.get("source", "")) for number, cell in enumerate(cells, 1)
+                      if is_student_code(cell) and isinstance(cell.get("source", ""), str))
+
+
+def _reasons(tree: ast.AST, depth: int) -> list[str]:
     reasons = []
     for node in ast.walk(tree):
         targets = []
@@ -47,6 +138,8 @@ def suspicious(source: str) -> list[str]:
                     reasons.append(f"binds {name} by import")
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in RISKY_CALLS:
             reasons.append(f"calls {node.func.id}()")
+        elif isinstance(node, ast.Call) and (code := _magic_code(node)) is not None:
+            reasons += _magic_reasons(code, depth)
         elif isinstance(node, ast.Attribute) and node.attr.startswith("__") and node.attr not in (
                 "__init__", "__name__", "__class__", "__len__", "__call__"):
             reasons.append(f"uses {node.attr}")
@@ -58,5 +151,5 @@ def suspicious(source: str) -> list[str]:
                 elif isinstance(t, (ast.Attribute, ast.Subscript)) and root not in (None, "self"):
                     if isinstance(t, ast.Subscript) and isinstance(t.value, ast.Name) and root == t.value.id:
                         continue  # x[i] = ... on a local tensor or list
-                    reasons.append(f"assigns to {ast.unparse(t)[:60]}")
-    return sorted(set(reasons))
+                    reasons.append(f"assigns to {_shown(t)}")
+    return reasons

@@ -17,10 +17,12 @@ under the run (another run on the folder, a hand edit) is flagged in `review`, n
 """
 from __future__ import annotations
 
+import html
 import time
 import traceback
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import cast
 
 from nbgrader import utils as nbgrader_utils
 from nbgrader.converters import Autograde
@@ -28,24 +30,29 @@ from nbgrader.converters.base import NbGraderException
 from nbgrader.preprocessors import NbGraderPreprocessor, SaveAutoGrades
 from traitlets import Bool, Dict, List, Unicode
 
-from starter.notebook_loader import python_source, read_cells
+from starter.notebook_loader import read_cells
 
 from . import course, judge, notebooks, sandbox
+from .host_bounds import Bound, PastBound, each_bounded, run_bounded
 from .judge import NOT_RUN, NotebookRecord
 from .notebooks import ASSIGNMENT
 from .outcome import FOLDER, StudentOutcome, write_outcome
-from .scan import suspicious
+from .scan import Findings, scan_notebook
 from .settings import Limits, Settings, setting_help
 
+# What the review scan of one notebook and the feedback pages of one student may take on the host (a child
+# process, grading.host_bounds). Measured here: an honest notebook's scan 0.1 s and 40 MB, a student's seven
+# feedback pages 1.5 s and 60 MB over the worker's; one extra cell of 4 MB of code cost the scan 21 s and 2.6 GB,
+# the highlighting 53 s.
+SCAN_BOUND = Bound(seconds=5, memory_mb=512)
+FEEDBACK_BOUND = Bound(seconds=60, memory_mb=1024)
 
-def student_code(path: Path) -> str:
-    """The student's own code in a submitted (rebuilt) notebook: answer cells and extra cells."""
-    parts = []
-    for cell in read_cells(path):
-        meta = cell.get("metadata", {}).get("nbgrader") or {}
-        if cell.get("cell_type") == "code" and (meta.get("solution") or not meta):
-            parts.append(python_source(cell))
-    return "\n\n".join(parts)
+
+def scanned(paths: list[Path]) -> list[Findings | PastBound]:
+    """The review scan's findings in each submitted (rebuilt) notebook: the student's answer and extra cells, each
+    read on its own, in a child process within SCAN_BOUND per notebook; PastBound for one past it."""
+    found = each_bounded(lambda path: asdict(scan_notebook(read_cells(path))), paths, SCAN_BOUND)
+    return [f if isinstance(f, PastBound) else Findings(**cast(dict, f)) for f in found]
 
 
 PREPARATION_CHANGED = ("the course folder was prepared again or changed during this run (another run on it?): "
@@ -85,12 +92,55 @@ def review_flags(root: Path, student: str, judged: list[NotebookRecord]) -> list
         if not_run:
             flags.append(not_run)
         flags += [f"{rec.notebook}: {p}" for p in rec.problems[:3]]
-    for nb in sorted((root / "submitted" / student / ASSIGNMENT).glob("*.ipynb")):
-        reasons = suspicious(student_code(nb))
-        if reasons:
-            flags.append(f"{nb.stem}: code that reaches for the checks ({'; '.join(reasons[:3])}); "
+    submitted = sorted((root / "submitted" / student / ASSIGNMENT).glob("*.ipynb"))
+    for nb, found in zip(submitted, scanned(submitted)):
+        if isinstance(found, PastBound):
+            flags.append(f"{nb.stem}: too large to scan: the review scan went past the host's limit ({SCAN_BOUND}: "
+                         f"{found}); graded as usual, its code not scanned, worth a look")
+            continue
+        if found.reasons:
+            flags.append(f"{nb.stem}: code that reaches for the checks ({'; '.join(found.reasons[:3])}); "
                          "no effect on the score (the judge decides), worth a look")
+        if found.not_python:
+            flags.append(f"{nb.stem}: {'; '.join(found.not_python[:3])}; the kernel cannot run it either, "
+                         "and the scan read the other cells, worth a look")
     return flags
+
+
+def plain_code(source: str, language: str | None = None, metadata: dict | None = None) -> str:
+    """A code cell as a feedback page shows it without highlighting: escaped text in the page's code box (the
+    markup of nbconvert's `highlight_code` filter, which this replaces where highlighting is past its bound)."""
+    return f'<div class="highlight"><pre>{html.escape(source, quote=False)}</pre></div>'
+
+
+def _feedback(api, student: str, plain: bool) -> dict:
+    """nbgrader's generate_feedback of `student` (run in the bounded child), its code as plain text if `plain`."""
+    if plain:
+        api.config.FeedbackHTMLExporter.filters = {"highlight_code": plain_code}  # the child's copy of the config
+    result = api.generate_feedback(ASSIGNMENT, student, force=True)
+    if not result.get("success") and "MemoryError" in f"{result.get('error')}{result.get('log')}":
+        raise MemoryError("past the memory limit (nbgrader caught it)")
+    return result
+
+
+def feedback_pages(api, student: str) -> list[str]:
+    """Make the student's feedback pages, in a child process within FEEDBACK_BOUND; past it, again with the
+    code as plain text (highlighting is what a large notebook costs most). Returns the notes for the outcome."""
+    notes = []
+    try:
+        result = run_bounded(lambda: _feedback(api, student, plain=False), FEEDBACK_BOUND)
+    except PastBound as exc:
+        notes.append(f"the feedback pages show the code as plain text: highlighting it went past the host's limit "
+                     f"({FEEDBACK_BOUND}: {exc})")
+        try:
+            result = run_bounded(lambda: _feedback(api, student, plain=True), FEEDBACK_BOUND)
+        except PastBound as again:
+            return [f"no feedback page: making it went past the host's limit ({FEEDBACK_BOUND}), even with the code "
+                    f"as plain text: {again}"]
+    result = cast(dict, result)
+    if not result.get("success"):
+        notes.append(f"no feedback page: {course.last_error(result)}")
+    return notes
 
 
 @dataclass(frozen=True)
@@ -215,9 +265,7 @@ def grade_student(root: str | Path, student: str, prepared: str | None = None) -
         outcome.judged = judged
         if result.get("success"):
             outcome.status = "graded"
-            feedback = api.generate_feedback(ASSIGNMENT, student, force=True)
-            if not feedback.get("success"):
-                outcome.notes.append(f"no feedback page: {course.last_error(feedback)}")
+            outcome.notes += feedback_pages(api, student)
         else:
             outcome.error = course.last_error(result)
         outcome.flags = review_flags(root, student, judged)
