@@ -20,6 +20,7 @@ from __future__ import annotations
 import html
 import time
 import traceback
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import cast
@@ -113,8 +114,10 @@ def plain_code(source: str, language: str | None = None, metadata: dict | None =
     return f'<div class="highlight"><pre>{html.escape(source, quote=False)}</pre></div>'
 
 
-def _feedback(api, student: str, plain: bool) -> dict:
-    """nbgrader's generate_feedback of `student` (run in the bounded child), its code as plain text if `plain`."""
+def _feedback(api, student: str, plain: bool, records: Sequence[NotebookRecord] = ()) -> dict:
+    """nbgrader's generate_feedback of `student` (run in the bounded child), its code as plain text if `plain`;
+    its test cells show the judge's lines from `records` (grading.feedback.RedactHiddenTests)."""
+    api.config.RedactHiddenTests.records = [asdict(r) for r in records]  # the child's copy of the config
     if plain:
         api.config.FeedbackHTMLExporter.filters = {"highlight_code": plain_code}  # the child's copy of the config
     result = api.generate_feedback(ASSIGNMENT, student, force=True)
@@ -123,17 +126,17 @@ def _feedback(api, student: str, plain: bool) -> dict:
     return result
 
 
-def feedback_pages(api, student: str) -> list[str]:
+def feedback_pages(api, student: str, records: Sequence[NotebookRecord] = ()) -> list[str]:
     """Make the student's feedback pages, in a child process within FEEDBACK_BOUND; past it, again with the
     code as plain text (highlighting is what a large notebook costs most). Returns the notes for the outcome."""
     notes = []
     try:
-        result = run_bounded(lambda: _feedback(api, student, plain=False), FEEDBACK_BOUND)
+        result = run_bounded(lambda: _feedback(api, student, plain=False, records=records), FEEDBACK_BOUND)
     except PastBound as exc:
         notes.append(f"the feedback pages show the code as plain text: highlighting it went past the host's limit "
                      f"({FEEDBACK_BOUND}: {exc})")
         try:
-            result = run_bounded(lambda: _feedback(api, student, plain=True), FEEDBACK_BOUND)
+            result = run_bounded(lambda: _feedback(api, student, plain=True, records=records), FEEDBACK_BOUND)
         except PastBound as again:
             return [f"no feedback page: making it went past the host's limit ({FEEDBACK_BOUND}), even with the code "
                     f"as plain text: {again}"]
@@ -265,7 +268,7 @@ def grade_student(root: str | Path, student: str, prepared: str | None = None) -
         outcome.judged = judged
         if result.get("success"):
             outcome.status = "graded"
-            outcome.notes += feedback_pages(api, student)
+            outcome.notes += feedback_pages(api, student, judged)
         else:
             outcome.error = course.last_error(result)
         outcome.flags = review_flags(root, student, judged)
