@@ -51,6 +51,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
 import nbformat
 
@@ -334,7 +335,8 @@ class Session:
         self.uid: int | None = None  # the sandbox's user on the host (sandbox_user), while it runs
         self._stack: contextlib.ExitStack | None = None
         self._proc: subprocess.Popen | None = None
-        self._lines: _Lines | None = None  # the server's answers (its stdout)
+        self._jobs: BinaryIO | None = None  # the server's jobs, one line each
+        self._lines: _Lines | None = None  # its replies
         self._scratch: Path | None = None
 
     def __enter__(self) -> Session:
@@ -349,8 +351,15 @@ class Session:
         self._scratch = Path(self._stack.enter_context(tempfile.TemporaryDirectory(prefix="sandbox-")))
         os.chmod(self._scratch, 0o777)  # --no-sandbox: the notebooks' folders (in the sandbox: a tmpfs of its own)
         workdir = SCRATCH if self.isolate else str(self._scratch)
+        # the server's jobs and replies: pipes of their own, which bubblewrap's init (pid 1 in the sandbox, the
+        # kernels' user where the grader is not root) does not keep, as it keeps standard input and output
+        jobs, jobs_write = os.pipe()
+        replies_read, replies = os.pipe()
+        self._jobs = self._stack.enter_context(os.fdopen(jobs_write, "wb"))
+        self._stack.callback(os.close, replies_read)
+        self._lines = _Lines(replies_read)
         runner = [sys.executable, "/tmp/runner.py" if self.isolate else str(RUNNER), str(self.limits.cell_seconds),
-                  workdir]
+                  workdir, str(jobs), str(replies)]
         env = _sandbox_env(self.data_dir, self.isolate, self._scratch)
         filter_fd = None
         if self.isolate:
@@ -368,12 +377,15 @@ class Session:
             env["PYTHONPATH"] = str(notebooks.ROOT)
         procs = self._stack.enter_context(_cgroup(self.limits))
         self._stderr = self._stack.enter_context(tempfile.TemporaryFile())
-        self._proc = subprocess.Popen(argv, cwd=self._scratch, env=env, stdin=subprocess.PIPE,
-                                      stdout=subprocess.PIPE, stderr=self._stderr, start_new_session=True,
-                                      pass_fds=() if filter_fd is None else (filter_fd,),
-                                      preexec_fn=_limit_child(procs if self.isolate else [], self.limits))
+        try:
+            self._proc = subprocess.Popen(argv, cwd=self._scratch, env=env, stdin=subprocess.DEVNULL,
+                                          stdout=subprocess.DEVNULL, stderr=self._stderr, start_new_session=True,
+                                          pass_fds=(jobs, replies, *(() if filter_fd is None else (filter_fd,))),
+                                          preexec_fn=_limit_child(procs if self.isolate else [], self.limits))
+        finally:  # the server's ends
+            os.close(jobs)
+            os.close(replies)
         self._stack.callback(self._kill)
-        self._lines = _Lines(self._proc.stdout)
 
     def _kill(self) -> None:
         if self._proc is not None and self._proc.poll() is None:
@@ -381,15 +393,11 @@ class Session:
                 os.killpg(self._proc.pid, signal.SIGKILL)  # the sandbox, and with it all it started
         if self._proc is not None:
             self._proc.wait()
-            for pipe in (self._proc.stdin, self._proc.stdout):
-                if pipe is not None:
-                    with contextlib.suppress(OSError):
-                        pipe.close()
 
     def close(self) -> None:
         if self._stack is not None:
             self._stack.close()
-        self._stack, self._proc, self._scratch = None, None, None
+        self._stack, self._proc, self._scratch, self._jobs, self._lines = None, None, None, None, None
 
     def _server_error(self) -> str:
         self._stderr.seek(0)
@@ -404,11 +412,11 @@ class Session:
         if proc is None or proc.poll() is not None or not self.isolate:
             self.close()
             return False
-        assert proc.stdin is not None and proc.stdout is not None
+        assert self._jobs is not None and self._lines is not None
         try:
-            proc.stdin.write(b'{"reset": true}\n')
-            proc.stdin.flush()
-            reply = self._lines.next(time.monotonic() + RESET_SECONDS, 2**20) if self._lines else None
+            self._jobs.write(b'{"reset": true}\n')
+            self._jobs.flush()
+            reply = self._lines.next(time.monotonic() + RESET_SECONDS, 2**20)
             answer = json.loads(reply) if reply else {}
         except (OSError, ValueError):
             answer = {}
@@ -433,11 +441,11 @@ class Session:
                 self.close()
                 self._start()
             proc: subprocess.Popen = self._proc  # type: ignore[assignment]  # (started above)
-            assert proc.stdin is not None and self._lines is not None
+            assert self._jobs is not None and self._lines is not None
             progress = _Progress(job["notebook"], self.limits)
             try:
-                proc.stdin.write((json.dumps(job) + "\n").encode())
-                proc.stdin.flush()
+                self._jobs.write((json.dumps(job) + "\n").encode())
+                self._jobs.flush()
                 reply = progress.follow(self._lines, time.monotonic() + self.limits.notebook_seconds)
             except OSError:
                 reply = b""
@@ -532,10 +540,10 @@ def _unpack_records(files, dest: Path) -> int:
 
 
 class _Lines:
-    """The server's answers: lines of its stdout, each read by a deadline and within a size limit."""
+    """The server's replies: lines of a pipe (`fd`), each read by a deadline and within a size limit."""
 
-    def __init__(self, pipe) -> None:
-        self.fd, self.buffer = pipe.fileno(), bytearray()
+    def __init__(self, fd: int) -> None:
+        self.fd, self.buffer = fd, bytearray()
 
     def next(self, deadline: float, limit: int) -> bytes | None:
         """The next line by `deadline` (time.monotonic()): None if none came; b"" if the pipe closed or the
@@ -569,8 +577,8 @@ class _Progress:
     cell's: `cell_seconds` + INTERRUPT_GRACE; the starter's; a kernel's exit), plus SERVER_MARGIN_SECONDS: a
     kernel can stop the server (SIGSTOP: they are one user, and a stopped process cannot keep a deadline), and
     the worker would otherwise wait for the notebook's time limit. No kernel can write to the server's
-    stdout (it is not dumpable), and even so a step counts only once and in the notebook's order, so no line
-    buys more time than the notebook's own cells could take."""
+    replies (a pipe only the server holds in the sandbox, and it is not dumpable), and even so a step counts
+    only once and in the notebook's order, so no line buys more time than the notebook's own cells could take."""
 
     def __init__(self, notebook: dict, limits: Limits) -> None:
         cell = limits.cell_seconds + INTERRUPT_GRACE

@@ -1,18 +1,20 @@
 """What runs inside the grading sandbox: a student's notebooks, each top to bottom in a fresh kernel.
 
-    python sandbox_runner.py CELL_SECONDS WORKDIR [--sweep]
+    python sandbox_runner.py CELL_SECONDS WORKDIR JOBS_FD REPLIES_FD [--sweep]
 
 A standalone script (it imports nothing of the grader, which does not exist inside the sandbox):
 `grading/sandbox.py` mounts it read-only into a sandbox and starts it there. Three kinds of process:
 
 - the **server** imports once what every notebook imports (torch, numpy, matplotlib, ...) and warms them up
-  (`warm_up`), forks the kernel starter, then takes jobs on stdin, one line per notebook:
+  (`warm_up`), forks the kernel starter, then takes jobs on the pipe JOBS_FD, one line per notebook:
   `{"folder": NAME, "notebook": {...}, "files": {PATH: base64}}`, or `{"reset": true}` between two students
   (`reset`: nothing of the last one stays, checked). For a notebook it writes the files beside it
   (grading.notebooks.FILES_BESIDE) into WORKDIR/NAME, has the starter fork a kernel, sends it the code cells
   one at a time and keeps each cell's deadline by its own clock (`run_notebook`). It then ends whatever the
   notebook left running (`--sweep`: every other process of the sandbox but the starter) and answers one
-  line on stdout: how the run ended, the executed notebook and the checks' records. While the notebook runs
+  line on the pipe REPLIES_FD: how the run ended, the executed notebook and the checks' records (not on its
+  standard input and output: bubblewrap's init, pid 1, holds those, and where the grader is not root it is
+  the kernels' user, so a kernel could open them through /proc/1/fd). While the notebook runs
   it tells the grader each step as it begins (`{"step": "kernel"}`, `{"step": "cell", "index": I}`, `{"step":
   "end"}`) and what each cell left (`{"ran": I, "outputs": [...], "results": {...}, ...}`): the grader keeps
   each step's deadline too, so a server that a kernel stopped (SIGSTOP: the server and the kernels are one
@@ -251,12 +253,14 @@ class KernelStarter:
     exit code when it ends. It is not dumpable (no /proc access, no ptrace) and ignores the signals it can;
     a kernel that kills or stops it only ends its own student's sandbox."""
 
-    def __init__(self, cell_seconds: int):
+    def __init__(self, cell_seconds: int, server_pipes: tuple[int, ...] = ()):
         self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.exits: dict[int, int] = {}
         self.pid = os.fork()
         if self.pid == 0:
             self.sock.close()
+            for fd in server_pipes:  # the server's jobs (the next students' notebooks) and replies
+                os.close(fd)
             _starter_loop(theirs, cell_seconds)  # never returns
         theirs.close()
         self.sock.settimeout(STARTER_SECONDS)
@@ -885,7 +889,7 @@ def _write_files(folder: str, files: dict) -> None:
             f.write(base64.b64decode(data))
 
 
-def serve(cell_seconds: int, workdir: str, sweep: bool) -> int:
+def serve(cell_seconds: int, workdir: str, jobs_fd: int, replies_fd: int, sweep: bool) -> int:
     for name in PRELOAD:
         try:
             importlib.import_module(name)
@@ -893,13 +897,13 @@ def serve(cell_seconds: int, workdir: str, sweep: bool) -> int:
             pass
     warm_up()
     _dumpable(False)
-    starter = KernelStarter(cell_seconds)  # before any job: it holds nothing of a student's
+    starter = KernelStarter(cell_seconds, (jobs_fd, replies_fd))  # before any job: it holds nothing of a student's
     started = {"server": process_state(os.getpid()), "kernel starter": process_state(starter.pid),
                "autogroup": autogroup(), "sockets": sockets(), "network": network_use()}
-    replies = os.fdopen(os.dup(1), "w", buffering=1)
+    replies = os.fdopen(replies_fd, "w", buffering=1)
     devnull = os.open(os.devnull, os.O_RDWR)
     os.dup2(devnull, 1)  # what the notebooks print outside their kernel goes nowhere
-    for line in sys.stdin:
+    for line in os.fdopen(jobs_fd, encoding="utf-8"):
         job = json.loads(line)
         if job.get("reset"):
             replies.write(json.dumps(reset(workdir, starter, started) if sweep else
@@ -926,4 +930,4 @@ def serve(cell_seconds: int, workdir: str, sweep: bool) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(serve(int(sys.argv[1]), sys.argv[2], "--sweep" in sys.argv[3:]))
+    sys.exit(serve(int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), "--sweep" in sys.argv[5:]))
