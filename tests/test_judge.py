@@ -731,6 +731,20 @@ def test_a_kernel_that_stops_the_server_holds_the_worker_only_past_its_cells_lim
     assert started == 1 and after.status == "finished" and _text(after.notebook.cells[0]) == "ok\n", after.message
 
 
+@pytest.mark.skipif(sandbox.bwrap() is None, reason="bubblewrap is not installed")
+def test_the_sandboxs_init_holds_no_pipe_to_the_grader():
+    """bubblewrap's init (pid 1 in the sandbox) keeps its standard input and output, and where the grader is not
+    root it is the kernels' user: a kernel could open them through /proc/1/fd and write the server's replies.
+    The server's jobs and replies are pipes of their own, which init does not keep."""
+    with sandbox.Session(limits=sandbox.Limits(cell_seconds=30, notebook_seconds=60)) as session:
+        result = session.run(_notebook("print('ok')"))
+        bwrap = session._proc.pid
+        init = int(Path(f"/proc/{bwrap}/task/{bwrap}/children").read_text().split()[0])
+        held = {os.readlink(f"/proc/{init}/fd/{fd}") for fd in os.listdir(f"/proc/{init}/fd")}
+    assert result.status == "finished" and _text(result.notebook.cells[0]) == "ok\n", result.message
+    assert not [link for link in held if link.startswith("pipe:")], held
+
+
 def test_the_graders_deadline_moves_only_with_the_notebooks_own_steps():
     """Each step the server tells of counts once and in the notebook's order: a line told again, out of order or
     for a cell the notebook does not have buys no time."""
