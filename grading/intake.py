@@ -173,7 +173,7 @@ MAX_MEMBER_BYTES = 256 * 2**20  # one file of a zip
 # (their answers and extra cells: what the review scan parses), and every cell the feedback page highlights or
 # renders (the release's included). Honest notebooks are far under: the solutions hold at most 7,757 characters
 # of answer code (notebook 04) and 53,251 shown (notebook 05); one extra cell of 4 MB of code cost the host
-# 240 s and 2 GB of memory. At the limits the host spends a few seconds (the highlighting: about 7 s).
+# 2 minutes of CPU and 1 GB of memory (the highlighting most), so at these limits it costs seconds.
 MAX_STUDENT_CODE = 256 * 2**10
 MAX_SHOWN_SOURCE = 512 * 2**10
 

@@ -107,7 +107,7 @@ class SlowHighlighting:
 def test_feedback_past_its_bound_is_made_again_with_plain_text_code(monkeypatch):
     monkeypatch.setattr(worker, "FEEDBACK_BOUND", SHORT)
     start = time.monotonic()
-    notes = worker.feedback_pages(SlowHighlighting(), "s")
+    notes = worker.feedback_pages(SlowHighlighting(), "s", [])
     assert time.monotonic() - start < 10
     assert len(notes) == 1 and notes[0].startswith("the feedback pages show the code as plain text: "), notes
 
