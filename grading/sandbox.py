@@ -323,7 +323,8 @@ def _limit_child(procs: list[str], limits: Limits):
 class Session:
     """One sandbox for one student: started on the first notebook, it keeps a warm server (imports done)
     that forks a fresh kernel per notebook (grading/sandbox_runner.py). A notebook past its time limit,
-    or a server that died, ends the sandbox with everything in it; the next notebook starts a new one.
+    or a server that died or stopped answering (`_Progress`), ends the sandbox with everything in it; the next
+    notebook starts a new one.
     Use as a context manager; closing it kills whatever is left."""
 
     def __init__(self, case_inputs: Path | None = None, limits: Limits = Limits(), isolate: bool = True,
