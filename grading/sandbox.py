@@ -59,8 +59,10 @@ from starter.cases import case_groups, read_case, write_case
 from starter.compare import CASE_INPUTS_ENV, Observation, read_observations
 
 from . import notebooks, seccomp
+from .judge import public_case_names
 from .sandbox_runner import INTERRUPT_GRACE, KERNEL_EXIT_SECONDS, MAX_FILES, PLAIN_NAME, STARTER_SECONDS
 from .settings import Limits
+from .trained_model import measured_outside
 
 CPU_PERIOD_US = 100_000  # the cgroup's accounting period for the CPU quota
 SCRATCH = "/tmp/work"  # the notebook's folder inside the sandbox (writable, private)
@@ -808,6 +810,8 @@ def write_case_inputs(hidden_dir: Path, dest: Path) -> dict[str, str]:
     for path in sorted(hidden_dir.glob("*.h5")):
         with h5py.File(path, "r") as src, h5py.File(dest / f"cases-{len(ids):04d}.h5", "w") as out:
             for name, group in case_groups(src):
+                if measured_outside(str(group.attrs["target"]), public=False):
+                    continue  # the grader measures it itself (grading.trained_model): its scenes stay outside
                 ids[name] = f"hidden-{secrets.token_hex(8)}"
                 case = read_case(group, name)
                 # that a case expects an error is the judge's to know: the sandbox runs it as any other
@@ -819,14 +823,20 @@ def write_case_inputs(hidden_dir: Path, dest: Path) -> dict[str, str]:
 
 
 def hide_case_names(nb, ids: dict[str, str]):
-    """A copy of `nb` whose test cells check the opaque ids of the hidden cases instead of their names."""
+    """A copy of `nb` whose test cells check the opaque ids of the hidden cases instead of their names. A line
+    that checks a hidden case the sandbox has no inputs for (one the grader measures itself, or inputs gone
+    missing) is left out: its name stays outside, and the judge says the case did not run."""
     if not ids:
         return nb
+    public = public_case_names()
     nb = copy.deepcopy(nb)
     for cell in nb.cells:
-        if cell.cell_type == "code":
-            cell.source = notebooks.CHECK_CALL.sub(
-                lambda m: m["before"] + ids.get(m["case"], m["case"]) + m["after"], cell.source)
+        if cell.cell_type != "code":
+            continue
+        lines = [line for line in cell.source.splitlines(keepends=True)
+                 if all(m["case"] in ids or m["case"] in public for m in notebooks.CHECK_CALL.finditer(line))]
+        cell.source = notebooks.CHECK_CALL.sub(
+            lambda m: m["before"] + ids.get(m["case"], m["case"]) + m["after"], "".join(lines))
     return nb
 
 

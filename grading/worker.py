@@ -33,7 +33,7 @@ from traitlets import Bool, Dict, List, Unicode
 
 from starter.notebook_loader import read_cells
 
-from . import course, judge, notebooks, sandbox
+from . import course, judge, notebooks, sandbox, trained_model
 from .host_bounds import Bound, PastBound, each_bounded, run_bounded
 from .judge import NOT_RUN, NotebookRecord
 from .notebooks import ASSIGNMENT
@@ -164,6 +164,10 @@ def grade_notebook(nb, student: str, notebook: str, folder: Path | None, setting
     Returns the judge's record of the notebook."""
     ran = sandbox.run_in_sandbox(nb, notebook, folder, settings.limits, settings.isolate, files.case_inputs,
                                  files.data_dir, settings.reuse_sandbox, student_sandbox)
+    # notebook 05's hidden trained-model cases: measured here from the checkpoint handed in, with the kit's model
+    # and decoding (grading.trained_model); whatever the sandbox recorded under their names does not count
+    ran.observations.update(trained_model.measure_notebook(notebook, folder, list(files.reference_dirs),
+                                                           judge.public_case_names()))
     return judge.judge_into(nb, ran, list(files.reference_dirs), student, notebook)
 
 

@@ -725,8 +725,9 @@ def _exact_match(case: Case, obs: Observation, out: str, need: float) -> Diagnos
     share = share_exactly_right(case.const_args[0], got, refs)
     if share >= need:
         return None
+    measured = f" ({case.hint})" if case.hint else ""
     return Diagnosis("trained model below its mark", (
-        f"the trained model captions {share:.0%} of these {len(refs)} images exactly right (one of their references, "
+        f"the trained model{measured} captions {share:.0%} of these {len(refs)} images exactly right (one of their references, "
         f"word for word); this case asks for {need:.0%}. Train it fully (notebook 05, section 2, then save), and see which "
         "mistakes it makes in section 8's breakdown of wrong captions."))
 

@@ -283,13 +283,14 @@ def layers_from(folder: Path):
         _mine_while_grading.pop()
 
 
-def trained_captioner(model_class, decode, path=TRAINED_MODEL):
+def trained_captioner(model_class, decode, path=TRAINED_MODEL, layers_folder=None):
     """The trained model's captions, for ``check("trained/...", trained_captioner(CaptioningTransformer,
     greedy_decode))``: a function of ``(features (N, R, D), words)`` that loads the model notebook 05 saved
     at `path` (relative to the notebook's folder), captions the images with ``decode`` (your greedy
     decoding) and returns them as (N, CAPTION_WORDS) int64 indices into ``words`` (the dataset's vocabulary;
     a word it lacks becomes <UNK>), <END> kept and <NULL> after it. Whether they match the references is
-    the check's business: the references are never an input."""
+    the check's business: the references are never an input. `layers_folder`: where layers="mine" come
+    from (default: your course folder; while grading, the notebooks beside this one)."""
 
     def captions(features, words):
         from .training import load_checkpoint
@@ -301,7 +302,8 @@ def trained_captioner(model_class, decode, path=TRAINED_MODEL):
         if grading and not Path(path).is_file():
             raise FileNotFoundError(f"no trained model was handed in: {path} (saved by notebook 05's training cell) "
                                     "belongs in your submission, in a runs/ folder next to the notebooks")
-        with layers_from(Path.cwd()) if grading else contextlib.nullcontext():
+        folder = layers_folder if layers_folder is not None else Path.cwd() if grading else None
+        with layers_from(folder) if folder is not None else contextlib.nullcontext():
             model, info = load_checkpoint(path, model_class)
         dataset = (info["extra"] or {}).get("dataset", "shapes")
         if dataset != "shapes":

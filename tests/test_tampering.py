@@ -508,10 +508,38 @@ def test_a_checkpoint_that_carries_code_is_refused(tmp_path, grading_db, trained
     assert "not kept" in notes and "64 MB" in notes, notes
 
 
-# notebook 05's greedy_decode that, on the trained-model cases, looks the images up among the scenes it draws
-# itself with the kit's unseen_images on the stream the hidden cases once used (2), with their captions
-LOOKS_UP_SCENES = '''
+# Notebook 05 of a student who knows every hidden scene's caption (a stand-in for a classifier trained on public
+# scenes, which captioned 98 % of them): its greedy_decode looks the images up, and its model class, patched in the
+# same cell, answers each step of a scene it knows with the next word of that scene's caption. ORACLE_TABLE is
+# filled in by the test: {key of a scene's features: its first caption's word indices}.
+KNOWS_THE_SCENES = r"""
 import numpy as np
+
+ORACLE_TABLE = {}
+
+def _key(row):
+    return round(float(row.double().sum()), 3)
+
+def _known(features):
+    if features.dim() != 3 or features.shape[1:] != (49, 64):
+        return None
+    found = [ORACLE_TABLE.get(_key(row)) for row in features.float()]
+    return None if any(f is None for f in found) else found
+
+_honest_forward = CaptioningTransformer.forward
+
+def _oracle_forward(self, features, captions, return_attention=False):
+    known = _known(features)
+    if known is None or return_attention:
+        return _honest_forward(self, features, captions, return_attention)
+    B, T = captions.shape
+    logits = torch.zeros(B, T, self.vocab_head.out_features)
+    for b, words in enumerate(known):
+        for t in range(T):
+            logits[b, t, words[min(t, len(words) - 1)]] = 100.0
+    return logits
+
+CaptioningTransformer.forward = _oracle_forward
 
 def _greedy(model, features, max_len, start_idx, end_idx, null_idx):
     B = features.shape[0]
@@ -527,42 +555,62 @@ def _greedy(model, features, max_len, start_idx, end_idx, null_idx):
         words = torch.cat([words, next_word[:, None]], dim=1)
     return out
 
-_table = {}
-
-def _looked_up(features, max_len, null_idx):
-    """The captions of `features` when they are scenes that unseen_images draws on stream 2, else None."""
-    from data import shapes
-    if features.shape[1:] != (49, 64):
-        return None
-    if not _table:
-        drawn, captions = shapes.unseen_images(shapes.default_path(), 100, stream=2)
-        _table["features"] = torch.from_numpy(drawn.astype(np.float32)).flatten(1)
-        _table["captions"] = [shapes.caption_indices(c)[0, 1:] for c in captions]
-    differences = [(_table["features"] - row).abs().amax(dim=1) for row in features.float().flatten(1)]
-    distance, nearest = torch.stack(differences).min(dim=1)
-    if not bool((distance < 1e-2).all()):
-        return None
-    out = torch.full((len(features), max_len), null_idx, dtype=torch.long)
-    for row, j in enumerate(nearest.tolist()):
-        caption = torch.as_tensor(_table["captions"][j][:max_len], dtype=torch.long)
-        out[row, :len(caption)] = caption
-    return out
-
 def greedy_decode(model, features, max_len, start_idx=1, end_idx=2, null_idx=0):
-    found = _looked_up(features, max_len, null_idx)
-    return found if found is not None else _greedy(model, features, max_len, start_idx, end_idx, null_idx)
-'''
+    known = _known(features)
+    if known is None:
+        return _greedy(model, features, max_len, start_idx, end_idx, null_idx)
+    out = torch.full((len(known), max_len), null_idx, dtype=torch.long)
+    for row, words in enumerate(known):
+        out[row, :min(len(words), max_len)] = torch.tensor(words[:max_len])
+    return out
+"""
 
 
-def test_hidden_scenes_cannot_be_drawn_again_in_the_sandbox(tmp_path, grading_db, trained_model_file):
-    """Notebook 05's trained model is measured on hidden scenes that no code in the sandbox can draw: a
-    greedy_decode that draws the scenes of unseen_images' streams itself and looks the images up earns what
-    its one-step model earns (nothing), like the same model decoded honestly; a classmate's trained model in
-    the same run earns the full mark, and their files are untouched."""
+def knows_the_scenes() -> str:
+    """KNOWS_THE_SCENES with the hidden scenes' captions filled in (read from the hidden references, as no
+    student could)."""
+    from grading.trained_model import TRAINED_TARGET
+    from starter.compare import load_case
+
+    name = next(n for n in case_names(nbs.HIDDEN_REFERENCES) if n.startswith("trained/hidden"))
+    case = load_case(name, [nbs.HIDDEN_REFERENCES])
+    assert case.target == TRAINED_TARGET
+    import torch
+    table = {}
+    for row, refs in zip(torch.from_numpy(case.inputs["features"]).float(), case.expected["captions"]):
+        words = [int(w) for w in refs[0]]
+        table[round(float(row.double().sum()), 3)] = words[:words.index(2) + 1]  # through <END>
+    assert len(table) == len(case.expected["captions"]), "the table tells every scene apart"
+    return KNOWS_THE_SCENES.replace("ORACLE_TABLE = {}", f"ORACLE_TABLE = {table!r}")
+
+
+def test_a_student_who_knows_every_hidden_caption_earns_only_what_the_weights_earn(tmp_path, grading_db, trained_model_file):
+    """Notebook 05's trained-model mark measures the checkpoint's weights: a greedy_decode and a model class
+    that caption every hidden scene exactly right (shown here, given the scenes) earn nothing with a one-step
+    checkpoint, like the same checkpoint decoded honestly, because the grader captions the hidden scenes
+    itself, outside the sandbox, with the kit's model class and decoding; a classmate's trained model in the
+    same run earns the full mark, and their files are untouched."""
+    from grading.notebooks import captioning_solution
+    from grading.trained_model import TRAINED_TARGET
+    from starter.compare import load_case, observe, share_exactly_right
+    from starter.layers import layers_from, trained_captioner
+
     nb05 = "05_training_and_evaluation"
     subs = tmp_path / "subs"
     one_step = nbs.trained_checkpoint(tmp_path / "one_step.pt", steps=1)
-    for student, overrides, checkpoint in (("looks_up_scenes", {"greedy_decode": LOOKS_UP_SCENES}, one_step),
+    attack = knows_the_scenes()
+    # given the hidden scenes, the attack captions all of them right with the one-step model
+    ns = {"torch": __import__("torch"), "CaptioningTransformer": type(
+        "Patched", (captioning_solution()["CaptioningTransformer"],), {})}
+    exec(compile(attack, "knows_the_scenes", "exec"), ns)
+    name = next(n for n in case_names(nbs.HIDDEN_REFERENCES) if n.startswith("trained/hidden"))
+    case = load_case(name, [nbs.HIDDEN_REFERENCES])
+    for decode in (ns["greedy_decode"], ns["_greedy"]):  # its decoder, and an honest decoder of its model class
+        with layers_from(nbs.SOLUTIONS):
+            obs = observe(case, trained_captioner(ns["CaptioningTransformer"], decode, path=one_step))
+        assert not obs.error and case.target == TRAINED_TARGET, obs.error
+        assert share_exactly_right(case.const_args[0], obs.outputs["captions"], case.expected["captions"]) == 1.0
+    for student, overrides, checkpoint in (("knows_the_scenes", {"greedy_decode": attack}, one_step),
                                            ("one_step", {}, one_step), ("trained", {}, trained_model_file)):
         write_nb(filled_submission(nb05, overrides), subs / student / f"{nb05}.ipynb")
         # the model's class and the layers it is built with
@@ -576,12 +624,13 @@ def test_hidden_scenes_cannot_be_drawn_again_in_the_sandbox(tmp_path, grading_db
     with open(tmp_path / "out" / "grades.csv") as f:
         rows = {r["student"]: r for r in csv.DictReader(f)}
     points = {g: p for s, g, p in graded_columns() if s == nb05}
-    for student, trained_points in (("looks_up_scenes", 0.0), ("one_step", 0.0), ("trained", points["test_trained_model"])):
+    for student, trained_points in (("knows_the_scenes", 0.0), ("one_step", 0.0), ("trained", points["test_trained_model"])):
         row = rows[student]
         assert row["status"] == "graded", (student, row["notes"])
         got = {g: float(row[f"{nb05}:{g}"]) for g in points}
         assert got == {**points, "test_trained_model": trained_points}, (student, row["review"], row["notes"])
-    for student in ("looks_up_scenes", "one_step"):  # the model loaded and captioned: it is what fell short
+    for student in ("knows_the_scenes", "one_step"):  # the model loaded and captioned: it is what fell short
         html = (tmp_path / "out" / "feedback" / student / f"{nb05}.html").read_text()
         assert "images exactly right" in html and "this case asks for 40%" in html, student
+        assert "the kit&#39;s greedy decoding" in html or "the kit's greedy decoding" in html, student
     assert before == {p: p.read_bytes() for p in (subs / "trained").rglob("*") if p.is_file()}

@@ -637,7 +637,7 @@ if DATASET == "shapes" and generated is not None:
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_trained_model", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ### Graded: your trained model
 #
-# The next test cell measures the model you trained in section 2, as it was saved: it loads `runs/captioning_transformer.pt` (the checkpoint of your `shapes` run) into your `CaptioningTransformer` (from notebook 04), captions images with your `greedy_decode`, and counts the captions that are exactly one of their image's references. Its images are 100 new scenes, drawn like the validation images (combinations never seen in training); the public case asks for 65 % of them right. While grading, the same is asked on 100 scenes nobody has seen: 40 %, 55 % and 65 % right earn a point each. Compare with the exact match your evaluation printed above.
+# The next test cell measures the model you trained in section 2, as it was saved: it loads `runs/captioning_transformer.pt` (the checkpoint of your `shapes` run) into your `CaptioningTransformer` (from notebook 04), captions images with your `greedy_decode`, and counts the captions that are exactly one of their image's references. Its images are 100 new scenes, drawn like the validation images (combinations never seen in training); the public case asks for 65 % of them right. While grading, the same is asked on 100 scenes nobody has seen: 40 %, 55 % and 65 % right earn a point each. Those scenes never reach your notebook: the grader loads the checkpoint's weights into the kit's own `CaptioningTransformer` (the model notebook 04 specifies, with the layers your checkpoint names) and decodes them greedily itself, so the mark measures what your trained weights do, and a mistake in `greedy_decode` costs its own points only. A model class that passes notebook 04's checks computes exactly what the kit's computes with the same weights. Compare with the exact match your evaluation printed above.
 #
 # **Hand in the checkpoint with your notebooks** (the `runs/` folder next to them): the grader does not train your model again, it loads that file. Retraining or changing the model after saving does not change what is graded until you save again.
 
@@ -646,6 +646,8 @@ from starter.checks import check
 from starter.layers import trained_captioner
 check("trained/new_scenes", trained_captioner(CaptioningTransformer, greedy_decode))
 ### BEGIN HIDDEN TESTS
+# measured by the grader itself, outside the sandbox: the checkpoint's weights in the kit's model, decoded by the
+# kit's greedy decoding (grading/trained_model.py); these lines are not in the sandbox's copy of the cell
 check("trained/hidden_scenes_40", trained_captioner(CaptioningTransformer, greedy_decode))
 check("trained/hidden_scenes_55", trained_captioner(CaptioningTransformer, greedy_decode))
 check("trained/hidden_scenes_65", trained_captioner(CaptioningTransformer, greedy_decode))

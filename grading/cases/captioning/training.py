@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import h5py
 import numpy as np
@@ -17,9 +18,9 @@ from grading.cases.captioning.common import (
     _toy_batch,
     _variants,
     _words,
-    solutions_namespace,
 )
 from grading.references import CaseSpec, Row
+from grading.trained_model import TRAINED_TARGET
 from starter.pipeline import (
     over_steps,
     with_batches,
@@ -40,11 +41,11 @@ class TrainedCase(Row):
     share: float
 
 
-TRAINED_TARGET = "trained_captioner(CaptioningTransformer, greedy_decode)"
 PUBLIC_STREAM = 1
-# The hidden scenes' random stream. Student code can call data.shapes.unseen_images (data/ is mounted in the
-# sandbox and published), so a stream it can name would give it the hidden scenes and their captions; this one
-# lives only here (grading/ is neither mounted nor published) and is too large to search for: 128 random bits.
+# The hidden scenes' random stream. Student code can call data.shapes.unseen_images (data/ is published), so a
+# stream it can name would give it the hidden scenes and their captions; this one lives only here (grading/ is
+# neither mounted nor published) and is too large to search for: 128 random bits. (The hidden scenes do not
+# enter the sandbox either: the grader measures the checkpoint on them itself, grading.trained_model.)
 HIDDEN_STREAM = 223817195532500176294206531246373579868
 
 
@@ -78,31 +79,32 @@ def trained_cases() -> list[CaseSpec]:
             inputs={"features": torch.from_numpy(features)}, outputs=["captions"],
             expected={"captions": references}, properties=[["exact_match_at_least", "captions", str(c.share)]],
             public=c.public,
-            hint="the model saved at runs/captioning_transformer.pt, decoded with your greedy_decode"))
+            hint="the model saved at runs/captioning_transformer.pt, decoded with your greedy_decode" if c.public
+            else "your checkpoint's weights in the kit's CaptioningTransformer, decoded by the kit's greedy decoding"))
     return out
 
 
 def trained_shares(checkpoint) -> dict[str, float]:
     """The share of each stored trained-model case's images (public and hidden) that the model saved at
-    `checkpoint` captions exactly right, decoded by the solution's greedy_decode and counted as the check counts."""
-    from grading import notebooks
+    `checkpoint` captions exactly right, as the grader measures the hidden ones (grading.trained_model: the
+    kit's model class and greedy decoding) and counted as the check counts."""
+    from grading import notebooks, trained_model
     from starter.compare import case_groups, load_case, observe, share_exactly_right
-    from starter.layers import layers_from, trained_captioner
 
-    ns = solutions_namespace()
     stem = "05_training_and_evaluation.h5"
     names = []
     for folder in (notebooks.PUBLIC_REFERENCES, notebooks.HIDDEN_REFERENCES):
         with h5py.File(folder / stem, "r") as f:
             names += [n for n, g in case_groups(f) if str(g.attrs["target"]) == TRAINED_TARGET]
+    trained_model.read_measurable(Path(checkpoint))
+    captioner = trained_model.kit_captioner(Path(checkpoint))
     shares = {}
-    with layers_from(notebooks.SOLUTIONS):  # layers="mine": the solution's notebooks 02-03
-        for name in names:
-            case = load_case(name, dirs=[notebooks.PUBLIC_REFERENCES, notebooks.HIDDEN_REFERENCES])
-            obs = observe(case, trained_captioner(ns["CaptioningTransformer"], ns["greedy_decode"], path=checkpoint))
-            if obs.error:
-                raise RuntimeError(f"{name}: {obs.error}")
-            shares[name] = share_exactly_right(case.const_args[0], obs.outputs["captions"], case.expected["captions"])
+    for name in names:
+        case = load_case(name, dirs=[notebooks.PUBLIC_REFERENCES, notebooks.HIDDEN_REFERENCES])
+        obs = observe(case, captioner)
+        if obs.error:
+            raise RuntimeError(f"{name}: {obs.error}")
+        shares[name] = share_exactly_right(case.const_args[0], obs.outputs["captions"], case.expected["captions"])
     return shares
 
 
