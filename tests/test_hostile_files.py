@@ -4,8 +4,10 @@ student's making reaches a page or a spreadsheet as something that runs.
 Fast checks of each piece (reading, intake, the CSV cells, the feedback page's outputs), then ONE autograde run
 of a zipped class (notebook 01) that holds every case: a bad CRC, a file and a folder of the same name, nbgrader
 metadata that is a string (graded all the same), a folder whose name is a formula, a file name that is a
-formula, image outputs whose size metadata is script, a Mermaid output, and a written answer that links to
-`javascript:`. Its feedback page is opened in Chromium (no dialog, no console error) and its CSVs read raw.
+formula, image outputs whose size metadata is script, a Mermaid output, a written answer that links to
+`javascript:` and shows a picture from elsewhere, and a function that reads the hidden tests of the test cell
+calling it (through its call stack) for later cells to print. Its feedback pages are opened in Chromium (no
+dialog, no console error, no request) and read for the hidden lines in any encoding; its CSVs are read raw.
 """
 from __future__ import annotations
 
@@ -188,38 +190,19 @@ def test_csv_cells_never_start_a_formula_and_read_back_as_written(tmp_path):
 
 # -- the feedback page's outputs ------------------------------------------------------------------------------
 
-def test_an_output_keeps_only_text_pictures_and_whole_number_sizes():
-    from grading.feedback import NOT_SHOWN, safe_output
-
-    hostile = {"width": "1 onload=alert(1)//", "image/png": {"height": "1 onerror=alert(2)", "width": 320,
-                                                              "unconfined": True, "filenames": {"image/png": "x"}}}
-    out = safe_output({"output_type": "display_data", "data": {"image/png": PNG, "text/plain": "fig"},
-                       "metadata": hostile, "transient": {"display_id": "x"}})
-    assert out == {"output_type": "display_data", "data": {"image/png": PNG, "text/plain": "fig"},
-                   "metadata": {"image/png": {"width": 320}}}
-    mermaid = safe_output({"output_type": "display_data", "data": {"text/vnd.mermaid": "<img onerror=x>"}})
-    assert mermaid["data"] == {"text/plain": NOT_SHOWN}
-    not_base64 = safe_output({"output_type": "display_data", "data": {"image/png": '" onload="alert(1)'}})
-    assert not_base64["data"] == {"text/plain": NOT_SHOWN}
-    forged = safe_output({"output_type": "execute_result", "data": "<script>", "execution_count": "<b>1</b>"})
-    assert forged["execution_count"] is None and forged["data"] == {"text/plain": NOT_SHOWN}
-    assert safe_output({"output_type": "<script>"})["output_type"] == "stream"
-    assert safe_output({"output_type": "stream", "name": "<x>", "text": ["a", 1, "b"]})["text"] == "ab"
-    for output in (out, mermaid, not_base64, forged):
-        nbformat.validate(nbformat.from_dict(output), ref=output["output_type"], version=4, version_minor=5)
-
-
 def test_links_that_would_run_are_defused():
     from grading.feedback import defuse_urls
 
     page = ('<a href="javascript:alert(1)">a</a><a href=" java\tscript:alert(2)">b</a>'
             '<a href="&#106;avascript:alert(3)">c</a><img src="data:text/html;base64,PHNjcmlwdD4=">'
             "<a href='vbscript:x'>d</a><a href=\"https://example.org/\">e</a><a href=\"#top\">f</a>"
-            f'<img src="data:image/png;base64,{PNG}"><a href="mailto:x@example.org">g</a>')
-    assert defuse_urls(page) == (
-        '<a href="#">a</a><a href="#">b</a><a href="#">c</a><img src="#"><a href="#">d</a>'
+            f'<img src="data:image/png;base64,{PNG}"><a href="mailto:x@example.org">g</a>'
+            '<img src="https://example.org/beacon.png"><img src=" http://example.org/b"><video poster="b.png">')
+    assert defuse_urls(page) == (  # a link keeps the web's schemes; what is fetched on opening, inline pictures only
+        '<a href="#">a</a><a href="#">b</a><a href="#">c</a><img src=""><a href="#">d</a>'
         '<a href="https://example.org/">e</a><a href="#top">f</a>'
-        f'<img src="data:image/png;base64,{PNG}"><a href="mailto:x@example.org">g</a>')
+        f'<img src="data:image/png;base64,{PNG}"><a href="mailto:x@example.org">g</a>'
+        '<img src=""><img src=""><video poster="">')
 
 
 # -- one graded class that holds every case ---------------------------------------------------------------------
@@ -240,12 +223,42 @@ class Hostile:
         return base64.b64decode(_png), {{"width": "1 onload=alert('repr')//"}}
 '''
 JS_ANSWER = ("[click me](javascript:alert('link')) ![pic](javascript:alert('pic')) "
-             "<img src=x onerror=alert('answer')>")
+             "<img src=x onerror=alert('answer')> ![beacon](http://tracker.example/beacon.png) $\\sqrt{d_k}$")
 
 
 def _hostile_outputs():
     nb = filled_submission(NB, {"q_scaling": JS_ANSWER})
     nb.cells += [nbformat.v4.new_code_cell(HOSTILE_OUTPUTS), nbformat.v4.new_code_cell("Hostile()")]
+    return nb
+
+
+# The function a test cell calls reads that cell (hidden lines included) through its call stack and keeps it; the
+# lines reach later cells' outputs, plain and encoded, and the judge's line of every case it is called in.
+READS_HIDDEN_TESTS = """
+import base64 as _b64, inspect as _inspect, linecache as _linecache
+_stashed = []
+_attention_loop = attention_loop
+
+def attention_loop(*args, **kwargs):
+    for _frame in _inspect.stack():
+        _cell = "".join(_linecache.getlines(_frame.filename))
+        if "HIDDEN TESTS" in _cell and _cell not in _stashed:
+            _stashed.append(_cell)
+    if _stashed:
+        raise ValueError("LEAK " + _b64.b64encode(_stashed[-1].encode()).decode())
+    return _attention_loop(*args, **kwargs)
+"""
+PRINTS_HIDDEN_TESTS = """
+_leak = "".join(_stashed)
+print("PLAIN", _leak)
+print("B64", _b64.b64encode(_leak.encode()).decode())
+raise RuntimeError("ERR " + _b64.b32encode(_leak.encode()).decode())
+"""
+
+
+def _reads_hidden_tests():
+    nb = filled_submission(NB, {"attention_loop": solution_sources(NB)["attention_loop"] + READS_HIDDEN_TESTS})
+    nb.cells.append(nbformat.v4.new_code_cell(PRINTS_HIDDEN_TESTS))
     return nb
 
 
@@ -259,6 +272,7 @@ def graded(tmp_path_factory, grading_db):
         f"class/control/{NB}.ipynb": good,
         f"class/hostile_outputs/{NB}.ipynb": nbformat.writes(_hostile_outputs()),
         f"class/hostile_outputs/{FORMULA_NAME}.txt": "a file named like a formula",
+        f"class/reads_hidden_tests/{NB}.ipynb": nbformat.writes(_reads_hidden_tests()),
         f"class/string_metadata/{NB}.ipynb": json.dumps(_string_metadata()),
         f"class/bad_crc/{NB}.ipynb": good,
         f"class/file_and_folder/{NB}.ipynb": good,
@@ -269,7 +283,7 @@ def graded(tmp_path_factory, grading_db):
     db_url, workers = grading_db
     results = autograde(archive, out, course_dir=course_dir, db_url=db_url,
                         settings=Settings(Limits(cell_seconds=10, notebook_seconds=120), workers=workers))
-    return {"results": {r.student: r for r in results}, "out": out,
+    return {"results": {r.student: r for r in results}, "out": out, "course": course_dir,
             "db_url": db_url or f"sqlite:///{course_dir / 'gradebook.db'}"}
 
 
@@ -306,26 +320,23 @@ def test_the_report_reads_its_own_csv_back(graded):
     assert read_csv(graded["out"] / "grades.csv") == before
     data, _ = class_report.write(graded["out"])
     assert json.loads(data.read_text())["totals"].keys() == {"control", "hostile_outputs", "string_metadata",
-                                                              FORMULA_NAME}
+                                                              "reads_hidden_tests", FORMULA_NAME}
 
 
 def test_the_feedback_page_runs_nothing_of_the_students(graded, chromium):
     page_file = graded["out"] / "feedback" / "hostile_outputs" / f"{NB}.html"
     html = page_file.read_text()
-    assert "a picture" in html and html.count("data:image/png;base64,") >= 3  # the outputs are there
-    dialogs, console_errors, page_errors = [], [], []
+    assert f'src="data:image/png;base64,{PNG}' not in html  # no output of the grading run (its pictures)
+    dialogs, console_errors, page_errors, requests = [], [], [], []
     page = chromium.new_page()
     page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
-
-    def on_console(message):
-        # errors located at a web address are the template's scripts (MathJax) failing to load offline
-        url = message.location.get("url", "")
-        if message.type == "error" and not url.startswith(("http://", "https://")):
-            console_errors.append(f"{message.text} ({url})")
-
-    page.on("console", on_console)
+    page.on("console", lambda m: console_errors.append(m.text) if m.type == "error" else None)
     page.on("pageerror", lambda e: page_errors.append(str(e)))
+    page.on("request", lambda r: requests.append(r.url))
     page.goto(page_file.as_uri(), wait_until="load")
+    page.wait_for_timeout(300)
+    assert requests == [page_file.as_uri()], requests  # no beacon, no MathJax from a CDN
+    assert page.locator("math").count() >= 1 and "[beacon: a picture from elsewhere, not loaded]" in html
     page.get_by_text("click me").click()
     page.wait_for_timeout(1000)
     assert not dialogs, dialogs
@@ -333,3 +344,32 @@ def test_the_feedback_page_runs_nothing_of_the_students(graded, chromium):
     tags = re.findall(r"<[a-zA-Z][^>]*>", html)  # no tag of the page carries a script of the student's
     assert not [t for t in tags if re.search(r"\son\w+\s*=", t, re.I) or "javascript:" in t.lower()]
     assert not [t for t in tags if t.startswith("<script") and "widget" in t]
+
+
+def test_no_feedback_page_holds_the_hidden_tests_a_function_read(graded):
+    """The function read its test cell's hidden lines (the instructor's copy of the run shows it did) and later
+    cells printed them plain, base64 and base32, in an exception too, and every case it was called in raised
+    them: the student's feedback page holds none of it, and still shows their code and the judge's lines."""
+    import base64
+
+    run = nbformat.read(graded["course"] / "autograded" / "reads_hidden_tests" / nbs.ASSIGNMENT / f"{NB}.ipynb",
+                        as_version=4)
+    printed = "".join(o.get("text", "") for c in run.cells if c.cell_type == "code" for o in c.outputs)
+    encoded = printed.split("B64 ", 1)[1].split()[0]
+    stash = base64.b64decode(encoded).decode()
+    assert "BEGIN HIDDEN TESTS" in stash and 'check("hidden-' in stash, printed[:500]  # the attack worked
+    hidden_lines = [line for line in stash.splitlines() if "hidden-" in line]
+    outcome = json.loads((graded["out"] / "outcomes" / "reads_hidden_tests.json").read_text())
+    assert "LEAK " in json.dumps(outcome["judged"])  # and its cases raised them, in the instructor's records
+    errors = [o for c in run.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
+    error_text = "".join(o.evalue for o in errors)
+
+    html = (graded["out"] / "feedback" / "reads_hidden_tests" / f"{NB}.html").read_text()
+    for needle in [*hidden_lines, "BEGIN HIDDEN TESTS", 'check("hidden-', encoded[:40], encoded[-40:],
+                   error_text[4:44]]:
+        assert needle not in html and needle.replace('"', "&quot;") not in html, needle
+    for line in hidden_lines:  # nor any run of the lines' base64 that would decode to them
+        assert base64.b64encode(line.strip().encode()).decode()[:24] not in html
+    text = re.sub(r"<[^>]+>", "", html)  # the code as shown, without its highlighting's markup
+    assert "_stashed.append(_cell)" in text and "\u2717 hidden case 1: raises ValueError" in text
+    assert "(hidden tests ran here)" in text
