@@ -25,7 +25,7 @@ from traitlets import Dict, List, Unicode, default
 
 from starter.compare import case_names
 
-from .judge import NOT_RUN, CaseResult, CellResult, NotebookRecord, public_case_names
+from .judge import NOT_MEASURED, NOT_RUN, CaseResult, CellResult, NotebookRecord, public_case_names
 from .notebooks import nbgrader_meta
 
 HIDDEN = re.compile(r"^[ \t]*### BEGIN HIDDEN TESTS.*?^[ \t]*### END HIDDEN TESTS[^\n]*", re.S | re.M)
@@ -45,7 +45,8 @@ def redact_source(source: str) -> str:
 # student's code produced (an exception's text, a dtype's name, a shape), and that code ran in a test cell whose
 # source, hidden lines included, it could read.
 KIT_WORDED = frozenset({"does not raise", "output missing", "transposed output", "wrong gradient",
-                        "trained model below its mark"})  # its figures: a share of scenes, the grader's measure
+                        "trained model below its mark",  # its figures: a share of scenes, the grader's measure
+                        NOT_MEASURED})  # the grader's words about the file handed in, read outside the sandbox
 KNOWN_BUG = "known bug: "
 # how far and where the student's outputs differ, in a "wrong values" message: figures of their making, left out
 DIFFERENCE = re.compile(r"differs from the reference at (?:\d+% of entries \(largest error [^ ()]+ at index "

@@ -17,21 +17,24 @@ points into the gradebook (`grading.worker.SaveJudgedScores`).
 """
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import nbformat
 
-from starter.compare import PUBLIC_DIR, CheckFailed, Diagnosis, Observation, case_file, case_names, diagnose, load_case
+from starter.compare import CheckFailed, Diagnosis, Observation, case_file, diagnose, load_case
 
 from . import notebooks
+from .notebooks import public_case_names
 
 if TYPE_CHECKING:
     from .sandbox import SandboxResult
 
 NOT_RUN = "did not run"  # the diagnosis of a case the sandbox recorded nothing for
+# the diagnosis of a case the grader measured itself (grading.trained_model) and could not: its message is the
+# grader's, about the file handed in, so the feedback page shows it in full
+NOT_MEASURED = "trained model not measured"
 
 
 @dataclass
@@ -75,11 +78,6 @@ class NotebookRecord:
         return cls(**{**raw, "cells": cells})
 
 
-@functools.cache
-def public_case_names() -> frozenset[str]:
-    return frozenset(case_names(PUBLIC_DIR))
-
-
 def _reference(name: str, dirs: tuple[Path, ...]):
     """A reference case, read once per worker process for all students (the judge never changes it);
     read again when its file changes (a rebuilt reference)."""
@@ -96,8 +94,10 @@ _CASES: dict = {}
 
 
 def judge_cell(grade_id: str, source: str, max_points: float, observations: dict[str, Observation],
-               reference_dirs: list[Path], public: frozenset[str], not_run: str) -> CellResult:
-    """Score one test cell from the observations of the cases its source checks."""
+               reference_dirs: list[Path], public: frozenset[str], not_run: str,
+               by_grader: frozenset[str] = frozenset()) -> CellResult:
+    """Score one test cell from the observations of the cases its source checks (`by_grader`: the names of
+    those the grader measured itself, outside the sandbox)."""
     results = []
     hidden = 0
     for name in (m.group("case") for m in notebooks.CHECK_CALL.finditer(source)):
@@ -115,6 +115,8 @@ def judge_cell(grade_id: str, source: str, max_points: float, observations: dict
             found = Diagnosis("not graded", f"not graded: {exc}")
         except Exception as exc:
             found = Diagnosis("unreadable result", f"the recorded result could not be compared ({type(exc).__name__})")
+        if found is not None and name in by_grader and obs.error:
+            found = Diagnosis(NOT_MEASURED, obs.error)
         results.append(CaseResult(name, label, is_public, found is None, found.message if found else "",
                                   found.kind if found else ""))
     # Scored on the hidden cases where there are any: a public case's expected output ships with the kit,
@@ -125,13 +127,14 @@ def judge_cell(grade_id: str, source: str, max_points: float, observations: dict
 
 
 def judge_notebook(nb, observations: dict[str, Observation], reference_dirs: list[Path],
-                   not_run: str = "did not run (the notebook stopped before this test)") -> list[CellResult]:
+                   not_run: str = "did not run (the notebook stopped before this test)",
+                   by_grader: frozenset[str] = frozenset()) -> list[CellResult]:
     public = public_case_names()
     cells = []
     for cell in notebooks.test_cells(nb):
         meta = notebooks.nbgrader_meta(cell)
         cells.append(judge_cell(meta["grade_id"], cell.source, float(meta.get("points", 0)), observations,
-                                reference_dirs, public, not_run))
+                                reference_dirs, public, not_run, by_grader))
     return cells
 
 
@@ -145,12 +148,17 @@ def _not_run_message(sandbox) -> str:
     return "did not run (the test cell was not reached or raised before checking)"
 
 
-def judge_into(nb, sandbox: SandboxResult | None, reference_dirs: list[Path], student: str, notebook: str) -> NotebookRecord:
+def judge_into(nb, sandbox: SandboxResult | None, reference_dirs: list[Path], student: str, notebook: str,
+               measured: dict[str, Observation] | None = None) -> NotebookRecord:
     """Score `nb`'s test cells from what the sandbox's run of it observed (`sandbox`: its SandboxResult; None when
-    it did not run) and make each test cell's outputs the judge's lines and score (what the feedback page shows);
-    returns the notebook's record, whose points `grading.worker.SaveJudgedScores` writes to the gradebook."""
-    observations = sandbox.observations if sandbox is not None else {}
-    cells = {c.grade_id: c for c in judge_notebook(nb, observations, reference_dirs, _not_run_message(sandbox))}
+    it did not run) and what the grader measured itself (`measured`, by case name: notebook 05's hidden
+    trained-model cases, which win over anything recorded under their names), and make each test cell's outputs
+    the judge's lines and score (what the feedback page shows); returns the notebook's record, whose points
+    `grading.worker.SaveJudgedScores` writes to the gradebook."""
+    measured = measured or {}
+    observations = {**(sandbox.observations if sandbox is not None else {}), **measured}
+    cells = {c.grade_id: c for c in judge_notebook(nb, observations, reference_dirs, _not_run_message(sandbox),
+                                                   frozenset(measured))}
     for cell in notebooks.test_cells(nb):
         result = cells[notebooks.nbgrader_meta(cell)["grade_id"]]
         cell.outputs = [

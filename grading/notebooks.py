@@ -28,6 +28,14 @@ FILES_BESIDE = {"04_captioning_data_and_model": ["02_positional_encoding.ipynb",
                                                "02_positional_encoding.ipynb", "03_multi_head_attention.ipynb"]}
 MAX_HANDED_IN = 64 * 2**20
 
+@functools.cache
+def public_case_names() -> frozenset[str]:
+    """The names of the public cases (their references ship with the kit, in starter/references)."""
+    from starter.compare import case_names
+
+    return frozenset(case_names(PUBLIC_REFERENCES))
+
+
 def solution_notebooks() -> list[Path]:
     """The authored notebooks, in curriculum order: solutions/NN_name.ipynb."""
     return sorted(SOLUTIONS.glob("[0-9][0-9]_*.ipynb"))

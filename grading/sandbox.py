@@ -59,7 +59,6 @@ from starter.cases import case_groups, read_case, write_case
 from starter.compare import CASE_INPUTS_ENV, Observation, read_observations
 
 from . import notebooks, seccomp
-from .judge import public_case_names
 from .sandbox_runner import INTERRUPT_GRACE, KERNEL_EXIT_SECONDS, MAX_FILES, PLAIN_NAME, STARTER_SECONDS
 from .settings import Limits
 from .trained_model import measured_outside
@@ -828,7 +827,7 @@ def hide_case_names(nb, ids: dict[str, str]):
     missing) is left out: its name stays outside, and the judge says the case did not run."""
     if not ids:
         return nb
-    public = public_case_names()
+    public = notebooks.public_case_names()
     nb = copy.deepcopy(nb)
     for cell in nb.cells:
         if cell.cell_type != "code":

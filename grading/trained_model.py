@@ -154,7 +154,13 @@ def measure(checkpoint: Path, cases: list[Case]) -> dict[str, Observation]:
     except UnusableCheckpoint as exc:
         return {c.name: Observation(c.name, error=f"the trained model was not measured: {exc}") for c in cases}
     captioner = kit_captioner(checkpoint)
-    return {case.name: observe(case, captioner) for case in cases}
+    found = {}
+    for case in cases:
+        obs = observe(case, captioner)
+        if obs.error:  # it loaded but would not caption (weights that do not fit the model, another dataset)
+            obs = Observation(case.name, error=f"the trained model was not measured: {obs.error}")
+        found[case.name] = obs
+    return found
 
 
 def measure_notebook(stem: str, folder: Path | None, reference_dirs: list[Path],

@@ -166,9 +166,8 @@ def grade_notebook(nb, student: str, notebook: str, folder: Path | None, setting
                                  files.data_dir, settings.reuse_sandbox, student_sandbox)
     # notebook 05's hidden trained-model cases: measured here from the checkpoint handed in, with the kit's model
     # and decoding (grading.trained_model); whatever the sandbox recorded under their names does not count
-    ran.observations.update(trained_model.measure_notebook(notebook, folder, list(files.reference_dirs),
-                                                           judge.public_case_names()))
-    return judge.judge_into(nb, ran, list(files.reference_dirs), student, notebook)
+    measured = trained_model.measure_notebook(notebook, folder, list(files.reference_dirs), judge.public_case_names())
+    return judge.judge_into(nb, ran, list(files.reference_dirs), student, notebook, measured)
 
 
 NOT_IN_A_RUN = ("the kit's grading steps run within `python -m grading autograde` (which gives them the student's "

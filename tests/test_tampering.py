@@ -428,9 +428,10 @@ def test_feedback_holds_nothing_hidden(graded):
 
 def test_nothing_crosses_through_memory_the_keyring_or_queues(graded):
     """The thief found no working answer in its memory (it ran after classmates in a warm sandbox); the keyring
-    and message queues are refused."""
+    and message queues are refused. (What their cells printed is in the autograded copy, the instructor's: the
+    feedback pages show no output of the grading run.)"""
     def page(student):
-        return (graded["out"] / "feedback" / student / f"{NB}.html").read_text()
+        return (graded["course"] / "autograded" / student / nbs.ASSIGNMENT / f"{NB}.ipynb").read_text()
 
     assert "working: 0" in page("reads_freed_memory"), "the memory scan did not run, or found a classmate's answer"
     assert "add_key EPERM" in page("keyring_and_queues") and "mq_open EPERM" in page("keyring_and_queues")

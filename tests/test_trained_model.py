@@ -159,3 +159,25 @@ def test_a_checkpoint_that_cannot_be_measured_is_one_line(tmp_path, honest_paylo
     assert all(m and expected in m and "\n" not in m and m.startswith("the trained model was not measured")
                for m in found.values()), found
     assert json.dumps(found)  # plain data, as the outcome stores it
+
+
+def test_why_a_checkpoint_was_not_measured_is_said_in_full_and_only_for_the_graders_measure():
+    """The grader's own message about the file handed in reaches the feedback page in full; the same words in
+    an observation the sandbox recorded (which student code could have written) are said as a kind only."""
+    from grading.feedback import case_message
+    from starter.compare import Observation
+
+    source = nbs.read(nbs.SOLUTIONS / f"{NB05}.ipynb")
+    cell = next(c for c in source.cells if nbs.nbgrader_meta(c).get("grade_id") == "test_trained_model")
+    why = "the trained model was not measured: no trained model was handed in (runs/captioning_transformer.pt ...)"
+    names = hidden_trained_names()
+    observations = {n: Observation(n, error=why) for n in names}
+    graded = judge.judge_cell("test_trained_model", cell.source, 3.0, observations, DIRS, judge.public_case_names(),
+                              "did not run", by_grader=frozenset(names))
+    recorded = judge.judge_cell("test_trained_model", cell.source, 3.0, observations, DIRS,
+                                judge.public_case_names(), "did not run")
+    for case in (c for c in graded.cases if not c.public):
+        assert case.diagnosis == judge.NOT_MEASURED and case_message(case) == why, case
+    for case in (c for c in recorded.cases if not c.public):
+        assert case.diagnosis != judge.NOT_MEASURED and why not in case_message(case), case
+    assert graded.points == recorded.points == 0.0
