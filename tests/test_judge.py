@@ -723,9 +723,11 @@ def test_a_kernel_that_stops_the_server_holds_the_worker_only_past_its_cells_lim
     nb.cells += [test, nbformat.v4.new_code_cell(STOP_THE_SERVER), nbformat.v4.new_code_cell("print('never')")]
     warm = sandbox.WarmSandbox()
     with sandbox.StudentSandbox(warm) as student:
-        stopped = student.session(None, limits, True, None, reuse=True).run(nb)
+        session = student.session(None, limits, True, None, reuse=True)
+        session.run(_notebook("print('warm')"))  # the sandbox's start (imports) is not the notebook's time
+        stopped = session.run(nb)
     assert stopped.status == "killed" and stopped.message.startswith("the sandbox's server stopped answering: ") \
-        and "in cell 2 (" in stopped.message and stopped.seconds < 60, (stopped.status, stopped.seconds, stopped.message)
+        and "in cell 2 (" in stopped.message and stopped.seconds < 50, (stopped.status, stopped.seconds, stopped.message)
     assert _text(stopped.notebook.cells[0]) == "a\n" and not stopped.notebook.cells[3].outputs
     assert set(stopped.observations) == {"causal/5"}, stopped.observations  # recorded before the stop
     _, (after,), started = _grade_one_student(["print('ok')"], limits, warm)
