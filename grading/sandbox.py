@@ -468,6 +468,7 @@ class Session:
                 code, stuck = int(answer["exit"]), answer.get("stuck")
             except (ValueError, KeyError, TypeError):  # no answer: the server itself died
                 self._kill()
+                progress.results.clear()  # the notebook earns nothing, as the threat model says (`kill -9 -1`)
                 status, message = "killed", f"the sandbox ended with exit code {proc.returncode}{self._server_error()}"
             else:
                 if answer.get("time_limit"):
