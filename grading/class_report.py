@@ -4,8 +4,11 @@
 
 Reads only what grading recorded in OUT: the students' outcomes, `outcomes/<student>.json` (who submitted
 what, review flags, and the judge's per-case results, each failure with its `diagnosis`: a known bug's name, a
-symptom, an exception type; see `starter.compare.Diagnosis`), and `grades.csv` (the scores, with the written
-answers' hand-given points). Runs nothing and grades nothing. Writes `OUT/class_report.json` and
+symptom, an exception type; see `starter.compare.Diagnosis`), and `grades.csv` (the gradebook's scores: the
+judge's, or a person's where formgrader gave one). Every score on the report (a task's full marks and mean
+credit, the totals) is read from `grades.csv`, so the two always agree; the judge's cases and diagnoses say what
+went wrong, and where a person's score for a cell differs from the judge's, the cell is marked "overridden by
+hand". Runs nothing and grades nothing. Writes `OUT/class_report.json` and
 `OUT/class_report.html` (self-contained: inline PNG figures, no script, no network):
 - score distributions per notebook and overall, and how many students attempted each task;
 - per task and hidden case: pass rate, mean credit, and the cases that separate students most;
@@ -22,6 +25,7 @@ import hashlib
 import html
 import io
 import json
+import math
 import statistics
 from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field
@@ -64,6 +68,7 @@ class TaskStats:
     attempted: int
     full_marks: int
     mean_credit: float  # mean share of the points earned, over students whose notebook was graded
+    overridden: int = 0  # students whose score a person changed from the judge's
     cases: list[CaseStats] = field(default_factory=list)
 
 
@@ -75,6 +80,7 @@ class DiagnosisStats:
     explanation: str  # the line a student saw (the most common one)
     students: list[str]
     named: bool  # False: a failure with no diagnosis (an exception, wrong values, did not run)
+    overridden: list[str] = field(default_factory=list)  # of `students`, those whose score a person changed
 
 
 def _grades(out: Path) -> tuple[dict[str, float], list[dict]]:
@@ -98,6 +104,12 @@ def _labels(students: list[StudentOutcome]) -> dict[str, str]:
 def _explain(message: str) -> str:
     """The diagnosis without the function's name in front (`sdpa`: ...)."""
     return message.split("`: ", 1)[1] if message.startswith("`") and "`: " in message else message
+
+
+def _by_hand(score: float, judged: float) -> bool:
+    """Whether a cell's score in the gradebook is not the judge's: a person gave another (formgrader's manual
+    score). A person who gave the judge's own score changed nothing and is not told apart."""
+    return not math.isclose(score, judged, rel_tol=1e-9, abs_tol=1e-9)
 
 
 def build(out: Path, anonymise: bool = False) -> dict:
@@ -130,20 +142,28 @@ def build(out: Path, anonymise: bool = False) -> dict:
 
     tasks: list[TaskStats] = []
     found: dict[tuple[str, str, str], list[tuple[str, str]]] = defaultdict(list)  # -> [(student, message)]
+    by_hand: set[tuple[str, str, str]] = set()  # (notebook, task, student) whose score a person changed
     for stem in stems:
         for cell in notebooks.test_cells(notebooks.read(notebooks.SOLUTIONS / f"{stem}.ipynb")):
             task = notebooks.nbgrader_meta(cell)["grade_id"]
-            who = [s for s in graded if took(s, stem)]
+            who = [s for s in graded if took(s, stem) and s in row_of]
             cells = {s: next((c for c in records[s][stem].cells if c.grade_id == task), None) for s in who}
             stats = TaskStats(stem, task, maxima.get(f"{stem}:{task}", 0.0), len(who), 0, 0, 0.0)
             credit = []
             case_rows: dict[str, list[tuple[str, CaseResult]]] = defaultdict(list)
             for s, c in cells.items():
+                # the points are the gradebook's (grades.csv), as in the totals; the cases are the judge's
+                points = float(row_of[s].get(f"{stem}:{task}") or 0.0)
+                credit.append(points / stats.max_points if stats.max_points else 0.0)
+                stats.full_marks += points >= stats.max_points
+                if _by_hand(points, c.points if c else 0.0):
+                    stats.overridden += 1
+                    by_hand.add((stem, task, s))
                 if c is None:
+                    stats.attempted += points > 0
                     continue
-                credit.append(c.points / c.max_points if c.max_points else 0.0)
-                stats.full_marks += c.points >= c.max_points
-                stats.attempted += any(k.passed or k.diagnosis not in ("not implemented", NOT_RUN) for k in c.cases)
+                stats.attempted += points > 0 or any(k.passed or k.diagnosis not in ("not implemented", NOT_RUN)
+                                                     for k in c.cases)
                 seen = set()
                 for k in c.cases:
                     case_rows[k.case].append((s, k))
@@ -166,7 +186,8 @@ def build(out: Path, anonymise: bool = False) -> dict:
     for (stem, task, kind), hits in found.items():
         message = Counter(_explain(m) for _, m in hits).most_common(1)[0][0]
         named = kind not in NO_DIAGNOSIS and not kind.startswith("raises ")
-        diagnoses.append(DiagnosisStats(stem, task, kind, message, sorted(alias[s] for s, _ in hits), named))
+        diagnoses.append(DiagnosisStats(stem, task, kind, message, sorted(alias[s] for s, _ in hits), named,
+                                        sorted(alias[s] for s, _ in hits if (stem, task, s) in by_hand)))
     diagnoses.sort(key=lambda d: (-len(d.students), d.notebook, d.task, d.diagnosis))
 
     review: list[dict] = []
@@ -299,6 +320,13 @@ def _who(students: list[str], limit: int = 12) -> str:
     return ", ".join(students[:limit]) + (f" and {len(students) - limit} more" if len(students) > limit else "")
 
 
+def _who_diagnosed(d: dict) -> str:
+    """The students a diagnosis was given to, and those of them whose score a person has since changed."""
+    over = d.get("overridden") or []
+    return _who(d["students"]) + (f"; overridden by hand: {len(over)} of {len(d['students'])} ({_who(over)})"
+                                  if over else "")
+
+
 CSS = """body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
 table{border-collapse:collapse;margin:.5em 0 1.5em;font-size:14px}td,th{border:1px solid #ccc;padding:3px 8px;
 text-align:left;vertical-align:top}th{background:#f3f3f3}img{max-width:100%}h2{margin-top:1.6em}
@@ -324,19 +352,22 @@ def render(data: dict) -> str:
         parts.append(_diagnosis_chart(named, graded))
         parts.append(_table(["students", "notebook", "task", "diagnosis", "what the students were told", "who"],
                             [[len(d["students"]), d["notebook"], d["task"], d["diagnosis"], d["explanation"],
-                              _who(d["students"])] for d in named]))
+                              _who_diagnosed(d)] for d in named]))
     else:
         parts.append("<p>No named diagnosis was given to anyone.</p>")
     parts.append("<h2>Failures without a diagnosis</h2><p class='muted'>Exceptions, values that match no known "
                  "bug, tests that did not run (an earlier cell stopped, or a time-out).</p>")
     parts.append(_table(["students", "notebook", "task", "kind", "example", "who"],
                         [[len(d["students"]), d["notebook"], d["task"], d["diagnosis"], d["explanation"][:200],
-                          _who(d["students"])] for d in data["no_diagnosis"]]) if data["no_diagnosis"] else "<p>None.</p>")
+                          _who_diagnosed(d)] for d in data["no_diagnosis"]]) if data["no_diagnosis"] else "<p>None.</p>")
     parts.append("<h2>Scores</h2>" + _histograms(data))
-    parts.append("<h2>Tasks</h2>" + _table(
-        ["notebook", "task", "points", "graded", "attempted", "full marks", "mean credit", "hidden cases passed"],
+    parts.append("<h2>Tasks</h2><p class='muted'>Full marks and mean credit are the scores of grades.csv (a "
+                 "person's where one was given); the hidden cases' pass rates are the judge's.</p>" + _table(
+        ["notebook", "task", "points", "graded", "attempted", "full marks", "mean credit", "overridden by hand",
+         "hidden cases passed"],
         [[t["notebook"], t["task"], t["max_points"], t["students"], t["attempted"], t["full_marks"],
-          f"{t['mean_credit']:.0%}", ", ".join(f"{c['case']} {c['pass_rate']:.0%}" for c in t["cases"] if not c["public"])]
+          f"{t['mean_credit']:.0%}", f"{t['overridden']} of {t['students']}" if t.get("overridden") else "",
+          ", ".join(f"{c['case']} {c['pass_rate']:.0%}" for c in t["cases"] if not c["public"])]
          for t in data["tasks"]]))
     parts.append("<h2>Hidden cases that separate students most</h2><p class='muted'>Pass rate in the better half "
                  "of the class (by total) minus the weaker half.</p>" + _table(

@@ -69,7 +69,8 @@ def graded(tmp_path_factory, grading_db):
         write_nb(filled_submission(NB), subs / _student("no_diagonal", i) / f"{NB}.ipynb")
         (root / "outcomes" / f"{_student('no_diagonal', i)}.json").unlink()
     autograde(subs, out, resume=True, **run)
-    return {"out": out, "first": first, "second": json.loads((out / "class_report.json").read_text())}
+    return {"out": out, "first": first, "second": json.loads((out / "class_report.json").read_text()),
+            "course": root, "db_url": db_url or f"sqlite:///{root / 'gradebook.db'}"}
 
 
 def _entry(report: dict, task: str, diagnosis: str) -> dict | None:
@@ -162,3 +163,56 @@ def test_the_report_command(graded, tmp_path):
     empty = subprocess.run([sys.executable, "-m", "grading", "report", str(tmp_path / "nothing")], cwd=ROOT,
                            capture_output=True, text=True)
     assert empty.returncode == 2 and "run autograde first" in empty.stderr and len(empty.stderr.splitlines()) == 1
+
+
+def test_a_score_given_by_hand_is_the_class_reports_score_too(graded, tmp_path):
+    """A TA gives a student whose attention loop raised its 2 points in the gradebook (formgrader's manual score
+    on the grade), then runs `report`: the class report's task table and totals say what grades.csv says, and the
+    judge's diagnosis stays, marked as overridden by hand."""
+    import subprocess
+    import sys
+
+    from nbgrader.api import Gradebook
+
+    from grading.spreadsheet import read_csv
+
+    task, student, column = "test_attention_loop", _student("raises", 0), f"{NB}:test_attention_loop"
+    out = tmp_path / "out"
+    shutil.copytree(graded["out"], out)
+    with Gradebook(graded["db_url"]) as gb:
+        grade = gb.find_grade(task, NB, nbs.ASSIGNMENT, student)
+        assert (grade.auto_score, grade.manual_score) == (0.0, None)
+        grade.manual_score = 2.0
+        gb.db.commit()
+    try:
+        done = subprocess.run([sys.executable, "-m", "grading", "report", str(out), "--course", str(graded["course"]),
+                               "--db", graded["db_url"]], cwd=ROOT, capture_output=True, text=True)
+    finally:  # the gradebook is the module's: the other tests see it as graded
+        with Gradebook(graded["db_url"]) as gb:
+            gb.find_grade(task, NB, nbs.ASSIGNMENT, student).manual_score = None
+            gb.db.commit()
+    assert done.returncode == 0, done.stderr
+    maxima, *rows = read_csv(out / "grades.csv")
+    rows = [r for r in rows if r["status"] == "graded"]
+    report = json.loads((out / "class_report.json").read_text())
+    assert float(next(r for r in rows if r["id"] == student)[column]) == 2.0
+
+    for t in (t for t in report["tasks"] if t["notebook"] == NB):  # every task, the overridden one among them
+        points = [float(r[f"{NB}:{t['task']}"]) for r in rows]
+        top = float(maxima[f"{NB}:{t['task']}"])
+        assert t["students"] == len(rows) and t["max_points"] == top, t["task"]
+        assert t["full_marks"] == sum(p >= top for p in points), (t["task"], t["full_marks"])
+        assert t["mean_credit"] == pytest.approx(sum(p / top for p in points) / len(rows)), t["task"]
+        assert t["overridden"] == (t["task"] == task), t["task"]
+    before = next(t for t in graded["second"]["tasks"] if t["task"] == task)
+    now = next(t for t in report["tasks"] if t["task"] == task)
+    assert now["full_marks"] == before["full_marks"] + 1
+    assert report["totals"] == {r["id"]: float(r["total"]) for r in rows}
+    assert sorted(report["distributions"]["overall"]["scores"]) == sorted(float(r["total"]) for r in rows)
+    assert sorted(report["distributions"][NB]["scores"]) == sorted(float(r[f"{NB}:total"]) for r in rows)
+
+    raised = _entry(report, task, "raises ValueError")  # what went wrong is still the judge's finding
+    assert raised is not None and raised["students"] == [_student("raises", i) for i in range(BUGS["raises"][1])]
+    assert raised["overridden"] == [student]
+    page = (out / "class_report.html").read_text()
+    assert f"overridden by hand: 1 of {len(raised['students'])}" in page and f"1 of {len(rows)}" in page
