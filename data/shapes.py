@@ -71,7 +71,7 @@ FILE_NAME = "shapes_v1.h5"
 
 OBJECT_TYPES = [(s, c, sh) for s in SIZES for c in COLOURS for sh in SHAPES]  # 40
 # Every word of the grammar, most frequent first in the default build's captions (ties alphabetical),
-# which is the list notebook 04's build_vocab makes of them; tests/test_data.py checks that. Stored as
+# which is the list notebook 04's build_vocab makes of them (the kit's tests check that). Stored as
 # the dataset's vocabulary, whatever the build's size, so every shapes file numbers its words alike.
 VOCABULARY = SPECIAL_TOKENS + (
     "a", "large", "small", "the", "is", "there", "square", "cross", "circle", "triangle", "green",

@@ -14,7 +14,7 @@
 # %% nbgrader={"grade": false, "grade_id": "code_02", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["colab"]
 # Run this cell first. On Google Colab it installs the course kit (only what Colab lacks, once per runtime)
 # and, with USE_DRIVE, keeps your notebooks and checkpoints in one Google Drive folder. Locally it installs
-# nothing (`python3 kit.py setup` did); everywhere it makes unfinished tasks show as one line, not a traceback.
+# nothing (install the kit as the README says); everywhere it makes unfinished tasks show as one line, not a traceback.
 USE_DRIVE = True                  # Colab: work in My Drive/COURSE_DIR (Colab asks once for access to Drive)
 COURSE_DIR = "attention-course"   # the course folder in your Google Drive
 import os, subprocess, sys
@@ -291,7 +291,7 @@ print("eval mode: outputs identical:", torch.equal(drop(x, x, x)[0], drop(x, x, 
 #
 # The original Transformer is **post-norm**: $x \leftarrow \mathrm{LayerNorm}(x + \mathrm{Sublayer}(x))$. Here we use **pre-norm**: $x \leftarrow x + \mathrm{Sublayer}(\mathrm{LayerNorm}(x))$. In pre-norm, the residual path from the first layer to the last is a plain sum, never normalised, so gradients reach the early layers undiminished and training is stable from the start, with little or no learning-rate warm-up (Xiong et al., 2020, *On Layer Normalization in the Transformer Architecture*). Post-norm puts a LayerNorm on that path after every sublayer, and deep post-norm models typically need a long warm-up and careful tuning to train at all. Since notebooks 04–05 train a small model quickly, often on a laptop CPU, we prefer the robust choice.
 #
-# **Measured** by the course's `python benchmarks/bench_prenorm.py` (in the kit's repository, not in your copy), which trains a stack of 12 PyTorch encoder layers ($d_{model} = 64$, 4 heads, no dropout) to sort 12 digits, with Adam for 300 steps at a constant learning rate or with a linear warm-up over the first 100 steps, the same seed and batches for every run, and prints the mean training loss of the last 20 steps (guessing scores $\ln 10 \approx 2.30$):
+# **Measured** by a benchmark of the course's authors, which trains a stack of 12 PyTorch encoder layers ($d_{model} = 64$, 4 heads, no dropout) to sort 12 digits, with Adam for 300 steps at a constant learning rate or with a linear warm-up over the first 100 steps, the same seed and batches for every run, and prints the mean training loss of the last 20 steps (guessing scores $\ln 10 \approx 2.30$):
 #
 # | learning rate | pre-norm | pre-norm, warm-up | post-norm | post-norm, warm-up |
 # |---|---:|---:|---:|---:|
@@ -433,3 +433,10 @@ check_public("03_multi_head_attention", globals());
 # - The pre-norm decoder layer: $x + \mathrm{Sublayer}(\mathrm{LN}(x))$ around masked self-attention, cross-attention to the memory and the feed-forward network; a final LayerNorm follows the stack.
 #
 # Next, **04 · The captioning Transformer: data and model** stacks these layers on top of image features; notebooks 05 and 06 train it to write captions and decode them.
+#
+# ## Handing in
+#
+# Hand in your seven notebooks, `01_scaled_dot_product_attention.ipynb` to `07_visualizing_attention.ipynb`, and notebook 05's trained model, `runs/captioning_transformer.pt`, with that file name, in a `runs/` folder or next to the notebooks. Notebook 05's trained-model cell (3 points) grades that file: without it, those points are lost.
+#
+# - **Locally**, all of them are in the course folder, the folder of your notebooks; the model is in its `runs/` folder.
+# - **On Colab**, the course folder is `My Drive/attention-course` (or the `COURSE_DIR` you chose): your notebooks, and the model in `My Drive/attention-course/runs/`. A notebook you opened from its Colab badge and saved with *File → Save a copy in Drive* is in `My Drive/Colab Notebooks` instead, as `Copy of 0N_….ipynb`: hand in that file as it is (the grader knows a notebook by its number).

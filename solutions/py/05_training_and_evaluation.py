@@ -19,7 +19,7 @@
 # %% nbgrader={"grade": false, "grade_id": "code_02", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["colab"]
 # Run this cell first. On Google Colab it installs the course kit (only what Colab lacks, once per runtime)
 # and, with USE_DRIVE, keeps your notebooks and checkpoints in one Google Drive folder. Locally it installs
-# nothing (`python3 kit.py setup` did); everywhere it makes unfinished tasks show as one line, not a traceback.
+# nothing (install the kit as the README says); everywhere it makes unfinished tasks show as one line, not a traceback.
 USE_DRIVE = True                  # Colab: work in My Drive/COURSE_DIR (Colab asks once for access to Drive)
 COURSE_DIR = "attention-course"   # the course folder in your Google Drive
 import os, subprocess, sys
@@ -185,7 +185,7 @@ if schedule is not None:
 #
 # The optimiser is **AdamW** (Loshchilov & Hutter, 2019): Adam's update plus **weight decay**, a pull of every weight towards zero by `lr * weight_decay` of its value at each step, so that weights do not grow without need. AdamW applies it to the weights directly, apart from the gradient (*decoupled*). `torch.optim.Adam(..., weight_decay=...)` instead adds `weight_decay * w` to the gradient, and Adam's per-weight scaling then weakens that pull most for the weights with the largest gradients: the same setting does something else.
 #
-# Weight decay goes on the **weight matrices and embedding tables** (every parameter with 2 or more dimensions, `p.dim() >= 2`) and **not on the vectors**: the biases and LayerNorm's gains and shifts (`p.dim() < 2`). A vector has few numbers to overfit with, and pulling a LayerNorm gain towards 0 would only shrink the signal it passes on. Return a `torch.optim.AdamW` over all of `model`'s parameters, each in exactly one of two **parameter groups**, `[{"params": [...], "weight_decay": weight_decay}, {"params": [...], "weight_decay": 0.0}]`, with learning rate `lr` (your `train_step` sets every group's rate at each step; this is its starting value).
+# Weight decay goes on the **weight matrices and embedding tables** (every parameter with 2 or more dimensions, `p.dim() >= 2`) and **not on the vectors**: the biases and LayerNorm's gains and shifts (`p.dim() < 2`). A vector has few numbers to overfit with, and pulling a LayerNorm gain towards 0 would only shrink the signal it passes on. Return a `torch.optim.AdamW` over all of `model`'s parameters, each in exactly one of two **parameter groups**, `[{"params": [...], "weight_decay": weight_decay}, {"params": [...], "weight_decay": 0.0}]`, with learning rate `lr` (your `train_step` sets every group's rate at each step; this is its starting value). Set nothing else: AdamW's other settings stay at PyTorch's defaults (`betas=(0.9, 0.999)`, `eps=1e-8`, no `amsgrad`). The Transformer paper's `betas=(0.9, 0.98), eps=1e-9` is another sound choice, but not this task's: the check compares the weights after three steps with the defaults.
 #
 # The check looks at the group each parameter landed in, and at the weights after three AdamW steps with stored gradients.
 
@@ -366,7 +366,7 @@ check("fit/every_step", with_loader(fit))
 # *How this check works:* `with_loader(fit)` runs your loop for a few steps on a tiny stand-in model with stored weights, with a stand-in loader (three or so batches per epoch, in an order that changes each epoch, as a shuffling loader's does) and a stand-in plan of stored learning rates, and with stand-ins for the step and the validation loss that do not train: the step returns the batch's loss and moves every weight by an amount that depends on the batch and the rate, the validation reads the weights. It compares the history and the weights afterwards with the stored ones, so it tests your loop alone (which batches, in which order, at which rates, validated when), whatever your `train_step` does.
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_step_2", "locked": true, "schema_version": 3, "solution": false, "task": false}
-# **Settings.** One configuration per dataset. On `shapes`, a small model (2 layers, $d_{model} = 64$, 4 heads, about 0.15 M parameters) trains 700 steps in about 15 s on a 2-core CPU. It trains without dropout: 700 steps of 64 captions see each of the 9000 training captions about 5 times, too few to overfit (the validation loss still falls at the end, see the curve below), so dropout would only slow learning down (measured with `benchmarks/bench_training.py`: with dropout 0.1 the same 700 steps score lower, and each step takes about 1.4 times as long). The COCO configurations, with far more parameters per caption, keep it. The run takes all 700 steps on any machine: a slower one takes longer (the progress bar shows the time left) but trains the same steps with the same learning rates, so the trained-model mark does not depend on the machine. When nbgrader runs this notebook, `GRADING` is True and training is cut to 30 steps within 10 seconds (`time_limit`, with the warm-up and cosine decay compressed to fit): the graded tests don't depend on training at all, and the trained-model cell measures the checkpoint you hand in.
+# **Settings.** One configuration per dataset. On `shapes`, a small model (2 layers, $d_{model} = 64$, 4 heads, about 0.15 M parameters) trains 700 steps in about 15 s on a 2-core CPU. It trains without dropout: 700 steps of 64 captions see each of the 9000 training captions about 5 times, too few to overfit (the validation loss still falls at the end, see the curve below), so dropout would only slow learning down (measured by the course's authors: with dropout 0.1 the same 700 steps score lower, and each step takes about 1.4 times as long). The COCO configurations, with far more parameters per caption, keep it. The run takes all 700 steps on any machine: a slower one takes longer (the progress bar shows the time left) but trains the same steps with the same learning rates, so the trained-model mark does not depend on the machine. When nbgrader runs this notebook, `GRADING` is True and training is cut to 30 steps within 10 seconds (`time_limit`, with the warm-up and cosine decay compressed to fit): the graded tests don't depend on training at all, and the trained-model cell measures the checkpoint you hand in.
 #
 # **Sanity check first: overfit one small batch.** Before a long run, train a fresh model on one batch of 8 captions, as at the end of notebook 04, but now with your `train_step`: a correct step drives the loss close to zero within a few seconds. If it stalls while notebook 04's memorisation passed, look at the step (the learning rate it sets, the gradients it clears, the loss it returns).
 
@@ -478,7 +478,7 @@ if history is not None:
 #
 # ### Task 6 · `greedy_decode(model, features, max_len, start_idx=1, end_idx=2, null_idx=0)`
 #
-# Return a `(B, max_len)` int64 tensor of generated words, **without** the `<START>` token, with the `<END>` token kept, and `null_idx` after it (and in every position not generated because decoding stopped early). Create new tensors on `features.device`. Run it under `torch.no_grad()` (a decorator is fine); the model is assumed to be in eval mode already.
+# Return a `(B, max_len)` int64 tensor of generated words, **without** the `<START>` token, with the `<END>` token kept, and `null_idx` after it (and in every position not generated because decoding stopped early). `max_len` counts every generated word, `<END>` included: a caption that has not ended after `max_len` words stops there, without `<END>`. The words you may generate: whichever the model ranks highest, or every word but `<NULL>` and `<START>` (a common practice: set their logits to `-inf` before the `argmax`); either is right, and the checks' stand-in model gives those two no probability, so both give the same captions. Create new tensors on `features.device`. Run it under `torch.no_grad()` (a decorator is fine); the model is assumed to be in eval mode already.
 
 # %% nbgrader={"grade": false, "grade_id": "greedy_decode", "locked": false, "schema_version": 3, "solution": true, "task": false}
 @torch.no_grad()
@@ -802,3 +802,10 @@ check_public("05_training_and_evaluation", globals());
 # - Overfit a small batch before a long run; a low teacher-forced loss is no proof of good captions (the leaky mask).
 #
 # Next, **06 · Decoding** writes beam search for the model trained here and compares three decoders.
+#
+# ## Handing in
+#
+# Hand in your seven notebooks, `01_scaled_dot_product_attention.ipynb` to `07_visualizing_attention.ipynb`, and notebook 05's trained model, `runs/captioning_transformer.pt`, with that file name, in a `runs/` folder or next to the notebooks. Notebook 05's trained-model cell (3 points) grades that file: without it, those points are lost.
+#
+# - **Locally**, all of them are in the course folder, the folder of your notebooks; the model is in its `runs/` folder.
+# - **On Colab**, the course folder is `My Drive/attention-course` (or the `COURSE_DIR` you chose): your notebooks, and the model in `My Drive/attention-course/runs/`. A notebook you opened from its Colab badge and saved with *File → Save a copy in Drive* is in `My Drive/Colab Notebooks` instead, as `Copy of 0N_….ipynb`: hand in that file as it is (the grader knows a notebook by its number).

@@ -12,7 +12,7 @@
 # %% nbgrader={"grade": false, "grade_id": "code_02", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["colab"]
 # Run this cell first. On Google Colab it installs the course kit (only what Colab lacks, once per runtime)
 # and, with USE_DRIVE, keeps your notebooks and checkpoints in one Google Drive folder. Locally it installs
-# nothing (`python3 kit.py setup` did); everywhere it makes unfinished tasks show as one line, not a traceback.
+# nothing (install the kit as the README says); everywhere it makes unfinished tasks show as one line, not a traceback.
 USE_DRIVE = True                  # Colab: work in My Drive/COURSE_DIR (Colab asks once for access to Drive)
 COURSE_DIR = "attention-course"   # the course folder in your Google Drive
 import os, subprocess, sys
@@ -95,7 +95,7 @@ elif not RUN_MODEL:
 #
 # ### Task 1 · `beam_search(model, features, beam_width, max_len, start_idx=1, end_idx=2, null_idx=0, length_penalty=0.7)`
 #
-# `features` is `(B, R, D)`; handle one image at a time (a loop over the batch is fine) and its hypotheses as a batch: `features[b:b+1].expand(n, -1, -1)` for $n$ live hypotheses. Return the best finished caption of each image in the format of `greedy_decode`: `(B, max_len)` int64, no `<START>`, `<END>` kept, `null_idx` after it.
+# `features` is `(B, R, D)`; handle one image at a time (a loop over the batch is fine) and its hypotheses as a batch: `features[b:b+1].expand(n, -1, -1)` for $n$ live hypotheses. Return the best finished caption of each image in the format of `greedy_decode`: `(B, max_len)` int64, no `<START>`, `<END>` kept, `null_idx` after it. As there, `max_len` counts every word, `<END>` included (a hypothesis of `max_len` words is finished, with or without `<END>`), and the candidates may be every word of the vocabulary or every word but `<NULL>` and `<START>` (their log-probabilities set to `-inf`): the checks' stand-in models give those two no probability, so both give the same captions.
 
 # %% nbgrader={"grade": false, "grade_id": "beam_search", "locked": false, "schema_version": 3, "solution": true, "task": false}
 @torch.no_grad()
@@ -284,3 +284,10 @@ check_public("06_decoding", globals());
 # - Teacher forcing trains on true prefixes, generation runs on the model's own: **exposure bias**.
 #
 # Next, **07 · Visualising attention** loads the same checkpoint and looks inside the trained model.
+#
+# ## Handing in
+#
+# Hand in your seven notebooks, `01_scaled_dot_product_attention.ipynb` to `07_visualizing_attention.ipynb`, and notebook 05's trained model, `runs/captioning_transformer.pt`, with that file name, in a `runs/` folder or next to the notebooks. Notebook 05's trained-model cell (3 points) grades that file: without it, those points are lost.
+#
+# - **Locally**, all of them are in the course folder, the folder of your notebooks; the model is in its `runs/` folder.
+# - **On Colab**, the course folder is `My Drive/attention-course` (or the `COURSE_DIR` you chose): your notebooks, and the model in `My Drive/attention-course/runs/`. A notebook you opened from its Colab badge and saved with *File → Save a copy in Drive* is in `My Drive/Colab Notebooks` instead, as `Copy of 0N_….ipynb`: hand in that file as it is (the grader knows a notebook by its number).

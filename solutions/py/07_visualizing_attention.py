@@ -20,7 +20,7 @@
 # %% nbgrader={"grade": false, "grade_id": "code_02", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["colab"]
 # Run this cell first. On Google Colab it installs the course kit (only what Colab lacks, once per runtime)
 # and, with USE_DRIVE, keeps your notebooks and checkpoints in one Google Drive folder. Locally it installs
-# nothing (`python3 kit.py setup` did); everywhere it makes unfinished tasks show as one line, not a traceback.
+# nothing (install the kit as the README says); everywhere it makes unfinished tasks show as one line, not a traceback.
 USE_DRIVE = True                  # Colab: work in My Drive/COURSE_DIR (Colab asks once for access to Drive)
 COURSE_DIR = "attention-course"   # the course folder in your Google Drive
 import os, subprocess, sys
@@ -646,3 +646,10 @@ check_public("07_visualizing_attention", globals());
 # - The row of input position $t$ is the step that produces word $t+1$: draw the attention of the step that produced a word.
 # - `localisation_accuracy` turns the pictures into a number, and `chance_accuracy` says what that number would be by luck.
 # - With one region per image (fc7) cross-attention is identically 1: there is nothing to see, and only self-attention is informative.
+#
+# ## Handing in
+#
+# Hand in your seven notebooks, `01_scaled_dot_product_attention.ipynb` to `07_visualizing_attention.ipynb`, and notebook 05's trained model, `runs/captioning_transformer.pt`, with that file name, in a `runs/` folder or next to the notebooks. Notebook 05's trained-model cell (3 points) grades that file: without it, those points are lost.
+#
+# - **Locally**, all of them are in the course folder, the folder of your notebooks; the model is in its `runs/` folder.
+# - **On Colab**, the course folder is `My Drive/attention-course` (or the `COURSE_DIR` you chose): your notebooks, and the model in `My Drive/attention-course/runs/`. A notebook you opened from its Colab badge and saved with *File → Save a copy in Drive* is in `My Drive/Colab Notebooks` instead, as `Copy of 0N_….ipynb`: hand in that file as it is (the grader knows a notebook by its number).
