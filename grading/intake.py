@@ -32,6 +32,7 @@ from typing import NamedTuple
 import nbformat
 
 from . import notebooks
+from .host_bounds import Bound, PastBound, run_bounded
 from .notebooks import ASSIGNMENT
 from .outcome import StudentOutcome
 from .scan import is_student_code
@@ -294,12 +295,33 @@ def notebook_for(filename: str, known: dict[str, str]) -> str | None:
     return known.get(m.group(1)) if m else None
 
 
+# Reading a submitted notebook (JSON, then nbformat's validation) costs what its file holds, whatever of it is
+# kept: 21 MB of empty objects in its metadata (20 KB zipped) took 400 s and 4 GB. So it is read in a child
+# process within this (grading.host_bounds); an honest notebook, outputs and all, takes well under a second.
+READ_BOUND = Bound(seconds=60, memory_mb=2048)
+
+
 def read_submission(path: Path, repairs: list[str] | None = None):
-    """(notebook, None), or (None, why it cannot be read); malformed details repaired are added to `repairs`."""
+    """(notebook, None), or (None, why it cannot be read); malformed details repaired are added to `repairs`.
+    Read in a child process within READ_BOUND."""
+    def read() -> dict:
+        found: list[str] = []
+        try:
+            return {"notebook": nbformat.writes(read_any(path, found)), "repairs": found}
+        except MemoryError:  # past the bound: said as such
+            raise
+        except Exception as exc:
+            return {"error": f"corrupt notebook ({problem(exc)[:160]})"}
+
     try:
-        return read_any(path, repairs), None
-    except Exception as exc:
-        return None, f"corrupt notebook ({problem(exc)[:160]})"
+        answer = run_bounded(read, READ_BOUND)
+    except PastBound as exc:
+        return None, f"not read: reading it went past the grader's limit ({READ_BOUND}: {exc})"
+    if not isinstance(answer, dict) or "notebook" not in answer:
+        return None, answer.get("error", "corrupt notebook") if isinstance(answer, dict) else "corrupt notebook"
+    if repairs is not None:
+        repairs += answer["repairs"]
+    return nbformat.reads(answer["notebook"], as_version=4), None
 
 
 def _files(folder: Path, ignored: Ignored, prefix: Path = Path()) -> list[tuple[Path, Path]]:

@@ -18,14 +18,17 @@ counted twice.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import zipfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import h5py
+import numpy as np
 
 from . import notebooks
+from .host_bounds import Bound, PastBound, run_bounded
 
 if TYPE_CHECKING:
     from starter.compare import Case, Observation
@@ -39,6 +42,14 @@ CONFIG_INTS = {"vocab_size": 50_000, "feature_dim": 4096, "num_regions": 1024, "
                "num_layers": 12, "dim_feedforward": 8192, "max_len": 512}
 MAX_PARAMETERS = 32_000_000  # counted on PyTorch's meta device (nothing allocated): 128 MB of float32
 MAX_UNPACKED = 2 * notebooks.MAX_HANDED_IN  # the zip's members, uncompressed: no zip bomb reaches torch.load
+# The pickle part of the file (the payload's structure, its config and vocabulary; the tensors' bytes are apart):
+# a few KB for an honest one (COCO's 1004 words: about 12 KB). Its size bounds what unpickling can build: one
+# byte of pickle can make a few hundred bytes of Python objects (an empty set or dict).
+MAX_PICKLE = 256 * 2**10
+PAYLOAD_KEYS = frozenset({"format", "model_class", "config", "state_dict", "vocab", "extra", "torch"})
+# The whole measurement (both loads, the model, three decodings of 100 scenes: about 2 s here) runs in a child
+# process within this (grading.host_bounds), so no checkpoint can hold the worker.
+MEASURE_BOUND = Bound(seconds=120, memory_mb=2048)
 
 
 class UnusableCheckpoint(ValueError):
@@ -91,11 +102,15 @@ def read_checkpoint(path: Path) -> dict:
         raise UnusableCheckpoint(f"it is over {notebooks.MAX_HANDED_IN // 2**20} MB")
     try:
         with zipfile.ZipFile(path) as archive:
-            unpacked = sum(info.file_size for info in archive.infolist())
+            members = archive.infolist()
     except (zipfile.BadZipFile, OSError) as exc:
         raise UnusableCheckpoint(f"it is not a file saved by torch.save ({exc})") from None
+    unpacked = sum(info.file_size for info in members)
     if unpacked > MAX_UNPACKED:
         raise UnusableCheckpoint(f"it unpacks to {unpacked} bytes, over {MAX_UNPACKED}")
+    pickled = max((info.file_size for info in members if info.filename.endswith(".pkl")), default=0)
+    if pickled > MAX_PICKLE:
+        raise UnusableCheckpoint(f"its pickled part is {pickled} bytes, over {MAX_PICKLE} (a checkpoint's is a few KB)")
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:
@@ -104,6 +119,9 @@ def read_checkpoint(path: Path) -> dict:
     if not isinstance(payload, dict) or not isinstance(payload.get("state_dict"), dict) \
             or not isinstance(payload.get("vocab"), list):
         raise UnusableCheckpoint("it is not a checkpoint of save_checkpoint (a dict with config, state_dict, vocab)")
+    unknown = sorted(str(k)[:40] for k in payload if k not in PAYLOAD_KEYS)
+    if unknown:
+        raise UnusableCheckpoint(f"it holds entries save_checkpoint does not write: {', '.join(unknown[:5])}")
     _checked_config(payload.get("config"))
     return payload
 
@@ -115,16 +133,33 @@ def _kit() -> dict:
     return {"model_class": ns["CaptioningTransformer"], "decode": ns["greedy_decode"]}
 
 
+@contextlib.contextmanager
+def _kit_layers():
+    """While it lasts, layers="mine" are the solution's notebooks 02-03, loaded (and checked, on the CPU) before
+    the body runs: a model built on PyTorch's meta device finds them ready."""
+    from starter.layers import get_layers, layers_from
+
+    with layers_from(notebooks.SOLUTIONS):
+        get_layers("mine")
+        yield
+
+
+def warm() -> None:
+    """Load the kit's model, decoding and layers in this process, so that each bounded child forked from it
+    finds them ready instead of loading them again."""
+    _kit()
+    with _kit_layers():
+        pass
+
+
 def read_measurable(checkpoint: Path) -> dict:
     """`read_checkpoint`, and the model its configuration builds within MAX_PARAMETERS (counted on PyTorch's
     meta device, so nothing is allocated)."""
     import torch
 
-    from starter.layers import layers_from
-
     payload = read_checkpoint(checkpoint)
     try:
-        with layers_from(notebooks.SOLUTIONS), torch.device("meta"):
+        with _kit_layers(), torch.device("meta"):
             model = _kit()["model_class"](**payload["config"])
     except Exception as exc:
         raise UnusableCheckpoint(f"its config does not build the model ({type(exc).__name__}: {exc})") from None
@@ -146,14 +181,24 @@ def kit_captioner(checkpoint: Path):
 
 def measure(checkpoint: Path, cases: list[Case]) -> dict[str, Observation]:
     """Each case's observation of the model saved at `checkpoint`, captioned by the kit (`kit_captioner`); a
-    checkpoint that cannot be measured is each case's error, in one line."""
+    checkpoint that cannot be measured is each case's error, in one line. In this process: see
+    `measure_bounded`."""
     from starter.compare import Observation, observe
 
     try:
         read_measurable(checkpoint)
     except UnusableCheckpoint as exc:
         return {c.name: Observation(c.name, error=f"the trained model was not measured: {exc}") for c in cases}
-    captioner = kit_captioner(checkpoint)
+    kit = kit_captioner(checkpoint)
+    decoded: dict[bytes, object] = {}
+
+    def captioner(features, words):  # the hidden cases share their scenes: each set is decoded once
+        key = features.numpy().tobytes() + repr(words).encode()
+        if key not in decoded:
+            decoded[key] = kit(features, words)
+        return decoded[key]
+
+    captioner.__name__ = kit.__name__
     found = {}
     for case in cases:
         obs = observe(case, captioner)
@@ -163,10 +208,42 @@ def measure(checkpoint: Path, cases: list[Case]) -> dict[str, Observation]:
     return found
 
 
+def measure_bounded(checkpoint: Path, cases: list[Case]) -> dict[str, Observation]:
+    """`measure` in a child process within MEASURE_BOUND; past it, each case's error says so."""
+    from starter.compare import Observation
+
+    warm()
+
+    def as_data() -> dict:
+        import torch
+
+        # a child forked from a process whose torch has run threads: more than one would wait for the parent's
+        # thread pool, which the fork did not copy (as in a DataLoader's workers)
+        torch.set_num_threads(1)
+        return {name: {"error": obs.error, "captions": obs.outputs["captions"].tolist() if "captions" in obs.outputs
+                       else None, "dtype": obs.dtypes.get("captions", "")}
+                for name, obs in measure(checkpoint, cases).items()}
+
+    try:
+        found = run_bounded(as_data, MEASURE_BOUND)
+    except PastBound as exc:
+        why = f"the trained model was not measured: measuring it went past the grader's limit ({MEASURE_BOUND}: {exc})"
+        return {c.name: Observation(c.name, error=why) for c in cases}
+    out = {}
+    for case in cases:
+        got = found.get(case.name, {}) if isinstance(found, dict) else {}
+        if got.get("captions") is None:
+            out[case.name] = Observation(case.name, error=got.get("error") or "the trained model was not measured")
+        else:
+            out[case.name] = Observation(case.name, outputs={"captions": np.asarray(got["captions"], dtype=np.int64)},
+                                         dtypes={"captions": got["dtype"]})
+    return out
+
+
 def measure_notebook(stem: str, folder: Path | None, reference_dirs: list[Path],
                      public: frozenset[str]) -> dict[str, Observation]:
     """The observations of notebook `stem`'s cases measured here (none but notebook 05's hidden trained-model
-    cases), from the checkpoint handed in beside it in `folder`."""
+    cases), from the checkpoint handed in beside it in `folder`, within MEASURE_BOUND."""
     from starter.compare import load_case
 
     names = outside_cases(stem, reference_dirs, public) if stem == NOTEBOOK else []
@@ -174,4 +251,4 @@ def measure_notebook(stem: str, folder: Path | None, reference_dirs: list[Path],
         return {}
     cases = [load_case(n, [Path(d) for d in reference_dirs]) for n in names]
     checkpoint = (folder if folder is not None else Path(".")) / notebooks.TRAINED_CHECKPOINT
-    return measure(checkpoint, cases)
+    return measure_bounded(checkpoint, cases)

@@ -120,3 +120,21 @@ def test_plain_text_code_replaces_the_highlighting_in_the_feedback_exporter():
     plain, _ = FeedbackHTMLExporter(config=config, template_name="lab").from_notebook_node(nb)
     assert '<span class="k">def</span>' in highlighted and '<span class="k">def</span>' not in plain
     assert "<pre>def f(x):\n    return x &lt; 1</pre>" in plain
+
+
+def test_intake_reads_each_notebook_within_its_bound_and_grades_the_others(tmp_path, monkeypatch):
+    """A notebook's JSON can be cheap to send and dear to read (21 MB of empty objects in its metadata, 20 KB
+    zipped, took 400 s and 4 GB): intake reads it in a child within READ_BOUND. Past it (here 2 MB of metadata
+    under a bound of 64 MB, which no such read fits in), that notebook is not graded, with the reason, and
+    the student's others are."""
+    from grading import intake as intake_module
+
+    nb = filled_submission(NB)
+    nb.metadata["junk"] = [{} for _ in range(2**20)]
+    write_nb(nb, tmp_path / "subs" / "alice" / f"{NB}.ipynb")
+    write_nb(filled_submission(OTHER), tmp_path / "subs" / "alice" / f"{OTHER}.ipynb")
+    monkeypatch.setattr(intake_module, "READ_BOUND", Bound(seconds=30, memory_mb=64))
+    [alice], _ = intake(tmp_path / "subs", tmp_path / "course")
+    assert list(alice.notebooks) == [OTHER], alice.notes
+    [note] = [n for n in alice.notes if n.startswith(f"{NB}.ipynb: not graded: ")]
+    assert "reading it went past the grader's limit (30 s or 64 MB" in note, note

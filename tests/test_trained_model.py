@@ -73,7 +73,11 @@ def fresh_checkpoint(path: Path, seed: int = 0) -> Path:
 
 
 def verdicts(folder: Path) -> dict[str, str | None]:
-    """Each hidden trained-model case's diagnosis (None: passed) for the checkpoint handed in in `folder`."""
+    """Each hidden trained-model case's diagnosis (None: passed) for the checkpoint handed in in `folder`, as a
+    worker that has not loaded any layers yet measures it."""
+    from starter import layers
+
+    layers._cache.clear()  # layers="mine" loaded for the first time in this process, as in a new worker
     observed = trained_model.measure_notebook(NB05, folder, DIRS, judge.public_case_names())
     assert set(observed) == set(hidden_trained_names())
     out = {}
@@ -133,6 +137,8 @@ def honest_payload(tmp_path_factory):
     ("unknown_argument", "arguments CaptioningTransformer does not take: backdoor"),
     ("huge_positional_table", "max_len = 100000000 is not a whole number from 1 to 512"),
     ("too_many_weights", "over 32000000"),
+    ("object_bomb", "its pickled part is"),
+    ("extra_entries", "entries save_checkpoint does not write: zzjunk"),
     ("string_size", "d_model = '64' is not a whole number"),
 ])
 def test_a_checkpoint_that_cannot_be_measured_is_one_line(tmp_path, honest_payload, kind, expected):
@@ -152,6 +158,9 @@ def test_a_checkpoint_that_cannot_be_measured_is_one_line(tmp_path, honest_paylo
         "too_many_weights": _saved({**honest_payload, "config": {**config, "d_model": 1024, "num_heads": 8,
                                                                   "dim_feedforward": 8192, "num_layers": 12}}),
         "string_size": _saved({**honest_payload, "config": {**config, "d_model": "64"}}),
+        # a small file whose pickle unpacks to many objects (an empty set or dict per few bytes)
+        "object_bomb": _saved({**honest_payload, "extra": {"junk": [{} for _ in range(200_000)]}}),
+        "extra_entries": _saved({**honest_payload, "zzjunk": 1}),
     }.get(kind)
     if content is not None:
         path.write_bytes(content)
@@ -181,3 +190,16 @@ def test_why_a_checkpoint_was_not_measured_is_said_in_full_and_only_for_the_grad
     for case in (c for c in recorded.cases if not c.public):
         assert case.diagnosis != judge.NOT_MEASURED and why not in case_message(case), case
     assert graded.points == recorded.points == 0.0
+
+
+def test_a_measurement_past_the_graders_limit_is_each_cases_error(tmp_path, honest_payload, monkeypatch):
+    """The measurement runs in a child process within MEASURE_BOUND: past it, the worker goes on and each hidden
+    case says why (here a limit no measurement meets)."""
+    from grading.host_bounds import Bound
+
+    folder = tmp_path / "student"
+    (folder / "runs").mkdir(parents=True)
+    torch.save(honest_payload, folder / nbs.TRAINED_CHECKPOINT)
+    monkeypatch.setattr(trained_model, "MEASURE_BOUND", Bound(seconds=0.01, memory_mb=2048))
+    found = verdicts(folder)
+    assert all(m and "went past the grader's limit" in m for m in found.values()), found
