@@ -714,6 +714,20 @@ def share_exactly_right(words, captions: np.ndarray, references: np.ndarray) -> 
     return float(np.mean([caption in text(refs) for caption, refs in zip(text(captions), references)]))
 
 
+def measured(case: Case, obs: Observation) -> str:
+    """What a passed case measured, for its line ("" for a case that compares outputs): a trained-model case's
+    share of images captioned exactly right, and the share it asks for."""
+    share = next((p for p in case.properties if p[0] == "exact_match_at_least"), None)
+    got = None if share is None else obs.outputs.get(share[1])
+    if share is None or got is None or got.ndim != 2 or got.dtype.kind not in "iu":
+        return ""
+    refs = case.expected[share[1]]
+    if len(got) != len(refs):
+        return ""
+    return (f"the model captions {share_exactly_right(case.const_args[0], got, refs):.0%} of the {len(refs)} new "
+            f"scenes exactly right (this case asks for {float(share[2]):.0%})")
+
+
 def _exact_match(case: Case, obs: Observation, out: str, need: float) -> Diagnosis | None:
     """A trained model's outcome: enough of its captions must be exactly right (case.expected[out] holds the
     references of each image; the model's captions are case.outputs' `out`)."""
@@ -817,7 +831,7 @@ def read_observations(folder: Path, max_files: int = 2000) -> tuple[dict[str, Ob
 
 
 __all__ = ["CheckFailed", "Case", "load_case", "case_file", "case_names", "reference_dirs", "value_dropout",
-           "Observation", "observe", "Diagnosis", "diagnose", "verdict", "share_exactly_right", "record",
+           "Observation", "observe", "Diagnosis", "diagnose", "verdict", "share_exactly_right", "measured", "record",
            "read_observations", "MATRIX_PRODUCTS", "READY_MADE_SOFTMAX", "RULES"]
 
 

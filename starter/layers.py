@@ -170,10 +170,14 @@ class ToyCaptioner(nn.Module):
     Same call as the captioning model, ``forward(features (B, R, D), captions (B, T)) -> logits
     (B, T, V)``, causal (the logits at step t depend on tokens 0..t only), and sensitive to every earlier
     token, to its position and to the image. It is not a Transformer and it is not trained.
+    ``unsaid``: word indices it gives no probability (a logit of -1e4, so softmax gives them exactly 0 and
+    log-probabilities stay finite); the decoding checks pass ``[null_idx, start_idx]``, so that a decoder that
+    never writes ``<NULL>`` or ``<START>`` and one that writes whatever ranks highest give the same captions.
     """
 
-    def __init__(self, vocab_size, feature_dim, hidden=16, max_len=64):
+    def __init__(self, vocab_size, feature_dim, hidden=16, max_len=64, unsaid=()):
         super().__init__()
+        self.unsaid = [int(i) for i in unsaid]  # not a parameter: the stored weights stay as they are
         self.token = nn.Embedding(vocab_size, hidden)
         self.context = nn.Embedding(vocab_size, hidden)
         self.position = nn.Embedding(max_len, hidden)
@@ -185,7 +189,10 @@ class ToyCaptioner(nn.Module):
         ctx = self.context(captions).cumsum(1) / torch.arange(1, T + 1, device=captions.device,
                                                              dtype=features.dtype)[:, None]
         h = self.token(captions) + ctx + self.position.weight[:T] + self.image(features.mean(1))[:, None]
-        return self.out(torch.tanh(h))
+        logits = self.out(torch.tanh(h))
+        if self.unsaid:
+            logits = logits.index_fill(-1, torch.tensor(self.unsaid, device=logits.device), -1e4)
+        return logits
 
 
 class BigramCaptioner(nn.Module):

@@ -323,9 +323,10 @@ def test_the_loop_rules_let_the_written_out_loop_run_with_dot_products_of_any_sp
     check("loop/basic", namespace["attention_loop"])
 
 
-def test_a_trained_model_is_measured_by_its_exact_captions():
+def test_a_trained_model_is_measured_by_its_exact_captions(capsys):
     """The trained-model cases count captions that are one of their image's references, word for word up to
-    <END> (any phrasing; what follows <END> does not count), against the case's mark."""
+    <END> (any phrasing; what follows <END> does not count), against the case's mark; a pass shows both figures
+    on its line, and nothing goes to stderr (nbgrader gives a cell that writes there no points)."""
     from starter.checks import load_case
 
     case = load_case("trained/new_scenes")
@@ -339,7 +340,11 @@ def test_a_trained_model_is_measured_by_its_exact_captions():
             return out
         return captions
 
+    capsys.readouterr()
     check("trained/new_scenes", captioner(0.9))
+    shown = capsys.readouterr()
+    assert shown.out == ("\u2713 trained/new_scenes passed: the model captions 90% of the 100 new scenes exactly "
+                         "right (this case asks for 65%)\n") and not shown.err, shown
     message = _message("trained/new_scenes", captioner(0.5))
     assert "captions 50% of these 100 images exactly right" in message and "asks for 65%" in message, message
     assert "expected (100, words) integer captions" in _message("trained/new_scenes", lambda f, w: f[:, :, 0])

@@ -708,6 +708,15 @@ PIPELINE_BUGS = [  # (case, look-alike buggy answer, words the one-line message 
          {"params": [p for n, p in model.named_parameters() if not (n.endswith("weight") and n not in
                                                                     ("norm.weight", "embed.weight"))],
           "weight_decay": 0.0}], lr=lr)), "embedding tables"),
+    # the Transformer paper's Adam settings (betas=(0.9, 0.98), eps=1e-9): the text keeps AdamW's defaults
+    ("optimizer/basic", P.with_param_groups(lambda model, lr, weight_decay: torch.optim.AdamW(
+        [{"params": [p for p in model.parameters() if p.ndim > 1], "weight_decay": weight_decay},
+         {"params": [p for p in model.parameters() if p.ndim < 2], "weight_decay": 0.0}], lr=lr, betas=(0.9, 0.98),
+        eps=1e-9)), "keep AdamW's defaults for betas and eps"),
+    ("optimizer/basic", P.with_param_groups(lambda model, lr, weight_decay: torch.optim.AdamW(
+        [{"params": [p for p in model.parameters() if p.ndim > 1], "weight_decay": weight_decay},
+         {"params": [p for p in model.parameters() if p.ndim < 2], "weight_decay": 0.0}], lr=lr, betas=(0.8, 0.99))),
+     "AdamW's other settings (betas, eps, amsgrad) at their defaults"),
     ("step/sgd", P.with_optimizer(_step_with(zero=False)), "accumulate"),
     ("step/sgd_clipped", P.with_optimizer(_step_with(clip_first=False)), "unclipped"),
     ("step/adamw", P.with_optimizer(_step_with(set_lr=False)), "`lr` is not used"),
@@ -853,6 +862,56 @@ def test_each_part_of_the_spec_is_seen_by_a_hidden_case(bug):
             failed[name] = str(failure)
     assert failed.keys() & hidden, f"{bug}: no hidden case fails, so no point is lost ({sorted(failed)} fail)"
     assert all(words in failed[n] and "\n" not in failed[n] for n in failed.keys() & hidden), failed
+
+
+# ---- what decoding may produce: the text allows a decoder that never writes <NULL> or <START> --------------
+# (grade_id, [(old, new)]): the solution edited to leave those two words out, as common practice does
+NO_SPECIAL_WORDS = {
+    "greedy decoding": ("05_training_and_evaluation", "greedy_decode", [
+        ("model(features, words)[:, -1].argmax(dim=-1)",
+         "model(features, words)[:, -1].index_fill(-1, torch.tensor([null_idx, start_idx], device=device), "
+         "float('-inf')).argmax(dim=-1)")]),
+    "beam search, renormalised without them": ("06_decoding", "beam_search", [
+        ("model(features[b:b + 1].expand(n, -1, -1), words)[:, -1], dim=-1)",
+         "model(features[b:b + 1].expand(n, -1, -1), words)[:, -1].index_fill(-1, torch.tensor([null_idx, start_idx], "
+         "device=device), float('-inf')), dim=-1)")]),
+}
+
+
+@pytest.mark.parametrize("reading", sorted(NO_SPECIAL_WORDS))
+def test_a_decoder_that_never_writes_null_or_start_earns_full_marks(reading):
+    """The text lets a decoder take whatever word ranks highest or leave <NULL> and <START> out: the stand-in
+    models give those two no probability, so both readings earn every point of the test cell, scored by the
+    judge on every public and hidden case."""
+    from grading.judge import judge_cell
+    from starter.compare import observe
+
+    stem, grade_id, edits = NO_SPECIAL_WORDS[reading]
+    ns = _mutant(grade_id, edits)
+    assert ns[grade_id] is not nbs.captioning_solution()[grade_id], "the edit was not made"
+    cell = next(c for c in nbs.test_cells(nbs.read(nbs.SOLUTIONS / f"{stem}.ipynb"))
+                if nbs.nbgrader_meta(c)["grade_id"] == f"test_{grade_id}")
+    names = [m.group("case") for m in nbs.CHECK_CALL.finditer(cell.source)]
+    assert set(names) & _hidden_case_names(), "the cell runs hidden cases"
+    observations = {name: observe(load_case(name), _answer(ns, load_case(name).target)) for name in names}
+    points = float(nbs.nbgrader_meta(cell)["points"])
+    result = judge_cell(f"test_{grade_id}", cell.source, points, observations,
+                        [nbs.PUBLIC_REFERENCES, nbs.HIDDEN_REFERENCES], nbs.public_case_names(), "did not run")
+    assert result.points == points, [(c.case, c.message) for c in result.cases if not c.passed]
+    assert all(c.passed for c in result.cases), [(c.case, c.message) for c in result.cases if not c.passed]
+
+
+def test_the_decoding_stand_ins_give_null_and_start_no_probability():
+    """What the text says of the checks' stand-in models: <NULL> and <START> have probability 0 after any prefix."""
+    for name in _names("greedy") + _names("beam"):
+        case = load_case(name)
+        if "probabilities" in case.init:  # the worked example's bigram table: a probability of 1e-13 at most
+            continue
+        k = case.const_kwargs
+        model, feats = _toy(case), _t(case.inputs["features"]).double()
+        prefix = torch.randint(case.init["vocab_size"], (feats.shape[0], 5), generator=torch.Generator().manual_seed(0))
+        probs = model(feats, prefix).softmax(-1)
+        assert (probs[..., [k["null_idx"], k["start_idx"]]] == 0).all(), name
 
 
 # Bugs that give the same captions as a known bug on some case, though their cause is another: what the check

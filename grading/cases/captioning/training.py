@@ -151,6 +151,9 @@ def _optimizer_bug(kind):
                                       {"params": none, "weight_decay": 0.0}])
         if kind == "matrices_only":
             return torch.optim.AdamW(decay, lr=lr, weight_decay=weight_decay)
+        if kind == "paper_betas":  # the Transformer paper's Adam settings; eps alone barely moves three steps
+            return torch.optim.AdamW([{"params": decay, "weight_decay": weight_decay},
+                                      {"params": none, "weight_decay": 0.0}], lr=lr, betas=(0.9, 0.98), eps=1e-9)
         optimizer = torch.optim.Adam if kind == "adam" else torch.optim.AdamW
         return optimizer([{"params": decay, "weight_decay": weight_decay}, {"params": none, "weight_decay": 0.0}],
                          lr=lr)
@@ -170,6 +173,9 @@ OPTIMIZER_BUGS = {
                      "exactly one group.",
     "adam": "torch.optim.Adam adds the weight decay to the gradient, where Adam's scaling changes it; AdamW shrinks "
             "the weights directly (decoupled weight decay): use torch.optim.AdamW.",
+    "paper_betas": "the groups are right, but the weights after the steps are those AdamW gives with betas=(0.9, 0.98) "
+                   "(the Transformer paper's Adam settings): set only lr and the weight decay, and keep AdamW's "
+                   "defaults for betas and eps (0.9, 0.999 and 1e-8).",
 }
 
 
@@ -321,7 +327,8 @@ def _optimizer_spec(c: OptimizerCase) -> CaseSpec:
         outputs=["groups", "parameters"], atol=1e-6, rtol=1e-5,
         variants=_variants(OPTIMIZER_BUGS, _optimizer_bug, with_param_groups), public=c.public,
         hint="torch.optim.AdamW([{'params': the parameters with p.dim() >= 2, 'weight_decay': weight_decay}, "
-             "{'params': the others, 'weight_decay': 0.0}], lr=lr).")
+             "{'params': the others, 'weight_decay': 0.0}], lr=lr), AdamW's other settings (betas, eps, amsgrad) "
+             "at their defaults.")
 
 
 def _step_spec(c: StepCase, g: torch.Generator) -> CaseSpec:
