@@ -52,6 +52,13 @@ PAYLOAD_KEYS = frozenset({"format", "model_class", "config", "state_dict", "voca
 MEASURE_BOUND = Bound(seconds=120, memory_mb=2048)
 
 
+def not_measured(name: str, why: str) -> Observation:
+    """Case `name`'s observation when the trained model could not be measured, saying why in one line."""
+    from starter.compare import Observation
+
+    return Observation(name, error=f"the trained model was not measured: {why}")
+
+
 class UnusableCheckpoint(ValueError):
     """The checkpoint handed in cannot be measured; the message is one line that says why."""
 
@@ -183,12 +190,12 @@ def measure(checkpoint: Path, cases: list[Case]) -> dict[str, Observation]:
     """Each case's observation of the model saved at `checkpoint`, captioned by the kit (`kit_captioner`); a
     checkpoint that cannot be measured is each case's error, in one line. In this process: see
     `measure_bounded`."""
-    from starter.compare import Observation, observe
+    from starter.compare import observe
 
     try:
         read_measurable(checkpoint)
     except UnusableCheckpoint as exc:
-        return {c.name: Observation(c.name, error=f"the trained model was not measured: {exc}") for c in cases}
+        return {c.name: not_measured(c.name, str(exc)) for c in cases}
     kit = kit_captioner(checkpoint)
     decoded: dict[bytes, object] = {}
 
@@ -203,7 +210,7 @@ def measure(checkpoint: Path, cases: list[Case]) -> dict[str, Observation]:
     for case in cases:
         obs = observe(case, captioner)
         if obs.error:  # it loaded but would not caption (weights that do not fit the model, another dataset)
-            obs = Observation(case.name, error=f"the trained model was not measured: {obs.error}")
+            obs = not_measured(case.name, obs.error)
         found[case.name] = obs
     return found
 
@@ -227,13 +234,14 @@ def measure_bounded(checkpoint: Path, cases: list[Case]) -> dict[str, Observatio
     try:
         found = run_bounded(as_data, MEASURE_BOUND)
     except PastBound as exc:
-        why = f"the trained model was not measured: measuring it went past the grader's limit ({MEASURE_BOUND}: {exc})"
-        return {c.name: Observation(c.name, error=why) for c in cases}
+        why = f"measuring it went past the grader's limit ({MEASURE_BOUND}: {exc})"
+        return {c.name: not_measured(c.name, why) for c in cases}
     out = {}
     for case in cases:
         got = found.get(case.name, {}) if isinstance(found, dict) else {}
         if got.get("captions") is None:
-            out[case.name] = Observation(case.name, error=got.get("error") or "the trained model was not measured")
+            out[case.name] = Observation(case.name, error=str(got["error"])) if got.get("error") \
+                else not_measured(case.name, "the measurement gave no captions")
         else:
             out[case.name] = Observation(case.name, outputs={"captions": np.asarray(got["captions"], dtype=np.int64)},
                                          dtypes={"captions": got["dtype"]})
