@@ -32,7 +32,7 @@ from .runtime import TRAINED_MODEL, OneLineError
 
 __all__ = ["TorchDecoderLayer", "LearnedPositionalEncoding", "get_layers", "LayerLoadError",
            "ToyCaptioner", "BigramCaptioner", "with_model", "with_bigram", "with_attention", "follows_module",
-           "trained_captioner"]
+           "trained_captioner", "matches_torch_decoder"]
 
 
 class TorchDecoderLayer(nn.TransformerDecoderLayer):
@@ -86,6 +86,55 @@ class LearnedPositionalEncoding(nn.Module):
         if len(positions) > self.max_len:  # a lookup past the table would fail on a GPU without a message
             raise ValueError(f"sequence of length {len(positions)} is longer than max_len={self.max_len}")
         return self.dropout(x + self.embedding(positions).to(x.dtype))
+
+
+def matches_torch_decoder(model, features, captions, atol=1e-5) -> bool:
+    """Whether ``model`` (a captioning model built with ``layers="torch"``) computes what PyTorch's own
+    ``nn.TransformerDecoder`` computes with the same weights: True when its logits equal ``vocab_head`` of
+    that stack (which applies the final LayerNorm itself) under PyTorch's causal mask.
+
+    The stack is given the very vectors your model hands its first decoder layer (the words and the image
+    memory, recorded while your forward runs), so this compares your decoder stack, its causal mask and
+    what comes after it, not how those vectors were made: the checks of the task do that. Eval mode (no
+    dropout), no gradients; the model's mode is restored afterwards.
+    """
+    layers = list(model.decoder_layers)
+    if not layers or not all(isinstance(layer, nn.TransformerDecoderLayer) for layer in layers):
+        raise TypeError('build the model with layers="torch": the comparison copies weights into '
+                        "nn.TransformerDecoderLayer")
+    first = layers[0]
+    norm = nn.LayerNorm(model.final_norm.normalized_shape, eps=model.final_norm.eps)
+    norm.load_state_dict(model.final_norm.state_dict())
+    stack = nn.TransformerDecoder(
+        nn.TransformerDecoderLayer(first.linear1.in_features, first.self_attn.num_heads, first.linear1.out_features,
+                                   dropout=0.0, batch_first=True, norm_first=True),
+        num_layers=len(layers), norm=norm)
+    for theirs, yours in zip(stack.layers, layers):
+        theirs.load_state_dict(yours.state_dict())
+    stack = stack.to(device=model.final_norm.weight.device, dtype=model.final_norm.weight.dtype).eval()
+
+    seen = []  # (words, memory) as handed to the first decoder layer, once per call
+
+    def record(module, args, kwargs):
+        words = args[0] if args else kwargs["tgt"]
+        memory = args[1] if len(args) > 1 else kwargs["memory"]
+        seen.append((words.detach(), memory.detach()))
+
+    was_training = model.training
+    handle = first.register_forward_pre_hook(record, with_kwargs=True)
+    try:
+        with torch.no_grad():
+            logits = model.eval()(features, captions)
+            if not seen:
+                raise RuntimeError("the model never called its first decoder layer")
+            words, memory = seen[0]
+            blocked = nn.Transformer.generate_square_subsequent_mask(words.shape[1], device=words.device,
+                                                                     dtype=words.dtype)
+            expected = model.vocab_head(stack(words, memory, tgt_mask=blocked))
+    finally:
+        handle.remove()
+        model.train(was_training)
+    return tuple(logits.shape) == tuple(expected.shape) and bool(torch.allclose(logits, expected, atol=atol))
 
 
 # ------------------------------------------------------------------------------------ the switch

@@ -524,23 +524,15 @@ check("captioner/attention_three_layers", with_attention(CaptioningTransformer))
 ### END HIDDEN TESTS
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_10", "locked": true, "schema_version": 3, "solution": false, "task": false}
-# **Cross-check against PyTorch.** With `layers="torch"` your model's decoder layers are `nn.TransformerDecoderLayer`s, so the same computation can be assembled from PyTorch's `nn.TransformerDecoder` (which applies the final LayerNorm itself) by copying the weights; the causal mask is inverted to PyTorch's True = blocked:
+# **Cross-check against PyTorch.** With `layers="torch"` your model's decoder layers are `nn.TransformerDecoderLayer`s, so the same computation can be done by PyTorch's own `nn.TransformerDecoder` (which applies the final LayerNorm itself) with your layers' weights copied into it. `matches_torch_decoder` (in `starter/layers.py`) records the word vectors and the image memory your forward hands its first decoder layer, runs PyTorch's stack on them with PyTorch's causal mask (True = blocked, the opposite of ours), applies your `vocab_head`, and says whether that equals your logits. A missing or inverted causal mask, a skipped final norm or layers applied in another order all show up as `False`:
 
 # %% nbgrader={"grade": false, "grade_id": "code_11", "locked": true, "schema_version": 3, "solution": false, "task": false}
+from starter.layers import matches_torch_decoder
+
 torch_model = CaptioningTransformer(len(vocab), ds.feature_dim, ds.num_regions, layers="torch").eval()
-stack = nn.TransformerDecoder(nn.TransformerDecoderLayer(64, 4, 256, batch_first=True, norm_first=True),
-                              num_layers=2, norm=nn.LayerNorm(64)).eval()
-for mine, theirs in zip(torch_model.decoder_layers, stack.layers):
-    theirs.load_state_dict(mine.state_dict())
-stack.norm.load_state_dict(torch_model.final_norm.state_dict())
 with torch.no_grad():
-    T = captions.shape[1]
-    memory = torch_model.feature_proj(features) + torch_model.region_embed.weight
-    x = torch_model.pos_encoding(torch_model.word_embed(captions))
-    causal = torch.ones(T, T, dtype=torch.bool).tril()
-    expected = torch_model.vocab_head(stack(x, memory, tgt_mask=~causal))
     logits, att = torch_model(features, captions, return_attention=True)
-print("logits", tuple(logits.shape), "| matches nn.TransformerDecoder:", torch.allclose(logits, expected, atol=1e-5))
+print("logits", tuple(logits.shape), "| matches nn.TransformerDecoder:", matches_torch_decoder(torch_model, features, captions))
 print("self-attention per layer", [tuple(w.shape) for w in att["self"]], "| cross", [tuple(w.shape) for w in att["cross"]])
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_12", "locked": true, "schema_version": 3, "solution": false, "task": false}
