@@ -378,6 +378,11 @@ _BEGIN, _END = re.compile(r"^\s*### BEGIN SOLUTION"), re.compile(r"^\s*### END S
 def answers() -> dict[str, list[str]]:
     """{"<grade_id>[.<method>]": node types} of every solution block, as a function: the def line of the
     function the block is in, with the block as its whole body."""
+    return {name: node_types(fn) for name, fn in answer_functions().items()}
+
+
+def answer_functions() -> dict[str, ast.FunctionDef]:
+    """{"<nb>.<grade_id>[.<method>]": the solution block as a function (see answers), docstrings dropped}."""
     found = {}
     for path in nbs.solution_notebooks():
         for cell in nbs.read(path).cells:
@@ -393,7 +398,7 @@ def answers() -> dict[str, list[str]]:
                 fn.body = ast.parse(textwrap.dedent("\n".join(lines[begin + 1:end]))).body
                 grade_id = nbs.nbgrader_meta(cell)["grade_id"]
                 name = grade_id if owner.name == grade_id else f"{grade_id}.{owner.name}"
-                found[f"{path.name[:2]}.{name}"] = node_types(_without_docstrings(ast.Module([fn], [])).body[0])
+                found[f"{path.name[:2]}.{name}"] = _without_docstrings(ast.Module([fn], [])).body[0]
     return found
 
 
