@@ -330,10 +330,28 @@ README = notebooks.ROOT / "README.md"
 # the README's block of run figures, between these two lines, is written by a run of every notebook
 RUN_FIGURES = ("<!-- run figures: written by `python3 kit.py run` (grading/execute.py); do not edit by hand -->",
                "<!-- end of run figures -->")
-# the course's estimate of a student's time per notebook (its tasks and written questions, once the lecture is
-# understood); an estimate, not a measurement, kept beside the measured figures so that the two are read together
-STUDENT_HOURS = {"01": "2-3 h", "02": "1.5-2 h", "03": "2-3 h", "04": "3-4 h", "05": "3-4 h", "06": "2-3 h",
-                 "07": "2-3 h"}
+# the course's estimate of a student's time on a notebook, from what the notebook asks: its text read closely
+# (technical prose with formulas and code, about 100 words a minute), each point of an automatic check (writing,
+# testing and fixing the code: about 8 minutes a point) and each point of a written question (about 12 minutes)
+READING_WORDS_PER_MINUTE = 100
+MINUTES_PER_CHECKED_POINT = 8
+MINUTES_PER_WRITTEN_POINT = 12
+MOST_HOURS = 3.5  # a sitting: no notebook's estimate may exceed it (tests/test_execute.py)
+
+
+def student_hours(path: Path) -> float:
+    """The estimated hours a student spends on notebook `path` (the release or the solution: the same text and
+    points), rounded to a quarter of an hour."""
+    cells = notebooks.read(path).cells
+    words = sum(len(c.source.split()) for c in cells if c.cell_type == "markdown"
+                and not notebooks.nbgrader_meta(c).get("grade"))  # a written answer's model text is not read
+    minutes = words / READING_WORDS_PER_MINUTE
+    for c in cells:
+        meta = notebooks.nbgrader_meta(c)
+        if meta.get("grade"):
+            per_point = MINUTES_PER_WRITTEN_POINT if c.cell_type == "markdown" else MINUTES_PER_CHECKED_POINT
+            minutes += per_point * meta.get("points", 0)
+    return round(minutes / 15) / 4
 
 
 def notebook_points(path: Path) -> int:
@@ -356,14 +374,16 @@ def run_figures(results: list[dict], date: str | None = None, machine: str | Non
              f"Measured by `python3 kit.py run` on {date or time.strftime('%Y-%m-%d')} ({machine or _machine()}): each "
              "solution notebook run top to bottom in a fresh kernel, on the default data; \"all\" is the whole run's wall "
              "time (each kernel starts, and imports torch, while the notebook before runs, which takes about 1 s "
-             "off each run time from 02 on). A student's time is the course's estimate, "
-             "not a measurement.", "",
+             "off each run time from 02 on). A student's time is the course's estimate, not a measurement: the "
+             f"text read at {READING_WORDS_PER_MINUTE} words a minute, {MINUTES_PER_CHECKED_POINT} minutes per point "
+             f"of an automatic check and {MINUTES_PER_WRITTEN_POINT} per point of a written question "
+             "(grading/execute.py, `student_hours`).", "",
              "| notebook | points | run time | tests passed | key numbers | a student's time (estimate) |",
              "|---|---:|---:|---:|---|---:|"]
     points = {r["name"]: notebook_points(notebooks.SOLUTIONS / f"{r['name']}.ipynb") for r in results}
     for r in results:
         lines.append(f"| `{r['name']}` | {points[r['name']]} | {r['seconds']:.0f} s | {r['tests_passed']}/{r['tests']} | "
-                     f"{format_numbers(r['numbers'])} | {STUDENT_HOURS.get(r['name'][:2], '-')} |")
+                     f"{format_numbers(r['numbers'])} | {student_hours(notebooks.SOLUTIONS / (r['name'] + '.ipynb')):.2f} h |")
     total = sum(r["seconds"] for r in results) if wall is None else wall
     lines.append(f"| all | {sum(points.values())} | {total:.0f} s | | | |")
     return "\n".join([*lines, "", RUN_FIGURES[1]])

@@ -31,7 +31,7 @@ from torch import nn
 from .runtime import TRAINED_MODEL, OneLineError
 
 __all__ = ["TorchDecoderLayer", "LearnedPositionalEncoding", "get_layers", "LayerLoadError",
-           "ToyCaptioner", "BigramCaptioner", "with_model", "with_bigram", "with_attention", "follows_module",
+           "ToyCaptioner", "BigramCaptioner", "with_model", "with_bigram", "with_sampler", "with_attention", "follows_module",
            "trained_captioner", "matches_torch_decoder"]
 
 
@@ -283,6 +283,19 @@ def with_model(fn_of_model, model_class=ToyCaptioner):
 
     Decoding.__name__ = Decoding.__qualname__ = getattr(fn_of_model, "__name__", "function")
     return Decoding
+
+
+def with_sampler(fn_of_model):
+    """``with_model`` for a decoder that draws at random: the case's ``seed`` becomes
+    ``generator=torch.Generator().manual_seed(seed)``, so that the same draws give the same captions."""
+    inner = with_model(fn_of_model)
+
+    class Sampling(inner):
+        def forward(self, features, seed=0, **kwargs):
+            return super().forward(features, generator=torch.Generator().manual_seed(int(seed)), **kwargs)
+
+    Sampling.__name__ = Sampling.__qualname__ = inner.__name__
+    return Sampling
 
 
 def with_attention(model_class):

@@ -37,7 +37,7 @@ from data.efficientnet_lite import MEAN as IMAGENET_MEAN  # the statistics the k
 from data.efficientnet_lite import STD as IMAGENET_STD
 
 from .compare import load_case, observe, verdict
-from .layers import ToyCaptioner, with_model
+from .layers import ToyCaptioner, with_model, with_sampler
 
 __all__ = ["with_cnn", "TinyCNN", "IMAGENET_MEAN", "IMAGENET_STD", "with_probe_words", "with_long_output",
            "with_h5_file", "with_items", "over_steps", "ParameterKinds", "with_param_groups", "with_optimizer",
@@ -467,6 +467,7 @@ PUBLIC_CASES = {
     "validation_loss": ("validation/basic", with_batches),
     "fit": ("fit/basic", with_loader),
     "evaluate_captions": ("evaluate/basic", with_split),
+    "sample_decode": ("sample/basic", with_sampler),
     # the model and its loss (notebook 04), as notebook 05 takes them over
     "CaptioningTransformer": ("captioner/basic", lambda model_class: model_class),
     "caption_loss": ("loss/basic", lambda loss: loss),

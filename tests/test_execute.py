@@ -128,7 +128,8 @@ def test_the_run_figures_are_written_into_the_readme_block(tmp_path):
     assert text.startswith(f"before\n{execute.RUN_FIGURES[0]}\n") and text.endswith(f"{execute.RUN_FIGURES[1]}\nafter\n")
     assert "old figures" not in text
     points = execute.notebook_points(execute.notebooks.SOLUTIONS / "05_training_and_evaluation.ipynb")
-    assert f"| `05_training_and_evaluation` | {points} | 42 s | 7/7 | BLEU-4 0.972; exact-match 86.2% | 3-4 h |" in text
+    hours = execute.student_hours(execute.notebooks.SOLUTIONS / "05_training_and_evaluation.ipynb")
+    assert f"| `05_training_and_evaluation` | {points} | 42 s | 7/7 | BLEU-4 0.972; exact-match 86.2% | {hours:.2f} h |" in text
     readme.write_text("no block\n")
     with pytest.raises(ValueError, match="no block of run figures"):
         execute.write_run_figures([result], readme)
@@ -143,4 +144,9 @@ def test_the_readme_figures_are_those_of_the_notebooks_as_they_are():
             if line.startswith("| `")}
     assert rows == {p.stem: execute.notebook_points(p) for p in execute.notebooks.solution_notebooks()}, \
         "the README's run figures are stale: run `python3 kit.py run`"
-    assert all(stem[:2] in execute.STUDENT_HOURS for stem in rows)
+
+
+def test_every_notebook_fits_a_sitting():
+    """No notebook asks more than a sitting of a student, by the course's estimate (its text, its points)."""
+    hours = {p.stem: execute.student_hours(p) for p in execute.notebooks.solution_notebooks()}
+    assert max(hours.values()) <= execute.MOST_HOURS, hours

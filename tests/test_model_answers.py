@@ -45,21 +45,22 @@ def _scores(line: str) -> dict[str, float]:
 
 
 def test_q4_the_mistake_bleu_barely_punishes_is_the_commonest(printed):
-    """Q4 names the relation swap as the shapes mistake BLEU-4 barely punishes: it is the commonest kind."""
-    assert "Swapping the two objects of a relation" in _model_answer("05_training_and_evaluation", "q_bleu_exact")
-    counts = dict(re.findall(r"(\w+) (\d+)", re.search(r"validation captions: (.*)", printed[
-        "05_training_and_evaluation"]).group(1)))
+    """Q4 names the relation swap as the shapes mistake BLEU-4 barely punishes: it is the commonest kind of
+    greedy's mistakes in notebook 06's comparison."""
+    assert "Swapping the two objects of a relation" in _model_answer("06_decoding", "q_bleu_exact")
+    counts = dict(re.findall(r"(\w+) (\d+)", re.search(r"greedy +: (.*)", printed["06_decoding"]).group(1)))
     wrong = {k: int(v) for k, v in counts.items() if k != "correct"}
     assert max(wrong, key=wrong.get) == "relation", wrong
 
 
-def test_q5_the_leaky_model_copies_and_then_writes_one_caption(printed):
-    """Q5: the leaky model's teacher-forced loss is far below the phrasing floor and the honest model's; it
-    writes a handful of captions whatever the image; its exact match is close to zero."""
-    text = printed["05_training_and_evaluation"]
-    answer = _model_answer("05_training_and_evaluation", "q_causal_mask")
+def test_q6_the_leaky_model_copies_and_then_writes_one_caption(printed):
+    """Q6 (notebook 06): the leaky model's teacher-forced loss is far below notebook 05's phrasing floor and the
+    honest model's; it writes a handful of captions whatever the image; its exact match is close to zero."""
+    text = printed["06_decoding"]
+    answer = _model_answer("06_decoding", "q_causal_mask")
     assert "below the phrasing floor" in answer and "a handful of captions whatever the image" in answer
-    floor = float(re.search(r"phrasing floor: .* = " + NUMBER + " nats per word", text).group(1))
+    floor = float(re.search(r"phrasing floor: .* = " + NUMBER + " nats per word", printed[
+        "05_training_and_evaluation"]).group(1))
     yours = float(re.search(r"your model .*teacher-forced val loss " + NUMBER, text).group(1))
     leaky_loss, leaky_exact = map(float, re.search(r"leaky mask .*teacher-forced val loss " + NUMBER
                                                    + r", greedy exact match " + NUMBER + "%", text).groups())
@@ -69,8 +70,8 @@ def test_q5_the_leaky_model_copies_and_then_writes_one_caption(printed):
     assert leaky_exact <= 5.0, leaky_exact
 
 
-def test_section_6_compares_one_short_budget_and_attention_wins(printed):
-    """Notebook 05, section 6: two runs of 150 steps, fewer than half the 700 of the full run (as its text says; a
+def test_section_5_compares_one_short_budget_and_attention_wins(printed):
+    """Notebook 05, section 5: two runs of 150 steps, fewer than half the 700 of the full run (as its text says; a
     claim in steps, which every machine takes alike, not in seconds, which vary from run to run), and attention over
     the regions beats one pooled vector by far on the same budget."""
     text = printed["05_training_and_evaluation"]
@@ -85,8 +86,8 @@ def test_section_6_compares_one_short_budget_and_attention_wins(printed):
     assert exact["attention over the regions"] > exact["one mean-pooled vector"] + 20, exact
 
 
-def test_q6_beam_search_gains_at_many_more_model_calls_and_sampling_trades_accuracy(printed):
-    """Q6: beam raised the exact match and every score, calling the model many times as often as greedy and taking
+def test_q5_beam_search_gains_at_many_more_model_calls_and_sampling_trades_accuracy(printed):
+    """Q5: beam raised the exact match and every score, calling the model many times as often as greedy and taking
     longer; sampling at the lowest temperature matches greedy's exact match with about 2 different captions in 3;
     higher temperatures lose accuracy and gain diversity."""
     text = printed["06_decoding"]

@@ -168,6 +168,42 @@ def _exhaustive_best(model, feat, case):
     return best + [k["null_idx"]] * (k["max_len"] - len(best))
 
 
+def _drawn_one_caption_at_a_time(model, feats, k):
+    """Sampling as the text states it, written with explicit lists: at each step every caption's next word is drawn
+    by one torch.multinomial call over the batch (finished ones too, their draw dropped)."""
+    g = torch.Generator().manual_seed(k["seed"])
+    B = feats.shape[0]
+    captions, finished = [[k["start_idx"]] for _ in range(B)], [False] * B
+    for _ in range(k["max_len"]):
+        with torch.no_grad():
+            logits = model(feats, torch.tensor(captions))[:, -1].double()
+        probs = torch.exp(logits / k["temperature"] - torch.logsumexp(logits / k["temperature"], -1, keepdim=True))
+        drawn = torch.multinomial(probs.float(), 1, generator=g)[:, 0].tolist()
+        for b in range(B):
+            word = k["null_idx"] if finished[b] else drawn[b]
+            captions[b].append(word)
+            finished[b] = finished[b] or word == k["end_idx"]
+    return np.array([c[1:] for c in captions])
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("name", _names("sample"))
+def test_sample_matches_independent_draws(name, dtype):
+    """Also in float32 features: the stored draws do not hinge on a probability that float32 would move."""
+    case = load_case(name)
+    got = _drawn_one_caption_at_a_time(_toy(case, dtype), _t(case.inputs["features"]).to(dtype), case.const_kwargs)
+    np.testing.assert_array_equal(got, case.expected["tokens"])
+
+
+def test_sampling_cases_tell_the_temperature_apart():
+    """The hidden cases away from temperature 1 store the captions of a decoder that ignores the temperature or
+    multiplies by it, each with its own message; every case stores the greedy captions as a bug of its own."""
+    variants = {name: load_case(name).variants for name in _names("sample")}
+    for name in ("sample/low_temperature", "sample/high_temperature"):
+        assert {"no_temperature", "temperature_multiplied", "argmax"} <= variants[name].keys(), name
+    assert all("argmax" in v for v in variants.values()), variants.keys()
+
+
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 @pytest.mark.parametrize("name", _names("beam"))
 def test_beam_matches_independent_search(name, dtype):
@@ -831,15 +867,23 @@ SPEC_POINT_BUGS = {
         ("model.train(was_training)", "model.train()")], "came in eval mode"),
     "features extracted with gradients on": ("extract_grid_features", [
         ("with torch.no_grad():", "if True:")], "torch.no_grad()"),
+    "sampling at temperature 1 whatever the temperature": ("sample_decode", [
+        ("[:, -1].float() / temperature, dim=-1)", "[:, -1].float(), dim=-1)")], "divide the logits"),
+    "sampling that draws only for the captions still running": ("sample_decode", [
+        ("        next_word = torch.multinomial(probs.cpu(), 1, generator=generator)[:, 0].to(device)\n"
+         "        next_word = next_word.masked_fill(finished, null_idx)\n",
+         "        next_word = torch.full((B,), null_idx, dtype=torch.long, device=device)\n"
+         "        next_word[~finished] = torch.multinomial(probs[~finished].cpu(), 1, generator=generator)[:, 0]"
+         ".to(device)\n")], "finished ones too"),
 }
 
 
 def _answer(ns: dict, target: str):
     """The object a test cell checks, e.g. `with_model(greedy_decode)`, built from the namespace `ns`."""
     from grading.cases.captioning import PIPELINE_ADAPTERS
-    from starter.layers import with_attention, with_bigram
+    from starter.layers import with_attention, with_bigram, with_sampler
     adapters = {**{a.__name__: a for a in PIPELINE_ADAPTERS.values()}, "with_model": with_model,
-                "with_bigram": with_bigram, "with_attention": with_attention}
+                "with_bigram": with_bigram, "with_sampler": with_sampler, "with_attention": with_attention}
     if "(" not in target:
         return ns[target]
     adapter, inner = target[:-1].split("(", 1)
@@ -875,6 +919,10 @@ NO_SPECIAL_WORDS = {
         ("model(features[b:b + 1].expand(n, -1, -1), words)[:, -1], dim=-1)",
          "model(features[b:b + 1].expand(n, -1, -1), words)[:, -1].index_fill(-1, torch.tensor([null_idx, start_idx], "
          "device=device), float('-inf')), dim=-1)")]),
+    "sampling": ("06_decoding", "sample_decode", [
+        ("model(features, words)[:, -1].float() / temperature",
+         "model(features, words)[:, -1].float().index_fill(-1, torch.tensor([null_idx, start_idx], device=device), "
+         "float('-inf')) / temperature")]),
 }
 
 

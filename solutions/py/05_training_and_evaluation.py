@@ -8,7 +8,7 @@
 # - **the training script**: the learning-rate schedule `lr_at_step`, the optimiser `make_optimizer` (AdamW, weight decay on the matrices only), one optimisation step `train_step`, the validation loss `validation_loss`, and the loop `fit` around them;
 # - **generation and the evaluation script**: `greedy_decode`, and `evaluate_captions` (BLEU, CIDEr, ROUGE-L and the share of captions exactly right).
 #
-# Then your model is trained on `shapes` (about a minute on a laptop CPU), saved, graded on new scenes, and two experiments measure what the causal mask is for and what attention over the regions buys.
+# Then your model is trained on `shapes` (about a minute on a laptop CPU), saved, graded on new scenes, and an experiment measures what attention over the regions buys. Notebook 06 goes on with the same model: other decoders, the kinds of mistakes it makes, and what the causal mask is for.
 #
 # Given: the driver that calls your loop (`starter.training.train`: device moves, a progress bar with the time left, a time budget used only while grading), the metric implementations (BLEU, CIDEr, ROUGE-L from `pycocoevalcap`, in `starter/metrics.py`) and the plots. The kit has no version of these pieces: while one does not pass its public check yet, the notebook says so in one line and skips what needs it (training, the scores).
 #
@@ -609,31 +609,6 @@ if generated is not None:
                   title="validation images: generated caption (bold) and the ground truth")
     plt.show()
 
-# %% [markdown] nbgrader={"grade": false, "grade_id": "md_error_kinds", "locked": true, "schema_version": 3, "solution": false, "task": false}
-# ### What kind of mistakes?
-#
-# BLEU-4 and exact match say how often the captions are wrong; on `shapes` we can also say *how*. Each wrong caption is compared with its image's references (`starter.metrics.shapes_error`): an object left out (`missing_object`) or one too many (`extra_object`), the relation between two objects reversed, a wrong colour, shape, size or position (of a single object), several of these at once, or other wording. The counts are printed and plotted, with one wrong caption of each kind that occurs.
-
-# %% nbgrader={"grade": false, "grade_id": "code_error_kinds", "locked": true, "schema_version": 3, "solution": false, "task": false}
-if DATASET == "shapes" and generated is not None:
-    from starter.metrics import SHAPES_ERRORS, shapes_error
-    kinds = [shapes_error(generated[i], eval_split.references(i)) for i in range(len(generated))]
-    counts = Counter(kinds)
-    two = [i for i in range(len(generated)) if len(eval_split.objects(i)) == 2]
-    print(f"{len(generated)} validation captions: " + ", ".join(f"{k} {counts[k]}" for k in SHAPES_ERRORS if counts[k]))
-    print(f"relation reversed in {sum(kinds[i] == 'relation' for i in two)} of the {len(two)} two-object images "
-          f"({sum(kinds[i] == 'relation' for i in two) / max(1, len(two)):.1%})")
-    wrong = [k for k in SHAPES_ERRORS[1:] if counts[k]]
-    if wrong:
-        plt.figure(figsize=(6, 2.6))
-        plt.bar(wrong, [counts[k] for k in wrong], color="tab:red")
-        plt.ylabel("captions"); plt.title(f"wrong captions by kind ({len(generated)} validation images)")
-        plt.show()
-        examples = [kinds.index(k) for k in wrong][:6]
-        show_captions([val_split.image(i) for i in examples], [f"[{kinds[i]}] {generated[i]}" for i in examples],
-                      [val_split.references(i) for i in examples], title="one wrong caption of each kind (generated in bold)")
-        plt.show()
-
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_trained_model", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ### Graded: your trained model
 #
@@ -652,18 +627,6 @@ check("trained/hidden_scenes_40", trained_captioner(CaptioningTransformer, greed
 check("trained/hidden_scenes_55", trained_captioner(CaptioningTransformer, greedy_decode))
 check("trained/hidden_scenes_65", trained_captioner(CaptioningTransformer, greedy_decode))
 ### END HIDDEN TESTS
-
-# %% [markdown] nbgrader={"grade": false, "grade_id": "md_q_bleu_exact", "locked": true, "schema_version": 3, "solution": false, "task": false}
-# **Question 4 (2 points).** Your evaluation printed a BLEU-4 and an exact-match rate for the same captions. (a) How can a caption that matches none of its image's references still score a high BLEU-4? Name a kind of mistake on `shapes` that BLEU barely punishes (the breakdown above counts them), and say why, in terms of the n-grams it keeps. (b) Exact match is the stricter number here; why would it be useless on COCO?
-#
-# Write your answer in the cell below.
-
-# %% [markdown] nbgrader={"grade": true, "grade_id": "q_bleu_exact", "locked": false, "points": 2, "schema_version": 3, "solution": true, "task": false}
-# ### BEGIN SOLUTION
-# **Model answer.** (a) BLEU-4 is a (geometric mean of) n-gram precisions against *any* reference: a caption whose pieces each appear in some reference scores high even if the whole is wrong. Swapping the two objects of a relation ("a red circle to the left of a blue square" for "a blue square to the left of a red circle") keeps every 1- to 3-gram inside each noun phrase and most 4-grams, and the other phrasing of the same scene ("a blue square to the right of a red circle") supplies more of them; a wrong colour or size changes only the few n-grams that contain that word. (b) COCO captions are free text written by different people: there are many correct captions per image and the five references cover few of them, so almost no generated caption, however good, equals a reference word for word; exact match would be near zero for every model and would not rank them.
-#
-# **Rubric.** 1 point: n-gram overlap with any reference explains it, with a concrete shapes error (relation swap, or colour/size/shape) and what happens to its n-grams. 1 point: COCO has many valid phrasings, so exact match is near zero for all models.
-# ### END SOLUTION
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_26", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # Where does the model look? The cross-attention of the last layer, averaged over heads, for each generated word of the first validation image, over the $7 \times 7$ regions (notebook 07 studies this in detail):
@@ -684,54 +647,9 @@ if ds.num_regions > 1 and model is not None:
     plt.gcf().set_size_inches(13, 3.6)
     plt.show()
 
-# %% [markdown] nbgrader={"grade": false, "grade_id": "md_leaky", "locked": true, "schema_version": 3, "solution": false, "task": false}
-# ## 5 · What the causal mask is for, measured
-#
-# The same model, trained the same way, but with a **leaky mask**: every word may attend to every word of the input, later ones included. The cell trains it briefly and prints its teacher-forced validation loss and its greedy exact match on the first 100 validation images, next to your model's.
-
-# %% nbgrader={"grade": false, "grade_id": "code_leaky", "locked": true, "schema_version": 3, "solution": false, "task": false}
-if history is not None and evaluate is not None:   # it needs your model class, trained model and evaluation
-    class LeakyCaptioner(CaptioningTransformer):
-        """Your model with a mask that allows everything: position t also sees the words after it."""
-
-        def forward(self, features, captions, return_attention=False):
-            R, T = features.shape[1], captions.shape[1]
-            memory = self.feature_proj(features) + self.region_embed.weight[:R]
-            x = self.pos_encoding(self.word_embed(captions))
-            for layer in self.decoder_layers:
-                x, _, _ = layer(x, memory, tgt_mask=torch.ones(T, T, dtype=torch.bool, device=captions.device))
-            return self.vocab_head(self.final_norm(x))
-
-    compare_split = val_split.head(20 if GRADING else 100)
-    greedy_scores, _ = evaluate(model, greedy_decode, compare_split, vocab, max_len=ds.max_length - 1)
-    leaky = new_model(LeakyCaptioner)
-    leaky_history = train(leaky, teacher_forcing_loss, train_loader, replace(train_config, steps=min(150, train_config.steps)),
-                          pieces, val_data=val_loader, device=device)
-    leaky_scores, leaky_captions = evaluate(leaky, greedy_decode, compare_split, vocab, max_len=ds.max_length - 1)
-    print(f"your model ({len(history['val_loss'])} validations): teacher-forced val loss {history['val_loss'][-1]:.4f}, "
-          f"greedy exact match {greedy_scores['exact_match']:.1%}")
-    print(f"leaky mask ({len(leaky_history['step'])} steps):      teacher-forced val loss {leaky_history['val_loss'][-1]:.4f}, "
-          f"greedy exact match {leaky_scores['exact_match']:.1%}")
-    print(f"leaky model: {len(set(leaky_captions))} different captions for {len(leaky_captions)} images, the first three:",
-          leaky_captions[:3])
-else:
-    print("skipped: it trains and evaluates with your training pieces and evaluate_captions")
-
-
-# %% [markdown] nbgrader={"grade": false, "grade_id": "md_q_causal_mask", "locked": true, "schema_version": 3, "solution": false, "task": false}
-# **Question 5 (2 points).** Explain the two numbers of the leaky model printed above: (a) why its teacher-forced validation loss is what it is, compared with your model's (look at the teacher-forcing table of notebook 04, section 6: which input word does position $t$ have to predict?), and (b) why its generated captions are what they are.
-#
-# Write your answer in the cell below.
-
-# %% [markdown] nbgrader={"grade": true, "grade_id": "q_causal_mask", "locked": false, "points": 2, "schema_version": 3, "solution": true, "task": false}
-# ### BEGIN SOLUTION
-# **Model answer.** (a) With teacher forcing the target at position $t$ is the input word at position $t+1$. Without the causal mask position $t$ can attend to position $t+1$ and simply copy that word, so the loss drops far below what predicting the next word honestly allows (below the phrasing floor printed in section 2), without the model learning the language or looking at the image much. (b) At generation time there is no word $t+1$ yet: the prefix ends at $t$, so the copying shortcut has nothing to copy, and the model never learned to predict a word from the image and the words before it. What it writes then is fluent but blind: a handful of captions whatever the image (the run prints how many different ones it wrote for 100 images), so its exact match is close to zero. The low loss measured a different, easier task than captioning.
-#
-# **Rubric.** 1 point: position $t$ sees its own target (the next input word) and copies it. 1 point: at generation there is no future word, so the learned shortcut fails; the teacher-forced loss does not measure generation.
-# ### END SOLUTION
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_bottleneck", "locked": true, "schema_version": 3, "solution": false, "task": false}
-# ## 6 · What attention over the regions buys, measured
+# ## 5 · What attention over the regions buys, measured
 #
 # The classic encoder–decoder squeezes the image into **one vector**, and every word has to come from that summary: the bottleneck that attention removes (notebook 01). The cell trains two fresh copies of your decoder, the same way and on the same batches: one attends over the 49 regions, the other is given the image as one memory vector, the mean of its 49 region features ($R = 1$: cross-attention then has a single key and gives it weight 1, so every word gets the same context). Both get the same short run of 150 steps (300 steps in all, fewer than half the 700 of the run above): it measures how far each gets on an equal, small budget, not how far either could go. The cell prints both models' greedy exact match on the first 100 validation images and their validation losses, plots the two validation curves, and shows the first captions of the one-vector model.
 
@@ -749,6 +667,7 @@ class PooledCaptioner(nn.Module):
 
 if history is not None and evaluate is not None and ds.num_regions > 1:
     short = replace(train_config, steps=min(150, train_config.steps))   # one short run, the same for both models
+    compare_split = val_split.head(20 if GRADING else 100)
     runs = {}
     for name, model_class in (("attention over the regions", None), ("one mean-pooled vector", PooledCaptioner)):
         candidate = new_model(model_class)
@@ -781,7 +700,7 @@ from starter.checks import check_public
 check_public("05_training_and_evaluation", globals());
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_31", "locked": true, "schema_version": 3, "solution": false, "task": false}
-# ## 7 · COCO on a GPU
+# ## 6 · COCO on a GPU
 #
 # The same notebook trains on COCO: change `DATASET` in section 1 and run everything on a GPU (on Colab: *Runtime → Change runtime type → GPU*; `pick_device` finds it). Get the data first:
 #
@@ -798,10 +717,10 @@ check_public("05_training_and_evaluation", globals());
 # - A training script: a **warm-up then cosine** learning-rate schedule, **AdamW** with weight decay on the matrices only, a **step** (rate, `zero_grad`, loss, `backward`, clipping, update), a **validation loss** on data the model does not train on (in eval mode, without gradients), and the **loop** that calls them.
 # - Generation feeds back the model's own words: **greedy** decoding takes the argmax and stops each caption at `<END>`.
 # - An evaluation script: BLEU, CIDEr and ROUGE-L against all references of held-out images, and the share of captions exactly right, which BLEU alone hides.
-# - The bottleneck, measured: the same decoder given one mean-pooled vector instead of the regions (section 6).
-# - Overfit a small batch before a long run; a low teacher-forced loss is no proof of good captions (the leaky mask).
+# - The bottleneck, measured: the same decoder given one mean-pooled vector instead of the regions (section 5).
+# - Overfit a small batch before a long run.
 #
-# Next, **06 · Decoding** writes beam search for the model trained here and compares three decoders.
+# Next, **06 · Decoding** writes beam search and sampling for the model trained here, compares three decoders, sorts the model's mistakes and measures what the causal mask is for.
 #
 # ## Handing in
 #

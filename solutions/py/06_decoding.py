@@ -1,11 +1,11 @@
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_01", "locked": true, "schema_version": 3, "solution": false, "task": false}
-# # 06 · Decoding: beam search and sampling
+# # 06 · Decoding: beam search, sampling, and teacher forcing against generation
 #
 # [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/attention-course-kit/attention-transformers/blob/main/notebooks/06_decoding.ipynb)
 #
-# The model of notebook 05 writes a caption one word at a time, and `greedy_decode` took the most likely word at every step. That is one way to choose; here you write a second, **beam search**, which keeps several partial captions and returns the most likely whole caption it finds, then compare both with a third, **sampling**, which draws each word at random from the model's distribution.
+# The model of notebook 05 writes a caption one word at a time, and `greedy_decode` took the most likely word at every step. That is one way to choose; here you write a second, **beam search**, which keeps several partial captions and returns the most likely whole caption it finds, and a third, **sampling**, which draws each word at random from the model's distribution. Then you compare the three on your model, sort its mistakes by kind, and measure what the causal mask of its training was for: a model trained with teacher forcing writes its captions in another way than it was trained.
 #
-# **What you need.** The graded task needs nothing from earlier notebooks: its checks run your `beam_search` on a tiny stand-in model. The comparisons use your trained model: your `CaptioningTransformer` from `04_captioning_data_and_model.ipynb`, your `greedy_decode` and `evaluate_captions` from `05_training_and_evaluation.ipynb`, and the checkpoint notebook 05 saved (`runs/captioning_transformer.pt`), all kept next to this notebook (on Colab: in the course folder or in `My Drive/Colab Notebooks`). Without one of them, the comparisons say in one line what is missing. While the notebook is being graded they are skipped.
+# **What you need.** The graded tasks need nothing from earlier notebooks: their checks run your `beam_search` and `sample_decode` on a tiny stand-in model. The comparisons use your trained model: your `CaptioningTransformer` and `teacher_forcing_loss` from `04_captioning_data_and_model.ipynb`, your `greedy_decode`, `evaluate_captions` and training pieces from `05_training_and_evaluation.ipynb`, and the checkpoint notebook 05 saved (`runs/captioning_transformer.pt`), all kept next to this notebook (on Colab: in the course folder or in `My Drive/Colab Notebooks`). Without one of them, the comparisons say in one line what is missing. While the notebook is being graded they are skipped. The written questions can be answered from the reference run's figures when your own pipeline does not run: each question says where they are.
 #
 # **How to work.** Fill in the cells marked `# YOUR CODE HERE` (delete the `raise NotImplementedError()` line) and run the test cell below each one: it prints `✓ … passed` or one line naming the likely bug. The graded version of each test cell also runs hidden cases. Don't edit or delete test cells.
 
@@ -30,14 +30,16 @@ COURSE_FOLDER = start_notebook(use_drive=USE_DRIVE, course_dir=COURSE_DIR)
 # %% nbgrader={"grade": false, "grade_id": "code_03", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["setup"]
 import os
 import time
+from collections import Counter
 
 import matplotlib.pyplot as plt
 import torch
 import torch.nn.functional as F
 
 from starter.checks import check
-from starter.layers import with_model
+from starter.layers import with_model, with_sampler
 from starter.metrics import format_scores
+from starter.pipeline import yours_if_it_passes
 
 torch.manual_seed(0)
 # The comparisons need the model trained in notebook 05. While nbgrader grades (NBGRADER_EXECUTION is set)
@@ -47,16 +49,16 @@ RUN_MODEL = not os.environ.get("NBGRADER_EXECUTION")
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_load", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ## 1 · Your trained model
 #
-# The next cell loads your `CaptioningTransformer` (notebook 04), your `greedy_decode` and `evaluate_captions` (notebook 05) and the checkpoint notebook 05 saved, then the dataset the model was trained on (recorded in the checkpoint). Your `evaluate_captions` is used once it passes its public check.
+# The next cell loads your `CaptioningTransformer` (notebook 04), your `greedy_decode`, `evaluate_captions` and training pieces (notebook 05) and the checkpoint notebook 05 saved, then the dataset the model was trained on (recorded in the checkpoint). Your `evaluate_captions` is used once it passes its public check.
 
 # %% nbgrader={"grade": false, "grade_id": "code_load", "locked": true, "schema_version": 3, "solution": false, "task": false}
 device = torch.device("cpu")   # beam search here decodes one image at a time: a CPU is enough
+TRAINING_PIECES = ("fit", "train_step", "lr_at_step", "validation_loss", "make_optimizer")   # for section 5
 trained = evaluate = None
 if RUN_MODEL:
     from starter.notebook_loader import NotebookLoadError, load_trained_captioner
-    from starter.pipeline import yours_if_it_passes
     try:
-        trained = load_trained_captioner(device=device, also=("evaluate_captions",))
+        trained = load_trained_captioner(device=device, also=("evaluate_captions", *TRAINING_PIECES))
     except NotebookLoadError as exc:
         print(f"comparisons skipped: {exc}")
 if trained is not None:
@@ -186,7 +188,7 @@ def timed_evaluation(decode_fn):
 if evaluate is not None:
     compare_split = val_split.head(n_compare)
     evaluate(model, greedy_decode, val_split.head(2), vocab, max_len=ds.max_length - 1)  # untimed: one-time costs
-    greedy_scores, _ = timed_evaluation(greedy_decode)
+    greedy_scores, greedy_captions = timed_evaluation(greedy_decode)
     beam_scores, beam_captions = timed_evaluation(lambda m, f, n: beam_search(m, f, 3, n))
     print(f"first {n_compare} validation images")
     for name, s in (("greedy", greedy_scores), ("beam, k = 3", beam_scores)):
@@ -196,16 +198,78 @@ if evaluate is not None:
           f"times as often as greedy and took {beam_scores['seconds'] / greedy_scores['seconds']:.0f} times "
           "its time to decode (times depend on the machine and on what else it runs)")
 
+# %% [markdown] nbgrader={"grade": false, "grade_id": "md_error_kinds", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# ### What kind of mistakes?
+#
+# BLEU-4 and exact match say how often the captions are wrong; on `shapes` we can also say *how*. Each wrong caption is compared with its image's references (`starter.metrics.shapes_error`): an object left out (`missing_object`) or one too many (`extra_object`), the relation between two objects reversed, a wrong colour, shape, size or position (of a single object), several of these at once, or other wording. The cell counts the kinds among greedy's and beam search's captions of the comparison above, plots them side by side, and shows one wrong greedy caption of each kind that occurs.
+
+# %% nbgrader={"grade": false, "grade_id": "code_error_kinds", "locked": true, "schema_version": 3, "solution": false, "task": false}
+if evaluate is not None and ds.name == "shapes":
+    from starter.metrics import SHAPES_ERRORS, shapes_error
+    from starter.plotting import show_captions
+    kinds = {name: [shapes_error(caps[i], compare_split.references(i)) for i in range(len(caps))]
+             for name, caps in (("greedy", greedy_captions), ("beam, k = 3", beam_captions))}
+    counts = {name: Counter(k) for name, k in kinds.items()}
+    for name, c in counts.items():
+        print(f"{name:11}: " + ", ".join(f"{k} {c[k]}" for k in SHAPES_ERRORS if c[k]))
+    two = [i for i in range(n_compare) if len(compare_split.objects(i)) == 2]
+    reversed_ = sum(kinds["greedy"][i] == "relation" for i in two)
+    print(f"greedy reversed the relation in {reversed_} of the {len(two)} two-object images")
+    wrong = [k for k in SHAPES_ERRORS[1:] if any(c[k] for c in counts.values())]
+    if wrong:
+        plt.figure(figsize=(6.5, 2.6))
+        for j, (name, c) in enumerate(counts.items()):
+            plt.bar([x + 0.4 * j for x in range(len(wrong))], [c[k] for k in wrong], width=0.4, label=name)
+        plt.xticks([x + 0.2 for x in range(len(wrong))], wrong)
+        plt.ylabel("captions"); plt.legend(); plt.title(f"wrong captions by kind (first {n_compare} validation images)")
+        plt.show()
+        examples = [kinds["greedy"].index(k) for k in wrong if k in kinds["greedy"]][:6]
+        if examples:
+            show_captions([compare_split.image(i) for i in examples],
+                          [f"[{kinds['greedy'][i]}] {greedy_captions[i]}" for i in examples],
+                          [compare_split.references(i) for i in examples],
+                          title="one wrong greedy caption of each kind (generated in bold)")
+            plt.show()
+
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "md_q_bleu_exact", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# **Question 4 (2 points).** The comparison above printed a BLEU-4 and an exact-match rate for the same captions. (a) How can a caption that matches none of its image's references still score a high BLEU-4? Name a kind of mistake on `shapes` that BLEU barely punishes (the counts above show them), and say why, in terms of the n-grams it keeps. (b) Exact match is the stricter number here; why would it be useless on COCO?
+#
+# Write your answer in the cell below.
+
+# %% [markdown] nbgrader={"grade": true, "grade_id": "q_bleu_exact", "locked": false, "points": 2, "schema_version": 3, "solution": true, "task": false}
+# ### BEGIN SOLUTION
+# **Model answer.** (a) BLEU-4 is a (geometric mean of) n-gram precisions against *any* reference: a caption whose pieces each appear in some reference scores high even if the whole is wrong. Swapping the two objects of a relation ("a red circle to the left of a blue square" for "a blue square to the left of a red circle") keeps every 1- to 3-gram inside each noun phrase and most 4-grams, and the other phrasing of the same scene ("a blue square to the right of a red circle") supplies more of them; a wrong colour or size changes only the few n-grams that contain that word. (b) COCO captions are free text written by different people: there are many correct captions per image and the five references cover few of them, so almost no generated caption, however good, equals a reference word for word; exact match would be near zero for every model and would not rank them.
+#
+# **Rubric.** 1 point: n-gram overlap with any reference explains it, with a concrete shapes error (relation swap, or colour/size/shape) and what happens to its n-grams. 1 point: COCO has many valid phrasings, so exact match is near zero for all models.
+# ### END SOLUTION
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_sampling", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ## 4 · A third decoder: sampling
 #
-# Greedy and beam search both look for the most likely caption. **Sampling** draws each word at random from the model's distribution instead, with a **temperature** $\tau$: $p_\tau(w) \propto \exp(\text{logit}_w / \tau)$. $\tau < 1$ sharpens the distribution (towards greedy), $\tau > 1$ flattens it. The cell below draws 3 captions per image at several temperatures, on the same images as the comparison above, and measures accuracy (exact match, averaged over the samples) against diversity (how many different captions the 3 samples of an image give, 1 to 3).
+# Greedy and beam search both look for the most likely caption. **Sampling** draws each word at random from the model's distribution instead, with a **temperature** $\tau$: $p_\tau(w) \propto \exp(\text{logit}_w / \tau)$. $\tau < 1$ sharpens the distribution (as $\tau \to 0$ all of it goes to the most likely word: greedy), $\tau > 1$ flattens it (towards every word equally likely).
+#
+# ### Task 2 · `sample_decode(model, features, max_len, temperature=1.0, generator=None, start_idx=1, end_idx=2, null_idx=0)`
+#
+# Like your `greedy_decode`, with the same output: `(B, max_len)` int64, no `<START>`, `<END>` kept, `null_idx` after it and wherever decoding stopped early; `max_len` counts every word, `<END>` included. The difference: at each step the next word of each caption is **drawn** from the softmax of its last position's logits divided by `temperature`, instead of taken by `argmax`.
+#
+# So that one `generator` always gives the same captions (the checks seed it and compare captions), draw in one way: at each step, **one** call of `torch.multinomial` with `num_samples=1` and `generator=generator`, on the `(B, V)` probabilities of **every** caption, finished ones included (a finished caption's draw is replaced by `null_idx`). Whether you stop once every caption has finished or run all `max_len` steps gives the same captions. A `torch.Generator()` lives on the CPU and draws only there: compute the probabilities in float32, draw from them on the CPU, and put the words back on `features.device`. As for greedy, the candidates may be every word or every word but `<NULL>` and `<START>`: the checks' stand-in model gives those two no probability. Run it under `torch.no_grad()`.
 
-# %% nbgrader={"grade": false, "grade_id": "code_sampling", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% nbgrader={"grade": false, "grade_id": "sample_decode", "locked": false, "schema_version": 3, "solution": true, "task": false}
 @torch.no_grad()
 def sample_decode(model, features, max_len, temperature=1.0, generator=None, start_idx=1, end_idx=2, null_idx=0):
-    """Like greedy_decode, but each word is drawn from softmax(logits / temperature) instead of the argmax."""
+    """Batched sampling: like greedy_decode, but each word is drawn from softmax(logits / temperature).
+
+    Args:
+        model: maps (features (B, R, D), words (B, t)) to logits (B, t, V).
+        features: (B, R, D).
+        max_len: number of words to generate at most.
+        temperature: tau > 0; below 1 sharper, above 1 flatter than the model's distribution.
+        generator: a torch.Generator (on the CPU) for every draw, or None for PyTorch's default one.
+    Returns:
+        (B, max_len) int64: the generated words (no <START>), <END> kept, null_idx after it.
+    """
+    ### BEGIN SOLUTION
     B, device = features.shape[0], features.device
     words = torch.full((B, 1), start_idx, dtype=torch.long, device=device)
     out = torch.full((B, max_len), null_idx, dtype=torch.long, device=device)
@@ -220,14 +284,33 @@ def sample_decode(model, features, max_len, temperature=1.0, generator=None, sta
             break
         words = torch.cat([words, next_word[:, None]], dim=1)
     return out
+    ### END SOLUTION
 
 
-if evaluate is not None:
+# %% nbgrader={"grade": true, "grade_id": "test_sample_decode", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+from starter.checks import check
+from starter.layers import with_sampler
+check("sample/basic", with_sampler(sample_decode))
+### BEGIN HIDDEN TESTS
+check("sample/low_temperature", with_sampler(sample_decode))
+check("sample/high_temperature", with_sampler(sample_decode))
+check("sample/batch_wide", with_sampler(sample_decode))
+check("sample/other_special_tokens", with_sampler(sample_decode))
+### END HIDDEN TESTS
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "md_sampling_2", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# *How the sampling checks work:* `with_sampler(sample_decode)` runs your function on the stand-in model with `generator=torch.Generator().manual_seed(seed)`, a seed stored with each case, so the captions your draws give are compared with the captions the text's rule gives.
+#
+# The cell below draws 3 captions per image with your `sample_decode` at several temperatures, on the same images as the comparison above, and measures accuracy (exact match, averaged over the samples) against diversity (how many different captions the 3 samples of an image give, 1 to 3).
+
+# %% nbgrader={"grade": false, "grade_id": "code_sampling", "locked": true, "schema_version": 3, "solution": false, "task": false}
+sampler = yours_if_it_passes("sample_decode", sample_decode, instead="no sampling comparison until it passes")
+if evaluate is not None and sampler is not None:
     g = torch.Generator().manual_seed(0)
     temperatures, accuracy, diversity = [0.5, 1.0, 1.5, 2.0], [], []
     for tau in temperatures:
         def sample(m, f, n, tau=tau):
-            return sample_decode(m, f, n, temperature=tau, generator=g)
+            return sampler(m, f, n, temperature=tau, generator=g)
         runs = [timed_evaluation(sample) for _ in range(3)]
         accuracy.append(sum(s["exact_match"] for s, _ in runs) / 3)
         diversity.append(sum(len(set(caps)) for caps in zip(*(c for _, c in runs))) / n_compare)
@@ -243,8 +326,9 @@ if evaluate is not None:
     plt.title(f"accuracy against diversity, first {n_compare} validation images"); plt.legend()
     plt.show()
 
+
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_q_decoding", "locked": true, "schema_version": 3, "solution": false, "task": false}
-# **Question 6 (2 points).** Use the numbers and the plot above. (a) Why can beam search find a caption that greedy decoding misses? Say what it gained and what it cost here, from the printed scores and times. (b) What does the temperature do to accuracy and diversity, as measured, and for what kind of use would you pick sampling over beam search?
+# **Question 5 (2 points).** Use the numbers and the plot above. (a) Why can beam search find a caption that greedy decoding misses? Say what it gained and what it cost here, from the printed scores and times. (b) What does the temperature do to accuracy and diversity, as measured, and for what kind of use would you pick sampling over beam search?
 #
 # Write your answer in the cell below.
 
@@ -253,6 +337,67 @@ if evaluate is not None:
 # **Model answer.** (a) Greedy commits to the single most likely word at each step; a caption whose first word is slightly less likely can still be the most likely caption overall, and beam search keeps $k$ prefixes so such a caption survives until its later words make up for it. Here (first 100 validation images) the beam raised the exact match and every score, at a cost: it called the model many times as often as greedy, because this version runs the model once per step for each image's live hypotheses, one image at a time, while greedy runs it once per step for the whole batch, and it took longer (the run prints how much; the ratio of times depends on the machine). (b) Lower temperature sharpens each word's distribution: exact match rises to about greedy's; higher temperature flattens it: more different captions but more wrong words, so exact match falls (the plot). Even at the lowest temperature the 3 samples of an image are about 2 different captions, not 1: each scene has three phrasings that are about equally likely (the phrasing floor of notebook 05), sharpening keeps equally likely phrasings equally likely, so the samples still pick different phrasings, each of them correct. Sampling suits uses that want variety (several different captions for one image, dialogue, creative text, data augmentation); beam search suits one best, accurate caption.
 #
 # **Rubric.** 1 point: beam keeps alternatives whose joint probability wins later, with the measured gain and cost. 1 point: the direction of the trade-off as measured (accuracy down, diversity up with temperature) and a sensible use for sampling.
+# ### END SOLUTION
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "md_leaky", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# ## 5 · Teacher forcing against generation: what the causal mask is for
+#
+# Your model was trained with **teacher forcing**: at every position the input holds the true caption's words, and the causal mask keeps position $t$ from seeing the words after it. Generation has no true words: the model reads its own. The cell below measures what the mask does for generation. It trains a fresh copy of your model exactly as notebook 05 trained yours (your training pieces, the same settings), but for 150 steps and with a **leaky mask**: before each of your decoder layers runs, the mask your `forward` passes it is replaced by one that allows everything, so every word may attend to every word of the input, later ones included (your model's code is unchanged; `allow_every_word` swaps the mask on its way into each layer). It prints the leaky model's teacher-forced validation loss and its greedy exact match on the comparison's images, next to your model's (its last validation loss, as its checkpoint recorded it).
+
+# %% nbgrader={"grade": false, "grade_id": "code_leaky", "locked": true, "schema_version": 3, "solution": false, "task": false}
+def allow_every_word(model):
+    """`model` with the self-attention mask of each of its decoder layers replaced, as the layer is called, by one
+    that allows everything: position t also sees the words after it. Nothing else changes."""
+    def leak(layer, args, kwargs):
+        if kwargs.get("tgt_mask") is not None:
+            kwargs["tgt_mask"] = torch.ones_like(kwargs["tgt_mask"], dtype=torch.bool)
+        elif len(args) > 2 and args[2] is not None:   # the mask passed by position
+            args = (*args[:2], torch.ones_like(args[2], dtype=torch.bool), *args[3:])
+        return args, kwargs
+
+    for layer in model.decoder_layers:
+        layer.register_forward_pre_hook(leak, with_kwargs=True)
+    return model
+
+
+leaky_captions = None
+if evaluate is not None and ds.name == "shapes":
+    from starter.notebook_loader import load_or_none
+    from starter.training import TrainConfig, TrainingPieces, seed_everything, train
+    pieces = TrainingPieces(**{name: yours_if_it_passes(name, trained.defs[name], instead="no leaky model")
+                               for name in TRAINING_PIECES})
+    loss_fn = yours_if_it_passes("teacher_forcing_loss",
+                                 load_or_none("04_captioning_data_and_model.ipynb", ["teacher_forcing_loss"])["teacher_forcing_loss"],
+                                 instead="no leaky model")
+    if not pieces.missing() and loss_fn is not None:
+        seed_everything(0)
+        config = dict(trained.info["config"], vocab_size=len(ds.vocab))   # your model's settings, the stored vocabulary
+        leaky = allow_every_word(trained.defs["CaptioningTransformer"](**config))
+        leaky_history = train(leaky, loss_fn, ds.split("train"),
+                              TrainConfig(steps=150, batch_size=64, lr=2e-3, warmup=50, weight_decay=0.01),
+                              pieces, val_data=val_split, device=device)
+        leaky_scores, leaky_captions = evaluate(leaky, greedy_decode, compare_split, ds.vocab, max_len=ds.max_length - 1)
+        yours = (trained.info["extra"] or {}).get("history") or {}
+        own_loss = f"{yours['val_loss'][-1]:.4f}" if yours.get("val_loss") else "not recorded"
+        print(f"your model ({yours.get('steps_done', '?')} steps): teacher-forced val loss {own_loss}, "
+              f"greedy exact match {greedy_scores['exact_match']:.1%}")
+        print(f"leaky mask ({leaky_history['steps_done']} steps):  teacher-forced val loss "
+              f"{leaky_history['val_loss'][-1]:.4f}, greedy exact match {leaky_scores['exact_match']:.1%}")
+        print(f"leaky model: {len(set(leaky_captions))} different captions for {len(leaky_captions)} images, "
+              "the first three:", leaky_captions[:3])
+elif evaluate is None:
+    print("skipped: it trains with your training pieces and evaluates with your evaluate_captions")
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "md_q_causal_mask", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# **Question 6 (2 points).** Explain the two numbers of the leaky model printed above: (a) why its teacher-forced validation loss is what it is, compared with your model's (look at the teacher-forcing table of notebook 04, section 6: which input word does position $t$ have to predict?), and (b) why its generated captions are what they are.
+#
+# Write your answer in the cell below.
+
+# %% [markdown] nbgrader={"grade": true, "grade_id": "q_causal_mask", "locked": false, "points": 2, "schema_version": 3, "solution": true, "task": false}
+# ### BEGIN SOLUTION
+# **Model answer.** (a) With teacher forcing the target at position $t$ is the input word at position $t+1$. Without the causal mask position $t$ can attend to position $t+1$ and simply copy that word, so the loss drops far below what predicting the next word honestly allows (below the phrasing floor notebook 05 printed in its section 2), without the model learning the language or looking at the image much. (b) At generation time there is no word $t+1$ yet: the prefix ends at $t$, so the copying shortcut has nothing to copy, and the model never learned to predict a word from the image and the words before it. What it writes then is fluent but blind: a handful of captions whatever the image (the run prints how many different ones it wrote for 100 images), so its exact match is close to zero. The low loss measured a different, easier task than captioning.
+#
+# **Rubric.** 1 point: position $t$ sees its own target (the next input word) and copies it. 1 point: at generation there is no future word, so the learned shortcut fails; the teacher-forced loss does not measure generation.
 # ### END SOLUTION
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_q_exposure_bias", "locked": true, "schema_version": 3, "solution": false, "task": false}
@@ -280,8 +425,9 @@ check_public("06_decoding", globals());
 # ## Summary
 #
 # - Generation feeds back the model's own words: **greedy** takes the argmax at every step; **beam search** keeps the $k$ best hypotheses, ranks every hypothesis × word together, narrows as hypotheses finish, and compares finished ones by length-normalised log-probability; **sampling** draws each word from the softmax at a temperature.
-# - Beam search looks for the most likely caption at about $k$ times greedy's computation; sampling trades accuracy for diversity, steered by the temperature.
-# - Teacher forcing trains on true prefixes, generation runs on the model's own: **exposure bias**.
+# - Beam search looks for the most likely caption, at the cost of many more calls of the model (the comparison printed how many); sampling trades accuracy for diversity, steered by the temperature.
+# - BLEU barely punishes a caption with the right words in the wrong roles; exact match and the kinds of mistakes show them.
+# - Teacher forcing trains on true prefixes, generation runs on the model's own: a model that peeks at the next word (the leaky mask) learns a low loss and writes poor captions, and even a correct one meets prefixes it never saw (**exposure bias**).
 #
 # Next, **07 · Visualising attention** loads the same checkpoint and looks inside the trained model.
 #

@@ -7,7 +7,7 @@ the order of `all_cases` here. Each topic has its module, with its known bugs, c
     model.py      04: CaptioningTransformer.forward, caption_loss, teacher_forcing_loss
     training.py   05: the schedule, the optimiser, the step, the validation loss, fit, the evaluation script,
                   and the trained model handed in (`python -m grading.cases.captioning` prints its shares)
-    decoding.py   05: greedy_decode; 06: beam_search and its worked example
+    decoding.py   05: greedy_decode; 06: beam_search and its worked example, sample_decode
     common.py     the toy model, random captions, the variants' wrapper
 
 The model cases always build the model with ``layers="torch"`` (PyTorch-backed layers from
@@ -33,7 +33,15 @@ from grading.cases.captioning.data import (
     _vocab_spec,
     feature_cases,
 )
-from grading.cases.captioning.decoding import BeamCase, GreedyCase, _beam_spec, _greedy_spec, _worked_beam_spec
+from grading.cases.captioning.decoding import (
+    BeamCase,
+    GreedyCase,
+    SampleCase,
+    _beam_spec,
+    _greedy_spec,
+    _sample_spec,
+    _worked_beam_spec,
+)
 from grading.cases.captioning.model import LossCase, ModelCase, TeacherCase, _loss_spec, _model_spec, _teacher_spec
 from grading.cases.captioning.training import (
     EvaluateCase,
@@ -49,7 +57,7 @@ from grading.cases.captioning.training import (
     validation_cases,
 )
 from grading.references import CaseSpec, randn
-from starter.layers import with_attention, with_model
+from starter.layers import with_attention, with_model, with_sampler
 from starter.pipeline import (
     over_steps,
     with_batches,
@@ -67,7 +75,7 @@ from starter.pipeline import (
 # which notebook a case belongs to, by the task its name starts with
 PREFIXES = {"04": ("features/", "vocab/", "encode/", "dataset/", "collate/", "captioner/", "loss/", "teacher/"),
             "05": ("schedule/", "optimizer/", "step/", "validation/", "fit/", "greedy/", "evaluate/", "trained/"),
-            "06": ("beam/",)}
+            "06": ("beam/", "sample/")}
 
 
 def cases_of(number: str, ns: dict) -> list[CaseSpec]:
@@ -86,6 +94,7 @@ def all_cases(ns) -> list[CaseSpec]:
     ns["with_attention(CaptioningTransformer)"] = with_attention(ns["CaptioningTransformer"])
     for fn in ("teacher_forcing_loss", "greedy_decode", "beam_search"):
         ns[f"with_model({fn})"] = with_model(ns[fn])
+    ns["with_sampler(sample_decode)"] = with_sampler(ns["sample_decode"])
     out = []
 
     # CaptioningTransformer(...).forward(features, captions)
@@ -159,6 +168,20 @@ def all_cases(ns) -> list[CaseSpec]:
                  want=("length_without_end", "per_hypothesis_best")),
     ]]
     out += [_worked_beam_spec(ns)]
+
+    # sample_decode(model, features, max_len, temperature, generator, ...) on the toy model; a generator of its own,
+    # so that the cases above keep their inputs
+    g_sample = torch.Generator().manual_seed(2031)
+    out += [_sample_spec(c, g_sample, ns) for c in [
+        SampleCase(name="sample/basic", batch=4, regions=3, feature_dim=5, vocab=7, max_len=6, seed=0, public=True),
+        SampleCase(name="sample/low_temperature", batch=4, regions=2, feature_dim=4, vocab=8, max_len=6,
+                   temperature=0.3, seed=1),
+        SampleCase(name="sample/high_temperature", batch=4, regions=3, feature_dim=4, vocab=7, max_len=7,
+                   temperature=2.0, seed=2),
+        SampleCase(name="sample/batch_wide", batch=9, regions=2, feature_dim=5, vocab=8, max_len=6, seed=3),
+        SampleCase(name="sample/other_special_tokens", batch=4, regions=2, feature_dim=4, vocab=9, max_len=6,
+                   start_idx=4, end_idx=6, null_idx=3, seed=4),
+    ]]
     # every layer's attention, hidden (the public case has two layers too), from its own generator
     g_layers = torch.Generator().manual_seed(3031)
     out += [_model_spec(ModelCase(name="captioner/attention_three_layers", batch=2, length=4, regions=6,

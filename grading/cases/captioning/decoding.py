@@ -1,5 +1,5 @@
-"""Cases of the decoders: `greedy_decode` (notebook 05) and `beam_search` (notebook 06), with their known bugs and
-the worked beam example."""
+"""Cases of the decoders: `greedy_decode` (notebook 05), `beam_search` and `sample_decode` (notebook 06), with their
+known bugs and the worked beam example."""
 from __future__ import annotations
 
 import dataclasses
@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 from grading.cases.captioning.common import _seeded, _toy, _variants
 from grading.references import CaseSpec, Row, build_case, randn
-from starter.layers import with_bigram, with_model
+from starter.layers import with_bigram, with_model, with_sampler
 
 # ---- greedy_decode ------------------------------------------------------------------------------------
 
@@ -257,6 +257,98 @@ def _beam_spec(c: BeamCase, g: torch.Generator, ns: dict) -> CaseSpec:
     distinct = _distinct_bugs(spec, ns)
     spec.variants = {k: v for k, v in spec.variants.items() if k in distinct}
     return spec
+
+
+# ---- sample_decode --------------------------------------------------------------------------------------
+
+@torch.no_grad()
+def _sample(model, features, max_len, temperature=1.0, generator=None, start_idx=1, end_idx=2, null_idx=0, *,
+            bug=None):
+    """Sampling as notebook 06 states it: at each step the next word of every caption, finished or not, is drawn
+    by one torch.multinomial call over the batch from softmax(last logits / temperature)."""
+    B = features.shape[0]
+    seq = torch.full((B, 1), 1 if bug == "start_ignored" else start_idx, dtype=torch.long)
+    out = torch.full((B, max_len), null_idx, dtype=torch.long)
+    ended = torch.zeros(B, dtype=torch.bool)
+    for t in range(max_len):
+        logits = model(features, seq)[:, -1].float()
+        scaled = {"temperature_multiplied": logits * temperature, "no_temperature": logits}.get(bug, logits / temperature)
+        probs = F.softmax(scaled, -1)
+        if bug == "argmax":
+            nxt = probs.argmax(-1)
+        elif bug == "unfinished_only":
+            nxt = torch.full((B,), null_idx, dtype=torch.long)
+            if (~ended).any():
+                nxt[~ended] = torch.multinomial(probs[~ended], 1, generator=generator)[:, 0]
+        else:
+            nxt = torch.multinomial(probs, 1, generator=generator)[:, 0]
+        if bug != "no_null_after_end":
+            nxt = nxt.masked_fill(ended, null_idx)
+        out[:, t] = nxt
+        ended = ended | (nxt == end_idx)
+        seq = torch.cat([seq, nxt[:, None]], 1)
+    if bug == "end_dropped":
+        out = out.masked_fill(out == end_idx, null_idx)
+    return out
+
+
+SAMPLE_BUGS = {
+    "argmax": "the captions are the greedy ones (the most likely word at every step): draw each word with "
+              "torch.multinomial from the probabilities instead of taking their argmax.",
+    "temperature_multiplied": "the captions are those drawn from softmax(logits * temperature): divide the logits "
+                              "by the temperature (a low temperature must sharpen the distribution).",
+    "no_temperature": "the captions are those drawn at temperature 1 whatever the temperature: divide the logits by "
+                      "`temperature` before the softmax.",
+    "unfinished_only": "the captions are those of a decoder that draws words only for the captions still running: "
+                       "the text's rule draws for every caption at every step, finished ones too (their draw is "
+                       "replaced by null_idx), so that the same generator gives the same captions.",
+    "no_null_after_end": "words after <END> must be null_idx: once a caption has produced <END> it is finished.",
+    "end_dropped": "the <END> token is missing from the output: keep it, then null_idx after it.",
+    "start_ignored": "the captions are those a decoder gives when it starts from index 1, not from start_idx: "
+                     "check that every caption begins with the start_idx you are given.",
+}
+
+
+def _sample_bug(kind):
+    def decode(model, features, max_len, temperature=1.0, generator=None, start_idx=1, end_idx=2, null_idx=0):
+        return _sample(model, features, max_len, temperature, generator, start_idx, end_idx, null_idx, bug=kind)
+    return decode
+
+
+@dataclass(frozen=True, kw_only=True)
+class SampleCase(Row):
+    """sample_decode(model, features (B, R, D), max_len, temperature, generator, ...) on the toy model; the
+    generator is torch.Generator().manual_seed(seed) (starter.layers.with_sampler)."""
+    batch: int  # B
+    regions: int  # R
+    feature_dim: int  # D
+    vocab: int  # V
+    max_len: int
+    temperature: float = 1.0
+    seed: int = 0  # the generator's
+    start_idx: int = 1
+    end_idx: int = 2
+    null_idx: int = 0
+
+
+def _sample_spec(c: SampleCase, g: torch.Generator, ns: dict) -> CaseSpec:
+    spec = CaseSpec(
+        name=c.name, target="with_sampler(sample_decode)", kind="module",
+        init=_decoding_toy(c.vocab, c.feature_dim, c.null_idx, c.start_idx),
+        args=["features"],
+        const_kwargs={"seed": c.seed, "max_len": c.max_len, "temperature": c.temperature, "start_idx": c.start_idx,
+                      "end_idx": c.end_idx, "null_idx": c.null_idx},
+        inputs={"features": randn(c.batch, c.regions, c.feature_dim, g=g) * 3}, outputs=["tokens"],
+        variants=_variants(SAMPLE_BUGS, _sample_bug, with_sampler), public=c.public,
+        hint="at each step softmax(last logits / temperature) for every caption, finished ones too, and one "
+             "torch.multinomial(probs, 1, generator=generator) call for the batch; <END> kept, null_idx after it.")
+
+    def ok(exp):  # some captions end at different steps, and not every caption is a bare <END>
+        pos = [row.index(c.end_idx) if c.end_idx in row else None for row in exp["tokens"].tolist()]
+        ends = [p for p in pos if p is not None]
+        return len(set(ends)) >= 2 and any(p > 0 for p in ends)
+
+    return _seeded(spec, ns, ok)
 
 
 # notebook 06's worked example: a bigram model over 7 words, beam width 2, 3 words at most. The narrowing beam
