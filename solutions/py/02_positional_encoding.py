@@ -230,12 +230,14 @@ check("shift/grad", shift_encoding)
 ### END HIDDEN TESTS
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_13", "locked": true, "schema_version": 3, "solution": false, "task": false}
-# Now the numerical check of the identity $PE(pos+\phi) = M(\phi)\, PE(pos)$ over **all frequency pairs at once**: rotate the codes of positions $0..L-1-\phi$ and compare them with the stored codes of positions $\phi..L-1$, for many offsets. The frequencies are $\omega_i = 10000^{-2i/d}$, as in your table.
+# Now the numerical check of the identity $PE(pos+\phi) = M(\phi)\, PE(pos)$ over **all frequency pairs at once**: rotate the codes of positions $0..L-1-\phi$ and compare them with the stored codes of positions $\phi..L-1$, for many offsets. The frequencies are read off your table itself: the angle of pair $i$ turns by $\omega_i$ from each position to the next.
 
 # %% nbgrader={"grade": false, "grade_id": "code_14", "locked": true, "schema_version": 3, "solution": false, "task": false}
 L, d = 200, 64
 pe64 = sinusoidal_encoding(L, d).double()
-omega = 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+angles = torch.atan2(pe64[:, 0::2], pe64[:, 1::2])                 # each pair's angle at each position
+turns = torch.remainder(angles.diff(dim=0) + math.pi, 2 * math.pi) - math.pi   # the turn per position step
+omega = turns.sum(0) / (L - 1)                                    # the pairs' frequencies, read off the table
 worst = 0.0
 for phi in range(1, 50):
     predicted = shift_encoding(pe64[: L - phi], omega, phi)      # M(phi) . PE(pos)

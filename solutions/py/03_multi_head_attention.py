@@ -129,7 +129,7 @@ print("merge(split(x)) == x:", torch.equal(merge_heads(parts), x))
 #
 # Two different reasons to block a (query, key) pair, and two masks with **different conventions**; read this carefully.
 #
-# - **`attn_mask`** (bool, broadcastable to `(T_q, T_k)` or `(B, h, T_q, T_k)`): **True = may attend**, as in notebook 01 and in `F.scaled_dot_product_attention`. Its typical use is the causal mask `torch.ones(T, T, dtype=torch.bool).tril()`, shared by every sequence and every head.
+# - **`attn_mask`** (bool, broadcastable to `(T_q, T_k)` or `(B, h, T_q, T_k)`): **True = may attend**, as in notebook 01 and in `F.scaled_dot_product_attention`. Its typical use is the causal mask of notebook 01 (`causal_mask(T)`, `(T, T)`), shared by every sequence and every head.
 # - **`key_padding_mask`** (bool, `(B, T_k)`): **True = this key is padding, ignore it**, as in `torch.nn.MultiheadAttention`. Sentences in a batch have different lengths and are padded to the longest one; the mask marks the padding tokens, one row per sequence.
 #
 # Why opposite conventions? Each name says what its `True` entries are. An *attention mask* marks the attention that is allowed; a *key padding mask* marks the keys that are padding, and padding is what we ignore. (PyTorch's own `nn.MultiheadAttention` uses True = blocked for both of its masks, so when you pass our `attn_mask` to it you must invert it: we do exactly that in a comparison below.)
@@ -246,7 +246,7 @@ with torch.no_grad():
     ref.out_proj.bias.copy_(mha.out_proj.bias)
 
 x = torch.randn(B, T, E)
-causal = torch.ones(T, T, dtype=torch.bool).tril()                 # True = may attend
+causal = nn.Transformer.generate_square_subsequent_mask(T) == 0    # PyTorch's causal mask (-inf above the diagonal) as True = may attend
 padding = torch.tensor([[False] * 6, [False] * 4 + [True] * 2])    # True = padding (sequence 1 has 4 tokens)
 with torch.no_grad():
     out, w = mha(x, x, x, attn_mask=causal, key_padding_mask=padding)
@@ -387,7 +387,7 @@ with torch.no_grad():
         getattr(ref, name).load_state_dict(getattr(layer, name).state_dict())
 
 tgt, memory = torch.randn(2, T, d_model), torch.randn(2, S, d_model)
-causal = torch.ones(T, T, dtype=torch.bool).tril()
+causal = nn.Transformer.generate_square_subsequent_mask(T) == 0    # True = may attend
 with torch.no_grad():
     out, w_self, w_cross = layer(tgt, memory, tgt_mask=causal)
     out_ref = ref(tgt, memory, tgt_mask=~causal)
