@@ -71,7 +71,7 @@ print("context of 'eat' is the same in both sentences:", torch.allclose(y[1], y_
 # 3. **Bounded, and extends to longer inputs**: values stay in a fixed range, and positions never seen in training still get sensible codes.
 # 4. **Deterministic**: the same position always gets the same code.
 #
-# The simplest ideas fail: $p_t = t$ is unbounded (position 500 would swamp the word embedding); $p_t = t / T$ is bounded, but the code of "the third word" then depends on the sentence length $T$, so distances are not consistent.
+# The simplest ideas fail: $p_t = t$ is unbounded (a position in the hundreds would swamp the word embedding); $p_t = t / T$ is bounded, but the code of "the third word" then depends on the sentence length $T$, so distances are not consistent.
 #
 # ### The binary-counter intuition
 #
