@@ -95,7 +95,7 @@ def _self_attention_variants() -> dict:
 
     return {
         "no_scale": ("scores not divided by sqrt(head_dim).", lambda ns: subclass(ns, no_scale)),
-        "swapped": ("query and key projections swapped: q = self.query(x), k = self.key(x).",
+        "swapped": ("query and key projections swapped: the queries come from self.query, the keys from self.key.",
                     lambda ns: subclass(ns, swapped)),
     }
 

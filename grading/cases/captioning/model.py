@@ -39,8 +39,8 @@ def _forward(self, features, captions, *, mask="ok", project=True, region=True, 
 
 
 FORWARD_BUGS = {
-    "no_causal_mask": ("causal mask missing: pass tgt_mask=torch.ones(T, T, dtype=torch.bool).tril() to every layer, "
-                       "or each word sees the word it must predict.", dict(mask="none")),
+    "no_causal_mask": ("causal mask missing: pass every layer a causal tgt_mask (notebook 01's causal_mask(T), True on and "
+                       "below the diagonal), or each word sees the word it must predict.", dict(mask="none")),
     "mask_plus_one": ("causal mask off by one: it lets position t see word t+1; position t may attend to 0..t "
                       "(.tril(), diagonal 0).", dict(mask="plus_one")),
     "mask_strict": ("causal mask off by one: position t must also attend to itself (.tril() keeps the diagonal; "
@@ -141,10 +141,10 @@ def _teacher_bug(kind):
 
 
 TEACHER_BUGS = {
-    "no_shift": "inputs and targets are the same words: position t must predict word t+1, so the inputs are "
-                "captions[:, :-1] and the targets captions[:, 1:].",
-    "swapped": "inputs and targets swapped: inputs captions[:, :-1] (from <START>), targets captions[:, 1:].",
-    "targets_not_shifted": "targets not shifted: the targets are captions[:, 1:], one word ahead of the inputs.",
+    "no_shift": "inputs and targets are the same words: position t must predict word t+1, so the inputs leave "
+                "out the last word and the targets the first (the table of the text).",
+    "swapped": "inputs and targets swapped: the inputs start at <START>, the targets one word later.",
+    "targets_not_shifted": "targets not shifted: the targets are one word ahead of the inputs.",
     "padding_counted": "the loss counts the padding: return caption_loss(logits, targets, null_idx) (make "
                        "caption_loss pass its check first).",
 }
@@ -236,4 +236,5 @@ def _teacher_spec(c: TeacherCase, g: torch.Generator) -> CaseSpec:
         inputs={"features": randn(len(c.lengths), c.regions, c.feature_dim, g=g), "captions": caps},
         outputs=["loss"], grad_wrt=["model.out.weight", "model.token.weight"] if c.grad else [],
         variants=_variants(TEACHER_BUGS, _teacher_bug, with_model), public=c.public,
-        hint="caption_loss(model(features, captions[:, :-1]), captions[:, 1:], null_idx).")
+        hint="the model run on every word but the last, its logits scored by your caption_loss against every word "
+             "but the first (the table of the text), null_idx ignored.")
