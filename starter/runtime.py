@@ -68,7 +68,7 @@ def colab_saves_folder() -> Path | None:
 
 
 def notebook_folders() -> list[Path]:
-    """Where notebooks 04-05 look for your earlier notebooks: the course folder, then on Colab
+    """Where notebooks 04-07 look for your earlier notebooks: the course folder, then on Colab
     MyDrive/Colab Notebooks."""
     saves = colab_saves_folder()
     return [course_folder()] + ([saves] if saves and saves != course_folder() else [])
@@ -85,10 +85,10 @@ def start_notebook(use_drive: bool = True, course_dir: str = "attention-course")
         print(f"course folder (Google Drive): {folder}")
         saves = colab_saves_folder()
         saved_apart = _course_copies(saves) if saves != folder.resolve() else []
-        if saved_apart:  # said every time: a student working there should know where 04-05 look
+        if saved_apart:  # said every time: a student working there should know where 04-07 look
             shown = ", ".join(saved_apart[:2]) + (", ..." if len(saved_apart) > 2 else "")
             print(f"your notebooks in My Drive/{COLAB_SAVES} ({shown}) are outside the course folder My Drive/"
-                  f"{course_dir}: notebooks 04-05 look for your work in both, the newest copy you worked on "
+                  f"{course_dir}: notebooks 04-07 look for your work in both, the newest copy you worked on "
                   "first; keep your copies in one of the two")
     elif in_colab():
         print(f"course folder: {course_folder()} (not in Google Drive: files here are gone with this runtime; "
