@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         for path in release():
             print(f"wrote {path}")
     elif args.command == "references":
-        from .references import build_all
+        from .cases.registry import build_all
         for public, hidden in build_all():
             print(f"wrote {public} and {hidden}")
     elif args.command == "autograde":

@@ -1,6 +1,6 @@
 """Build the stored reference cases from the solution notebooks.
 
-Each notebook has a case module, ``grading/cases/nbNN.py``, with ``cases(ns)`` returning a list of
+Each notebook has a case maker (listed in ``grading/cases/registry.py``), ``cases(ns)`` returning a list of
 ``CaseSpec``: inputs (generated once, here, from a seed), which function or module of the notebook
 to call, which known bugs to recognise. This module runs the solution on those inputs (in float64,
 then cast back to the inputs' dtype) and writes inputs, outputs, gradients and the bug variants'
@@ -11,7 +11,6 @@ outputs to HDF5: public cases into ``starter/references``, hidden ones into ``gr
 from __future__ import annotations
 
 import functools
-import importlib
 import os
 import tempfile
 from collections.abc import Callable
@@ -249,16 +248,12 @@ def write_cases(path: Path, cases: list[Case]) -> None:
             os.unlink(tmp)
 
 
-def case_module(notebook: Path):
-    return importlib.import_module(f"grading.cases.nb{notebook.name[:2]}")
-
-
-def build(notebook: Path, public_dir: Path = notebooks.PUBLIC_REFERENCES,
+def build(notebook: Path, cases: Callable[[dict], list[CaseSpec]], public_dir: Path = notebooks.PUBLIC_REFERENCES,
           hidden_dir: Path = notebooks.HIDDEN_REFERENCES) -> tuple[Path, Path]:
-    """Build the public and hidden reference files of one notebook."""
+    """Build the public and hidden reference files of one notebook from its case maker `cases`."""
     ns = notebooks.execute_definitions(notebook)
     torch.manual_seed(0)
-    specs = case_module(notebook).cases(ns)
+    specs = cases(ns)
     names = [s.name for s in specs]
     if len(set(names)) != len(names):
         raise ValueError(f"duplicate case names in {notebook.name}")
@@ -268,16 +263,3 @@ def build(notebook: Path, public_dir: Path = notebooks.PUBLIC_REFERENCES,
     write_cases(public, [c for is_public, c in built if is_public])
     write_cases(hidden, [c for is_public, c in built if not is_public])
     return public, hidden
-
-
-def build_all(public_dir: Path = notebooks.PUBLIC_REFERENCES, hidden_dir: Path = notebooks.HIDDEN_REFERENCES):
-    out = []
-    for nb in notebooks.solution_notebooks():
-        try:
-            case_module(nb)
-        except ModuleNotFoundError as exc:
-            if exc.name != f"grading.cases.nb{nb.name[:2]}":
-                raise
-            continue
-        out.append(build(nb, public_dir, hidden_dir))
-    return out

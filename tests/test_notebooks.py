@@ -12,8 +12,9 @@ from conftest import SOLUTION_STEMS, case_names_in
 from nbclient import NotebookClient
 from nbgrader.validator import Validator
 
-from grading import course, references
+from grading import course
 from grading import notebooks as nbs
+from grading.cases import registry
 
 
 @pytest.mark.parametrize("stem", SOLUTION_STEMS)
@@ -88,7 +89,7 @@ def _compare_h5(a, b, where=""):
 
 
 def test_references_are_up_to_date(tmp_path):
-    built = references.build_all(tmp_path / "public", tmp_path / "hidden")
+    built = registry.build_all(tmp_path / "public", tmp_path / "hidden")
     assert built, "no notebook has reference cases"
     for public, hidden in built:
         for fresh, stored in ((public, nbs.PUBLIC_REFERENCES / public.name), (hidden, nbs.HIDDEN_REFERENCES / hidden.name)):

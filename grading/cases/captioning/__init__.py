@@ -1,6 +1,6 @@
 """Reference cases of notebooks 04-06 (the captioning Transformer: data and model, training and
-evaluation, decoding), made together: `cases_of("05", ns)` gives one notebook's share (the thin modules
-nb04, nb05 and nb06 ask for theirs), and every case keeps the inputs its generator gives it in one sequence,
+evaluation, decoding), made together: `cases_of("05", ns)` gives one notebook's share (grading/cases/registry.py
+lists it as notebook 05's case maker), and every case keeps the inputs its generator gives it in one sequence,
 the order of `all_cases` here. Each topic has its module, with its known bugs, case rows and case makers:
 
     data.py       04: extract_grid_features, build_vocab, encode_captions, the Dataset, collate
