@@ -146,3 +146,17 @@ def test_starter_contains_no_graded_code():
     for py in (nbs.ROOT / "starter").rglob("*.py"):
         defined = set(re.findall(r"^(?:def|class) (\w+)", py.read_text(), re.M))
         assert not defined & graded, f"{py.name} defines graded names {defined & graded}"
+
+
+def test_every_notebook_starts_with_the_same_set_up_cell():
+    """The first code cell (tagged "colab": on Colab it installs the kit and mounts the course folder, everywhere it
+    calls start_notebook) is the same in all seven notebooks, so a fix to one reaches every notebook."""
+    cells = {stem: [c for c in nbs.read(nbs.SOLUTIONS / f"{stem}.ipynb").cells
+                    if "colab" in c.get("metadata", {}).get("tags", [])] for stem in SOLUTION_STEMS}
+    assert all(len(found) == 1 for found in cells.values()), {s: len(c) for s, c in cells.items()}
+    first = cells[SOLUTION_STEMS[0]][0].source
+    differ = [stem for stem, (cell,) in cells.items() if cell.source != first]
+    assert not differ, f"the set-up cell of {differ} differs from {SOLUTION_STEMS[0]}'s"
+    not_first = [stem for stem in SOLUTION_STEMS
+                 if next(c for c in nbs.read(nbs.SOLUTIONS / f"{stem}.ipynb").cells if c.cell_type == "code").source != first]
+    assert not not_first, f"the set-up cell is not the first code cell of {not_first}"
