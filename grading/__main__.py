@@ -113,7 +113,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"student copy written to {dest} (checked: no solutions, no hidden tests)")
     elif args.command == "execute":
         from .execute import README, execute_all
-        ok = execute_all(args.names, args.out, readme=README if args.out is None else None)
+        from .reference_run import FOLDER
+        ok = execute_all(args.names, args.out, readme=README if args.out is None else None,
+                         reference=FOLDER if args.out is None else None)
         return 0 if ok else 1
     return 0
 

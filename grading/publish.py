@@ -4,7 +4,8 @@
 
 This repository holds the solutions (`solutions/`) and the hidden references (`grading/`); a Colab
 link must point at a repository without them. DEST receives the release notebooks, the `starter`
-package with the public references, the dataset scripts, the packaging files and a short README,
+package with the public references, the dataset scripts, the reference run's printed numbers and figures for
+the written questions (`reference_run/`), the packaging files and a short README,
 and nothing else; the copy is then checked for anything that must stay private, and for any mention
 of a file of this repository that the copy lacks (`kit.py`, `benchmarks/…`), which would send a student
 looking for it. With `--repo`, the GitHub address in the notebooks' first cell and Colab badges becomes
@@ -27,7 +28,8 @@ from . import notebooks
 ROOT = notebooks.ROOT
 FILES = ["pyproject.toml", "requirements.txt", "environment.yml", ".gitignore"]
 PACKAGING = FILES[:3]  # the files the copy gets a version of its own of (packaging_for_the_copy)
-TREES = {"notebooks": "*.ipynb", "starter": "*", "data": "*.py"}
+TREES = {"notebooks": "*.ipynb", "starter": "*", "data": "*.py",
+         "reference_run": "*"}  # the reference run's printed numbers and figures (grading/reference_run.py)
 DEFAULT_REPO = "attention-course-kit/attention-transformers"  # the address the notebooks are written with
 TEXT_SUFFIXES = {".ipynb", ".py", ".md", ".toml", ".txt", ".yml"}
 # Paths a mention may name although the copy does not hold them: what a student's own runs make there
@@ -57,6 +59,15 @@ that model) from it.
   `My Drive/attention-course/runs/captioning_transformer.pt`. A notebook opened from its badge and
   saved with *File → Save a copy in Drive* lands in `My Drive/Colab Notebooks` instead, as
   `Copy of 0N_….ipynb`. With `USE_DRIVE = False` everything is in `/content` and gone with the runtime.
+
+## If your model does not train
+
+Notebooks 06 and 07 ask written questions about what your trained model prints and draws. If your model
+of notebooks 04 and 05 does not train, answer them from the course's reference run instead:
+`reference_run/06_decoding.md` and `reference_run/07_visualizing_attention.md` hold what those notebooks
+printed and drew when run with the course's own answers, their figures in `reference_run/06_decoding/` and
+`reference_run/07_visualizing_attention/` (on Colab: `/content/attention-transformers/reference_run/`, in the
+file browser on the left). Each question says which part to use.
 
 ## Handing in
 

@@ -148,3 +148,14 @@ def test_intake_takes_what_the_copy_says_to_hand_in(copy, tmp_path, where):
     assert sorted(result.notebooks) == sorted(p.stem for p in nbs.RELEASE.glob("*.ipynb")), result.notes
     assert (staged / nbs.TRAINED_CHECKPOINT).read_bytes() == b"the trained weights"
     assert not [note for note in result.notes if "captioning_transformer" in note], result.notes
+
+
+def test_the_reference_run_ships(copy):
+    """reference_run/ (grading/reference_run.py), which the written questions of notebooks 06 and 07 name, is in
+    the copy as it is here, and the copy's README says what it is for."""
+    here = sorted(p.relative_to(nbs.ROOT) for p in (nbs.ROOT / "reference_run").rglob("*") if p.is_file())
+    assert here, "no reference_run/ to ship"
+    assert sorted(p.relative_to(copy) for p in (copy / "reference_run").rglob("*") if p.is_file()) == here
+    assert all((copy / rel).read_bytes() == (nbs.ROOT / rel).read_bytes() for rel in here)
+    readme = (copy / "README.md").read_text()
+    assert "## If your model does not train" in readme and "reference_run/07_visualizing_attention.md" in readme

@@ -5,7 +5,7 @@
 #
 # The model of notebook 05 writes a caption one word at a time, and `greedy_decode` took the most likely word at every step. That is one way to choose; here you write a second, **beam search**, which keeps several partial captions and returns the most likely whole caption it finds, and a third, **sampling**, which draws each word at random from the model's distribution. Then you compare the three on your model, sort its mistakes by kind, and measure what the causal mask of its training was for: a model trained with teacher forcing writes its captions in another way than it was trained.
 #
-# **What you need.** The graded tasks need nothing from earlier notebooks: their checks run your `beam_search` and `sample_decode` on a tiny stand-in model. The comparisons use your trained model: your `CaptioningTransformer` and `teacher_forcing_loss` from `04_captioning_data_and_model.ipynb`, your `greedy_decode`, `evaluate_captions` and training pieces from `05_training_and_evaluation.ipynb`, and the checkpoint notebook 05 saved (`runs/captioning_transformer.pt`), all kept next to this notebook (on Colab: in the course folder or in `My Drive/Colab Notebooks`). Without one of them, the comparisons say in one line what is missing. While the notebook is being graded they are skipped.
+# **What you need.** The graded tasks need nothing from earlier notebooks: their checks run your `beam_search` and `sample_decode` on a tiny stand-in model. The comparisons use your trained model: your `CaptioningTransformer` and `teacher_forcing_loss` from `04_captioning_data_and_model.ipynb`, your `greedy_decode`, `evaluate_captions` and training pieces from `05_training_and_evaluation.ipynb`, and the checkpoint notebook 05 saved (`runs/captioning_transformer.pt`), all kept next to this notebook (on Colab: in the course folder or in `My Drive/Colab Notebooks`). Without one of them, the comparisons say in one line what is missing. While the notebook is being graded they are skipped. If your model does not train, the written questions can be answered from the course's reference run (`reference_run/`): each question says where.
 #
 # **How to work.** Fill in the cells marked `# YOUR CODE HERE` (delete the `raise NotImplementedError()` line) and run the test cell below each one: it prints `✓ … passed` or one line naming the likely bug. The graded version of each test cell also runs hidden cases. Don't edit or delete test cells.
 
@@ -235,6 +235,8 @@ if evaluate is not None and ds.name == "shapes":
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_q_bleu_exact", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # **Question 4 (2 points).** The comparison above printed a BLEU-4 and an exact-match rate for the same captions. (a) How can a caption that matches none of its image's references still score a high BLEU-4? Name a kind of mistake on `shapes` that BLEU barely punishes (the counts above show them), and say why, in terms of the n-grams it keeps. (b) Exact match is the stricter number here; why would it be useless on COCO?
 #
+# If your own model does not train, answer from the course's reference run: section 3 of `reference_run/06_decoding.md`, in the course repository (on Colab under `/content/attention-transformers/`), has its scores and its counts of mistake kinds.
+#
 # Write your answer in the cell below.
 
 # %% [markdown] nbgrader={"grade": true, "grade_id": "q_bleu_exact", "locked": false, "points": 2, "schema_version": 3, "solution": true, "task": false}
@@ -330,6 +332,8 @@ if evaluate is not None and sampler is not None:
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_q_decoding", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # **Question 5 (2 points).** Use the numbers and the plot above. (a) Why can beam search find a caption that greedy decoding misses? Say what it gained and what it cost here, from the printed scores and times. (b) What does the temperature do to accuracy and diversity, as measured, and for what kind of use would you pick sampling over beam search?
 #
+# If your own model does not train, answer from the course's reference run: sections 3 and 4 of `reference_run/06_decoding.md`, in the course repository (on Colab under `/content/attention-transformers/`), have its printed numbers and its plot.
+#
 # Write your answer in the cell below.
 
 # %% [markdown] nbgrader={"grade": true, "grade_id": "q_decoding", "locked": false, "points": 2, "schema_version": 3, "solution": true, "task": false}
@@ -391,6 +395,8 @@ elif evaluate is None:
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_q_causal_mask", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # **Question 6 (2 points).** Explain the two numbers of the leaky model printed above: (a) why its teacher-forced validation loss is what it is, compared with your model's (look at the teacher-forcing table of notebook 04, section 6: which input word does position $t$ have to predict?), and (b) why its generated captions are what they are.
 #
+# If your own model does not train, answer from the course's reference run: section 5 of `reference_run/06_decoding.md`, in the course repository (on Colab under `/content/attention-transformers/`), has the leaky model's printed numbers next to the reference model's.
+#
 # Write your answer in the cell below.
 
 # %% [markdown] nbgrader={"grade": true, "grade_id": "q_causal_mask", "locked": false, "points": 2, "schema_version": 3, "solution": true, "task": false}
@@ -402,6 +408,8 @@ elif evaluate is None:
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_q_exposure_bias", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # **Question 7 (2 points).** Even with a correct mask, teacher forcing trains on the *true* previous words while generation feeds back the model's *own*. (a) What is this mismatch called, and how can one wrong word early in a caption spoil the words after it? Look for an example among your model's wrong captions (notebook 05's evaluation, or notebook 07's failure cases) and quote it if you find one. (b) Name one way to reduce it and say why it helps.
+#
+# If your own model does not train, take your example from the course's reference run, in the course repository (on Colab under `/content/attention-transformers/`): the failure cases of `reference_run/07_visualizing_attention.md` (section 7) or the wrong captions of `reference_run/06_decoding.md` (section 3).
 #
 # Write your answer in the cell below.
 

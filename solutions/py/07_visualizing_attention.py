@@ -15,7 +15,7 @@
 #
 # **How to work.** Fill in the cells marked `# YOUR CODE HERE` (delete the `raise NotImplementedError()` line) and run the test cell below each one: it prints `✓ … passed`, or one line naming the likely bug. The graded version of each test cell also runs hidden cases (other grid shapes, batch dimensions, float64, gradients). Don't edit or delete test cells.
 #
-# **What you need.** The pictures use the model you trained in notebook 05: finish `04_captioning_data_and_model.ipynb` and `05_training_and_evaluation.ipynb`, run 05 to the end first (it saves `runs/captioning_transformer.pt`), and keep them next to this notebook (on Colab: in the course folder or in `My Drive/Colab Notebooks`). While the notebook is being graded, the cells that need the trained model are skipped.
+# **What you need.** The pictures use the model you trained in notebook 05: finish `04_captioning_data_and_model.ipynb` and `05_training_and_evaluation.ipynb`, run 05 to the end first (it saves `runs/captioning_transformer.pt`), and keep them next to this notebook (on Colab: in the course folder or in `My Drive/Colab Notebooks`). While the notebook is being graded, the cells that need the trained model are skipped. If your model does not train, Question 8 can be answered from the course's reference run (`reference_run/`): it says where.
 
 # %% nbgrader={"grade": false, "grade_id": "code_02", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["colab"]
 # Run this cell first. On Google Colab it installs the course kit (only what Colab lacks, once per runtime)
@@ -581,6 +581,8 @@ if RUN_MODEL and ds.num_regions > 1 and ds.name == "shapes":
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_q_heads_mean", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # **Question 8 (2 points).** The table above gives the localisation accuracy of every head of every layer and of the mean of each layer's heads, and the printout compares the best head of the last layer with the mean of its heads. (a) Why can one head localise the objects better than the mean of the heads, and why can the mean sometimes do better than every single head? (b) What does this say about reading an attention map as an explanation of why the model wrote a word?
+#
+# If your own model does not train, answer from the course's reference run: section 6 of `reference_run/07_visualizing_attention.md`, in the course repository (on Colab under `/content/attention-transformers/`), has its table and its printout.
 #
 # Write your answer in the cell below.
 
