@@ -78,10 +78,20 @@ PREFIXES = {"04": ("features/", "vocab/", "encode/", "dataset/", "collate/", "ca
             "06": ("beam/", "sample/")}
 
 
+_made: dict = {}  # the cases of 04-06 and the namespace they were made in, made once per process
+
+
 def cases_of(number: str, ns: dict) -> list[CaseSpec]:
     """The cases of notebook `number` ("04", "05" or "06"); `ns`, its solution's namespace, gets the names of the
-    other two and the adapters the test cells show."""
-    specs = all_cases(solutions_namespace(ns))
+    other two and the adapters the test cells show. The three notebooks' cases are made together, once per
+    process (choosing the decoding cases' seeds takes minutes): a second notebook's `ns` gets the names the
+    first one's got."""
+    if not _made:
+        made_in = solutions_namespace(ns)
+        _made.update(specs=all_cases(made_in), ns=made_in)
+    for name, value in _made["ns"].items():
+        ns.setdefault(name, value)
+    specs = _made["specs"]
     unplaced = [s.name for s in specs if not s.name.startswith(sum(PREFIXES.values(), ()))]
     if unplaced:
         raise ValueError(f"cases of no notebook (add their prefix to PREFIXES): {unplaced}")
