@@ -87,11 +87,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {args.out} holds no graded run (no outcomes/ and grades.csv): run autograde first",
                   file=sys.stderr)
             return 2
-        from .course import CourseLockError, hold
-        from .notebooks import ROOT
+        from .course import DEFAULT_COURSE, CourseLockError, hold, sqlite_url
         from .report import refresh_grades
-        course_dir = args.course or ROOT / "grading" / "work" / "course"
-        db_url = args.db or (f"sqlite:///{course_dir / 'gradebook.db'}" if (course_dir / "gradebook.db").is_file() else None)
+        course_dir = args.course or DEFAULT_COURSE
+        db_url = args.db or (sqlite_url(course_dir) if (course_dir / "gradebook.db").is_file() else None)
         # not while a run grades in the course folder: its gradebook and report are still being written
         uses_course = (args.course or not args.db) and course_dir.is_dir()
         try:

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from . import course, engine, notebooks, worker
+from . import course, engine, worker
 from .intake import intake
 from .outcome import FOLDER, StudentOutcome
 from .report import graded_columns, report
@@ -57,7 +57,7 @@ def autograde(submissions: Path, out: Path, course_dir: Path | None = None, db_u
         require_bwrap()  # before any work: without it, say how to get it
         if (problem := unlimit_file_table()) is not None:
             log.warning(problem)
-    root = course_dir or (notebooks.ROOT / "grading" / "work" / "course")
+    root = course_dir or course.DEFAULT_COURSE
     if db_url is None and (workers > 1 or scheduler):
         raise ValueError("the SQLite gradebook allows one writer: use --workers 1, or --db with a PostgreSQL URL")
     # one run per course folder, from before it is prepared until the report is written (raises at once,
@@ -79,7 +79,7 @@ def autograde(submissions: Path, out: Path, course_dir: Path | None = None, db_u
             for outcome in graded.values():
                 if worker.PREPARATION_CHANGED not in outcome.flags:
                     outcome.flags.append(worker.PREPARATION_CHANGED)
-        db_url = db_url or f"sqlite:///{root / 'gradebook.db'}"
+        db_url = db_url or course.sqlite_url(root)
         results = report(out, root, results, graded, loose, db_url)
     for r in results:
         log.info("%s: %s (%.1f s)", r.student, r.status, r.seconds)

@@ -74,11 +74,19 @@ class NbgraderError(RuntimeError):
     pass
 
 
+DEFAULT_COURSE = notebooks.ROOT / "grading" / "work" / "course"  # the course folder when none is given
+
+
+def sqlite_url(root: Path) -> str:
+    """The gradebook's URL when the course folder `root` keeps it, as SQLite (one writer: one worker)."""
+    return f"sqlite:///{root / 'gradebook.db'}"
+
+
 def write_config(root: Path, db_url: str | None = None, settings: Settings = Settings()) -> None:
     """nbgrader_config.py of the course at `root`: nbgrader's steps, and the sandbox's from `settings`."""
     from data.common import default_data_dir
 
-    db_url = db_url or f"sqlite:///{root / 'gradebook.db'}"
+    db_url = db_url or sqlite_url(root)
     (root / "nbgrader_config.py").write_text(CONFIG.format(
         root=str(root), db_url=db_url, sandbox_settings=nbgrader_config(settings), case_inputs=str(root / "case_inputs"),
         data_dir=str(default_data_dir()), hidden=str(notebooks.HIDDEN_REFERENCES),
