@@ -4,10 +4,7 @@ Every notebook in `solutions/` runs top to bottom in a fresh kernel on the defau
 hidden references available so hidden tests run too. Each executed copy goes to `build/executed/`
 as .ipynb and as .html (figures embedded), every figure as a PNG to `build/figures/<notebook>/`,
 and an index to `build/index.md` and `build/index.json`: per notebook its time, tests passed,
-figures, PASS/FAIL and the key numbers it printed (see `KEY_NUMBERS`). A full run (`python -m grading execute` with no
-notebook named and no `--out`) that passes also rewrites the README's run figures and `reference_run/`, the
-printed lines and figures the written questions of notebooks 06 and 07 can be answered from
-(grading/reference_run.py).
+figures, PASS/FAIL and the key numbers it printed (see `KEY_NUMBERS`).
 
 The kernels get their environment through jupyter_client (`start_kernel(env=...)`), never by changing
 this process's `os.environ`, and always use the inline matplotlib backend, whatever `MPLBACKEND` this
@@ -48,6 +45,8 @@ INLINE_BACKEND = "module://matplotlib_inline.backend_inline"  # what ipykernel p
 #   07: "localisation accuracy, last layer, mean of heads, exact cell: 65.7%   (chance 2.0%)"
 #       and the same "within 1 cell (3 x 3 block)"
 #   07: "69 of 500 validation captions (14%) match no reference" -> exact match 86.2% of 500
+#   06: "first 100 validation images", then "greedy      (...): BLEU-1 ... BLEU-4 0.972 ..." and
+#       "beam, k = 3 (...): ... BLEU-4 0.996 ...": the row names both decoders (greedy's is the first BLEU-4)
 _NUM = r"(\d+(?:\.\d+)?)"
 KEY_NUMBERS: dict[str, re.Pattern] = {
     "train_steps": re.compile(r"^training on [^:]*: (\d+)(?: of (\d+))? steps in \d+ s\b", re.M),
@@ -58,6 +57,8 @@ KEY_NUMBERS: dict[str, re.Pattern] = {
     "localisation": re.compile(rf"localisation accuracy, last layer, mean of heads, exact cell: {_NUM}%\s+\(chance {_NUM}%\)"),
     "localisation_3x3": re.compile(rf"localisation accuracy, last layer, mean of heads, within 1 cell[^:]*: {_NUM}%\s+\(chance {_NUM}%\)"),
     "no_reference": re.compile(r"^(\d+) of (\d+) validation captions \([^)]*\) match no reference", re.M),
+    "decoders_images": re.compile(r"^first (\d+) validation images\ngreedy ", re.M),
+    "beam": re.compile(rf"^beam, k = (\d+) .*?\bBLEU-4 {_NUM}\b", re.M),
 }
 
 
@@ -114,6 +115,10 @@ def key_numbers(text: str) -> dict[str, float]:
             found[name] = int(m.group(1))
             if m.group(2):
                 found["train_steps_planned"] = int(m.group(2))
+        elif name == "decoders_images":
+            found.setdefault("eval_images", int(m.group(1)))
+        elif name == "beam":
+            found["beam_k"], found["beam_BLEU-4"] = int(m.group(1)), float(m.group(2))
         elif name == "no_reference":
             wrong, total = int(m.group(1)), int(m.group(2))
             if "exact_match" not in found:  # a notebook's own exact-match print wins
@@ -132,7 +137,9 @@ def format_numbers(n: dict[str, float]) -> str:
         if "train_steps" in n:
             planned = f" of {n['train_steps_planned']}" if "train_steps_planned" in n else ""
             context.append(f"{n['train_steps']}{planned} training steps")
-        parts.append(f"BLEU-4 {n['BLEU-4']:.3f}" + (f", CIDEr {n['CIDEr']:.3f}" if "CIDEr" in n else "")
+        beam = f"; beam (k = {n['beam_k']}) BLEU-4 {n['beam_BLEU-4']:.3f}" if "beam_BLEU-4" in n else ""
+        parts.append(("greedy " if beam else "") + f"BLEU-4 {n['BLEU-4']:.3f}"
+                     + (f", CIDEr {n['CIDEr']:.3f}" if "CIDEr" in n else "") + beam
                      + (f" ({', '.join(context)})" if context else ""))
     if "exact_match" in n:
         parts.append(f"exact-match {n['exact_match']:.1%}"
@@ -402,11 +409,10 @@ def write_run_figures(results: list[dict], readme: Path = README, wall: float | 
 
 
 def execute_all(names: list[str] | None = None, out: Path | None = None, figures: Path | None = None,
-                index: Path | None = None, readme: Path | None = None, reference: Path | None = None) -> bool:
+                index: Path | None = None, readme: Path | None = None) -> bool:
     """Run the chosen solution notebooks (all by default); print a header, one index row per notebook
     as it finishes (errors one line each under it) and a summary; write the index and, given `readme`, when
-    every notebook ran and passed, its block of run figures; given `reference`, in the same case, the reference
-    run for the written questions there (grading/reference_run.py). True if all passed."""
+    every notebook ran and passed, its block of run figures. True if all passed."""
     out = out or BUILD / "executed"
     figures = figures or BUILD / "figures"
     index = index or BUILD / "index.md"
@@ -445,9 +451,4 @@ def execute_all(names: list[str] | None = None, out: Path | None = None, figures
     if readme is not None and not names and passed:
         write_run_figures(results, readme, wall=total)
         print(f"run figures written into {rel(readme)}")
-    if reference is not None and not names and passed:
-        from . import reference_run
-        written = reference_run.write({r["name"]: notebooks.read(out / f"{r['name']}.ipynb") for r in results}, reference)
-        print(f"reference run for the written questions written into {rel(reference)} "
-              f"({', '.join(p.name for p in written)}; {reference_run.folder_bytes(reference) / 1000:.0f} kB)")
     return passed
