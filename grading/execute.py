@@ -4,7 +4,10 @@ Every notebook in `solutions/` runs top to bottom in a fresh kernel on the defau
 hidden references available so hidden tests run too. Each executed copy goes to `build/executed/`
 as .ipynb and as .html (figures embedded), every figure as a PNG to `build/figures/<notebook>/`,
 and an index to `build/index.md` and `build/index.json`: per notebook its time, tests passed,
-figures, PASS/FAIL and the key numbers it printed (see `KEY_NUMBERS`).
+figures, PASS/FAIL and the key numbers it printed (see `KEY_NUMBERS`). A full run (`python -m grading execute` with no
+notebook named and no `--out`) that passes also rewrites the README's run figures and `reference_run/`, the
+printed lines and figures the written questions of notebooks 06 and 07 can be answered from
+(grading/reference_run.py).
 
 The kernels get their environment through jupyter_client (`start_kernel(env=...)`), never by changing
 this process's `os.environ`, and always use the inline matplotlib backend, whatever `MPLBACKEND` this
@@ -409,10 +412,11 @@ def write_run_figures(results: list[dict], readme: Path = README, wall: float | 
 
 
 def execute_all(names: list[str] | None = None, out: Path | None = None, figures: Path | None = None,
-                index: Path | None = None, readme: Path | None = None) -> bool:
+                index: Path | None = None, readme: Path | None = None, reference: Path | None = None) -> bool:
     """Run the chosen solution notebooks (all by default); print a header, one index row per notebook
     as it finishes (errors one line each under it) and a summary; write the index and, given `readme`, when
-    every notebook ran and passed, its block of run figures. True if all passed."""
+    every notebook ran and passed, its block of run figures; given `reference`, in the same case, the reference
+    run for the written questions there (grading/reference_run.py). True if all passed."""
     out = out or BUILD / "executed"
     figures = figures or BUILD / "figures"
     index = index or BUILD / "index.md"
@@ -451,4 +455,9 @@ def execute_all(names: list[str] | None = None, out: Path | None = None, figures
     if readme is not None and not names and passed:
         write_run_figures(results, readme, wall=total)
         print(f"run figures written into {rel(readme)}")
+    if reference is not None and not names and passed:
+        from . import reference_run
+        written = reference_run.write({r["name"]: notebooks.read(out / f"{r['name']}.ipynb") for r in results}, reference)
+        print(f"reference run for the written questions written into {rel(reference)} "
+              f"({', '.join(p.name for p in written)}; {reference_run.folder_bytes(reference) / 1000:.0f} kB)")
     return passed
