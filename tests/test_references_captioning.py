@@ -196,10 +196,11 @@ def test_sample_matches_independent_draws(name, dtype):
 
 
 def test_sampling_cases_tell_the_temperature_apart():
-    """The hidden cases away from temperature 1 store the captions of a decoder that ignores the temperature or
-    multiplies by it, each with its own message; every case stores the greedy captions as a bug of its own."""
+    """The cases away from temperature 1 (the public one too) store the captions of a decoder that ignores the
+    temperature or multiplies by it, each with its own message; every case stores the greedy captions as a bug of
+    its own."""
     variants = {name: load_case(name).variants for name in _names("sample")}
-    for name in ("sample/low_temperature", "sample/high_temperature"):
+    for name in ("sample/basic", "sample/low_temperature", "sample/high_temperature"):
         assert {"no_temperature", "temperature_multiplied", "argmax"} <= variants[name].keys(), name
     assert all("argmax" in v for v in variants.values()), variants.keys()
 

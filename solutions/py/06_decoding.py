@@ -255,7 +255,7 @@ if evaluate is not None and ds.name == "shapes":
 #
 # Like your `greedy_decode`, with the same output: `(B, max_len)` int64, no `<START>`, `<END>` kept, `null_idx` after it and wherever decoding stopped early; `max_len` counts every word, `<END>` included. The difference: at each step the next word of each caption is **drawn** from the softmax of its last position's logits divided by `temperature`, instead of taken by `argmax`.
 #
-# So that one `generator` always gives the same captions (the checks seed it and compare captions), draw in one way: at each step, **one** call of `torch.multinomial` with `num_samples=1` and `generator=generator`, on the `(B, V)` probabilities of **every** caption, finished ones included (a finished caption's draw is replaced by `null_idx`). Whether you stop once every caption has finished or run all `max_len` steps gives the same captions. A `torch.Generator()` lives on the CPU and draws only there: compute the probabilities in float32, draw from them on the CPU, and put the words back on `features.device`. As for greedy, the candidates may be every word or every word but `<NULL>` and `<START>`: the checks' stand-in model gives those two no probability. Run it under `torch.no_grad()`.
+# So that one `generator` always gives the same captions (the checks seed it and compare captions), draw in one way: at each step, **one** call of `torch.multinomial` with `num_samples=1` and `generator=generator` (no other sampler: `torch.distributions.Categorical` takes no generator), on the `(B, V)` probabilities of **every** caption, finished ones included (a finished caption's draw is replaced by `null_idx`). Whether you stop once every caption has finished or run all `max_len` steps gives the same captions. A `torch.Generator()` lives on the CPU and draws only there: compute the probabilities in float32, draw from them on the CPU, and put the words back on `features.device`. As for greedy, the candidates may be every word or every word but `<NULL>` and `<START>`: the checks' stand-in model gives those two no probability. Run it under `torch.no_grad()`.
 
 # %% nbgrader={"grade": false, "grade_id": "sample_decode", "locked": false, "schema_version": 3, "solution": true, "task": false}
 @torch.no_grad()
@@ -407,9 +407,9 @@ elif evaluate is None:
 # ### END SOLUTION
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_q_exposure_bias", "locked": true, "schema_version": 3, "solution": false, "task": false}
-# **Question 7 (2 points).** Even with a correct mask, teacher forcing trains on the *true* previous words while generation feeds back the model's *own*. (a) What is this mismatch called, and how can one wrong word early in a caption spoil the words after it? Look for an example among your model's wrong captions (notebook 05's evaluation, or notebook 07's failure cases) and quote it if you find one. (b) Name one way to reduce it and say why it helps.
+# **Question 7 (2 points).** Even with a correct mask, teacher forcing trains on the *true* previous words while generation feeds back the model's *own*. (a) How can one wrong word early in a caption spoil the words after it, when the model was only ever trained on true prefixes? Look for an example among your model's wrong captions (notebook 05's evaluation, or notebook 07's failure cases) and quote it if you find one. (b) Name one way to reduce it and say why it helps.
 #
-# If your own model does not train, take your example from the course's reference run, in the course repository (on Colab under `/content/attention-transformers/`): the failure cases of `reference_run/07_visualizing_attention.md` (section 7) or the wrong captions of `reference_run/06_decoding.md` (section 3).
+# If your own model does not train, take your example from the course's reference run, in the course repository (on Colab under `/content/attention-transformers/`): the failure cases of `reference_run/07_visualizing_attention.md` (section 7) or the wrong captions of `reference_run/06_decoding.md` (section 3, its second figure).
 #
 # Write your answer in the cell below.
 
@@ -417,7 +417,7 @@ elif evaluate is None:
 # ### BEGIN SOLUTION
 # **Model answer.** (a) Exposure bias: during training the model only ever sees prefixes from the data; at test time a wrong word puts it on a prefix it never saw, where its predictions are less reliable, so errors compound (e.g. after a wrong colour it may describe the wrong object, or after choosing the 'there is a ... and a ...' phrasing with the wrong first object it cannot recover). (b) Scheduled sampling (feed some of the model's own predictions during training, more as training goes on), sequence-level training on the model's own samples (e.g. self-critical training with CIDEr as the reward), or beam search at test time (keeps alternatives, so one bad word is less often fatal); each exposes the model to, or protects it from, its own mistakes.
 #
-# **Rubric.** 1 point: the name and the compounding mechanism (prefixes never seen in training). 1 point: one remedy with a correct reason. An example from the student's own output is welcome but not required.
+# **Rubric.** 1 point: the compounding mechanism (prefixes never seen in training; naming it exposure bias is welcome, not required). 1 point: one remedy with a correct reason. An example from the student's own output is welcome but not required.
 # ### END SOLUTION
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_check_public", "locked": true, "schema_version": 3, "solution": false, "task": false}
@@ -434,8 +434,8 @@ check_public("06_decoding", globals());
 #
 # - Generation feeds back the model's own words: **greedy** takes the argmax at every step; **beam search** keeps the $k$ best hypotheses, ranks every hypothesis × word together, narrows as hypotheses finish, and compares finished ones by length-normalised log-probability; **sampling** draws each word from the softmax at a temperature.
 # - Beam search looks for the most likely caption, at the cost of many more calls of the model (the comparison printed how many); sampling trades accuracy for diversity, steered by the temperature.
-# - BLEU barely punishes a caption with the right words in the wrong roles; exact match and the kinds of mistakes show them.
-# - Teacher forcing trains on true prefixes, generation runs on the model's own: a model that peeks at the next word (the leaky mask) learns a low loss and writes poor captions, and even a correct one meets prefixes it never saw (**exposure bias**).
+# - BLEU and exact match measure different things; on `shapes` the kinds of mistakes can be counted.
+# - Teacher forcing trains on true prefixes, generation runs on the model's own: what the causal mask is for, measured in section 5, and what the mismatch between the two does, Question 7.
 #
 # Next, **07 · Visualising attention** loads the same checkpoint and looks inside the trained model.
 #

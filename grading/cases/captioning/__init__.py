@@ -182,12 +182,14 @@ def all_cases(ns) -> list[CaseSpec]:
     # sample_decode(model, features, max_len, temperature, generator, ...) on the toy model; a generator of its own,
     # so that the cases above keep their inputs
     g_sample = torch.Generator().manual_seed(2031)
+    TEMPERATURE_BUGS = ("no_temperature", "temperature_multiplied")  # away from temperature 1, each its own captions
     out += [_sample_spec(c, g_sample, ns) for c in [
-        SampleCase(name="sample/basic", batch=4, regions=3, feature_dim=5, vocab=7, max_len=6, seed=0, public=True),
+        SampleCase(name="sample/basic", batch=4, regions=3, feature_dim=5, vocab=7, max_len=6, temperature=0.7, seed=0,
+                   want=TEMPERATURE_BUGS, public=True),
         SampleCase(name="sample/low_temperature", batch=4, regions=2, feature_dim=4, vocab=8, max_len=6,
-                   temperature=0.3, seed=1),
+                   temperature=0.3, seed=1, want=TEMPERATURE_BUGS),
         SampleCase(name="sample/high_temperature", batch=4, regions=3, feature_dim=4, vocab=7, max_len=7,
-                   temperature=2.0, seed=2),
+                   temperature=2.0, seed=2, want=TEMPERATURE_BUGS),
         SampleCase(name="sample/batch_wide", batch=9, regions=2, feature_dim=5, vocab=8, max_len=6, seed=3),
         SampleCase(name="sample/other_special_tokens", batch=4, regions=2, feature_dim=4, vocab=9, max_len=6,
                    start_idx=4, end_idx=6, null_idx=3, seed=4),

@@ -127,7 +127,9 @@ def _beam(model, features, beam_width, max_len, start_idx=1, end_idx=2, null_idx
             if not hyps:
                 break
         best = max(done, key=lambda d: d[0])[1]
-        out[b, :len(best)] = torch.tensor(best)
+        if bug == "end_dropped":
+            best = [w for w in best if w != end_idx]
+        out[b, :len(best)] = torch.tensor(best, dtype=torch.long)
     return out
 
 
@@ -156,6 +158,7 @@ BEAM_BUGS = {  # each names its own bug and advice; as other mistakes can give t
                     "(keep beam_width - number finished so far).",
     "start_ignored": "the captions are those a beam search gives when hypotheses start from index 1, not from "
                      "start_idx: check that each begins with the start_idx you are given.",
+    "end_dropped": "the best captions are found, but without their <END>: keep it in the output, then null_idx.",
 }
 
 
@@ -329,6 +332,8 @@ class SampleCase(Row):
     start_idx: int = 1
     end_idx: int = 2
     null_idx: int = 0
+    # known bugs (SAMPLE_BUGS) the case must tell apart: the model's seed is drawn until each gives captions of its own
+    want: tuple[str, ...] = ()
 
 
 def _sample_spec(c: SampleCase, g: torch.Generator, ns: dict) -> CaseSpec:
@@ -343,10 +348,10 @@ def _sample_spec(c: SampleCase, g: torch.Generator, ns: dict) -> CaseSpec:
         hint="at each step softmax(last logits / temperature) for every caption, finished ones too, and one "
              "torch.multinomial(probs, 1, generator=generator) call for the batch; <END> kept, null_idx after it.")
 
-    def ok(exp):  # some captions end at different steps, and not every caption is a bare <END>
+    def ok(exp):  # some captions end at different steps, not every caption is a bare <END>, and c.want told apart
         pos = [row.index(c.end_idx) if c.end_idx in row else None for row in exp["tokens"].tolist()]
         ends = [p for p in pos if p is not None]
-        return len(set(ends)) >= 2 and any(p > 0 for p in ends)
+        return len(set(ends)) >= 2 and any(p > 0 for p in ends) and set(c.want) <= _distinct_bugs(spec, ns)
 
     return _seeded(spec, ns, ok)
 
