@@ -443,10 +443,21 @@ def test_every_stated_number_is_true_of_the_run(checked):
                           "allow-list gives:\n" + "\n".join(problems))
 
 
+def _still_written(entry: Allowed) -> bool:
+    """Whether the sentence an allow-list entry is for is still there, with its numbers (an entry may go unused in
+    a run whose printed numbers happen to give one of them, as a README number may match any notebook's print)."""
+    if entry.where == "README":
+        text = readme_prose()
+    else:
+        text = "\n".join(c.source for c in nbs.read(nbs.SOLUTIONS / f"{entry.where}.ipynb").cells
+                         if c.cell_type == "markdown")
+    return entry.phrase in text and all(n in text for n in entry.numbers)
+
+
 def test_the_allow_list_is_short_and_used(checked):
     _, used = checked
     assert len(ALLOWED) <= 16, "the allow-list is for definitions and facts: move run results into what the run prints"
-    unused = [f"{a.where}: {a.numbers} ({a.phrase!r})" for a in ALLOWED if a not in used]
+    unused = [f"{a.where}: {a.numbers} ({a.phrase!r})" for a in ALLOWED if a not in used and not _still_written(a)]
     assert not unused, "allow-list entries that match nothing any more:\n" + "\n".join(unused)
     assert all(a.reason for a in ALLOWED)
 
