@@ -66,7 +66,8 @@ def test_q6_the_leaky_model_copies_and_then_writes_one_caption(printed):
                                                    + r", greedy exact match " + NUMBER + "%", text).groups())
     different, images = map(int, re.search(r"leaky model: (\d+) different captions for (\d+) images", text).groups())
     assert leaky_loss < floor / 3 and leaky_loss < yours / 3, (leaky_loss, floor, yours)
-    assert different <= images // 10, (different, images)
+    # "a handful of captions whatever the image": at most a fifth as many different captions as images
+    assert different <= images // 5, (different, images)
     assert leaky_exact <= 5.0, leaky_exact
 
 

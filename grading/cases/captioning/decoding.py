@@ -158,7 +158,7 @@ BEAM_BUGS = {  # each names its own bug and advice; as other mistakes can give t
                     "(keep beam_width - number finished so far).",
     "start_ignored": "the captions are those a beam search gives when hypotheses start from index 1, not from "
                      "start_idx: check that each begins with the start_idx you are given.",
-    "end_dropped": "the best captions are found, but without their <END>: keep it in the output, then null_idx.",
+    "end_dropped": "the captions are the right ones without their <END>: keep it in the output, then null_idx.",
 }
 
 
