@@ -3,8 +3,8 @@
     python -m grading release                 solutions/ -> notebooks/ (student release, hidden data excluded)
     python -m grading references              rebuild the stored reference cases from the solutions
     python -m grading autograde SUBMISSIONS   grade a folder or zip of student notebooks
-    python -m grading report OUT [--anonymise]  grades.csv with the written answers graded since (formgrader),
-                                              and what the class got wrong (OUT/class_report.html)
+    python -m grading report OUT [--anonymise]  every output of a graded run again, with the scores given since
+                                              (formgrader), and what the class got wrong (OUT/class_report.html)
     python -m grading execute [NOTEBOOK ...]  run solution notebooks end to end (the maintainers' main job)
     python -m grading publish DEST [--repo OWNER/NAME]   the student-facing files only, for a student repository
 """
@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     rp.add_argument("out", type=Path, nargs="?", default=Path("grading/work/results"), help="autograde's --out folder")
     rp.add_argument("--anonymise", action="store_true", help="students as 'student 01', ... in the report")
     rp.add_argument("--course", type=Path, default=None, help="the run's nbgrader course folder (default "
-                    "grading/work/course): its gradebook's written-question grades go into grades.csv first")
+                    "grading/work/course): its gradebook's scores, those given by hand included, are the report's")
     rp.add_argument("--db", default=None, help="the run's gradebook URL, if it was not the course's SQLite file")
     pb = sub.add_parser("publish", help="copy the student-facing files into an empty folder")
     pb.add_argument("dest", type=Path)
@@ -82,30 +82,28 @@ def main(argv: list[str] | None = None) -> int:
         print(f"graded {sum(r.status == 'graded' for r in results)} of {len(results)} students; "
               f"grades in {args.out / 'grades.csv'}")
     elif args.command == "report":
-        from .class_report import write
-        if not (args.out / "outcomes").is_dir() or not (args.out / "grades.csv").is_file():
-            print(f"error: {args.out} holds no graded run (no outcomes/ and grades.csv): run autograde first",
-                  file=sys.stderr)
+        if not (args.out / "outcomes").is_dir():
+            print(f"error: {args.out} holds no graded run (no outcomes/): run autograde first", file=sys.stderr)
             return 2
         from .course import DEFAULT_COURSE, CourseLockError, hold, sqlite_url
-        from .report import refresh_grades
+        from .report import write_outputs
+        from .results import read_class_results
         course_dir = args.course or DEFAULT_COURSE
         db_url = args.db or (sqlite_url(course_dir) if (course_dir / "gradebook.db").is_file() else None)
+        if db_url is None:  # the points are the gradebook's: without it there are none to report
+            print(f"error: no gradebook in {course_dir}: give the run's --course or --db", file=sys.stderr)
+            return 2
         # not while a run grades in the course folder: its gradebook and report are still being written
         uses_course = (args.course or not args.db) and course_dir.is_dir()
         try:
             with hold(course_dir, f"report {args.out}") if uses_course else contextlib.nullcontext():
-                if db_url:  # written answers graded in formgrader since the run now count
-                    try:
-                        print(f"grades: {refresh_grades(args.out, db_url)} (from the gradebook)")
-                    except ValueError as exc:
-                        print(f"error: {exc}", file=sys.stderr)
-                        return 2
-                data, page = write(args.out, args.anonymise)
-        except CourseLockError as exc:
+                # the run's outcomes with the gradebook's points now: scores given in formgrader since count
+                write_outputs(args.out, read_class_results(args.out, db_url), args.anonymise)
+        except (CourseLockError, ValueError) as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
-        print(f"class report: {page} (data: {data})")
+        print(f"grades: {args.out / 'grades.csv'} (from the gradebook)")
+        print(f"class report: {args.out / 'class_report.html'} (data: {args.out / 'class_report.json'})")
     elif args.command == "publish":
         from .publish import publish
         dest = publish(args.dest, args.repo) if args.repo else publish(args.dest)

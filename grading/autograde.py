@@ -6,9 +6,10 @@
    autograde with the sandbox (`sandbox.py`) as its Execute step and the judge (`judge.py`) scoring
    the test cells, SaveJudgedScores writing the judge's points to the gradebook, then the feedback pages;
    the worker writes the student's outcome, with the judge's record of each notebook;
-3. report (`report.py`, `class_report.py`): each student's outcome in `outcomes/`, and its views: `report.json`,
-   `grades.csv` (with the gradebook's hand-given points), `failures.csv`/`.png`, the feedback pages and
-   `class_report.html`, what the class got wrong.
+3. report (`report.py`): each student's outcome in `outcomes/` and the feedback pages; the class's results
+   (`results.ClassResults`: the outcomes and the gradebook's points, a person's included), and every view of
+   them: `report.json`, `grades.csv`, `failures.csv`/`.png` and `class_report.html` (`class_report.py`), what
+   the class got wrong.
 
 Layout of SUBMISSIONS (a folder, or a zip of one): one folder per student, holding that student's
 notebooks (any depth; names such as `01_scaled_dot_product_attention (1).ipynb` are recognised by
@@ -28,8 +29,9 @@ from typing import Any
 
 from . import course, engine, worker
 from .intake import intake
+from .notebooks import graded_columns
 from .outcome import FOLDER, StudentOutcome
-from .report import graded_columns, report
+from .report import report
 from .settings import Settings
 
 log = logging.getLogger(__name__)

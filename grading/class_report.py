@@ -1,15 +1,15 @@
-"""What the class got wrong: one page an instructor reads after grading, built from the recorded results.
+"""What the class got wrong: one page an instructor reads after grading, built from the class's results.
 
     python -m grading report OUT [--anonymise]      (autograde writes it at the end of every run)
 
-Reads only what grading recorded in OUT: the students' outcomes, `outcomes/<student>.json` (who submitted
-what, review flags, and the judge's per-case results, each failure with its `diagnosis`: a known bug's name, a
-symptom, an exception type; see `starter.compare.Diagnosis`), and `grades.csv` (the gradebook's scores: the
-judge's, or a person's where formgrader gave one). Every score on the report (a task's full marks and mean
-credit, the totals) is read from `grades.csv`, so the two always agree; the judge's cases and diagnoses say what
-went wrong, and where a person's score for a cell differs from the judge's, the cell is marked "overridden by
-hand". Runs nothing and grades nothing. Writes `OUT/class_report.json` and
-`OUT/class_report.html` (self-contained: inline PNG figures, no script, no network):
+Built from the run's `ClassResults` (grading/results.py), the value grades.csv and every other output are
+written from too: the students' outcomes (who submitted what, review flags, and the judge's per-case results,
+each failure with its `diagnosis`: a known bug's name, a symptom, an exception type; see
+`starter.compare.Diagnosis`) and the gradebook's points (the judge's, or a person's where formgrader gave one).
+Every score on the report (a task's full marks and mean credit, the totals) is the gradebook's, so it agrees
+with grades.csv; the judge's cases and diagnoses say what went wrong, and where a person's score for a cell
+differs from the judge's, the cell is marked "overridden by hand". Runs nothing and grades nothing. Writes
+`OUT/class_report.json` and `OUT/class_report.html` (self-contained: inline PNG figures, no script, no network):
 - score distributions per notebook and overall, and how many students attempted each task;
 - per task and hidden case: pass rate, mean credit, and the cases that separate students most;
 - the diagnoses, ranked by how many students received them, with the students they affect;
@@ -21,22 +21,18 @@ hand". Runs nothing and grades nothing. Writes `OUT/class_report.json` and
 from __future__ import annotations
 
 import base64
-import hashlib
 import html
 import io
 import json
-import math
 import statistics
 from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from . import notebooks
 from .judge import NOT_RUN, CaseResult
-from .notebooks import written_columns
-from .outcome import FOLDER, StudentOutcome, read_outcomes
-from .spreadsheet import read_csv
+from .outcome import StudentOutcome
+from .results import ClassResults, Column
 
 # Failures that name what is wrong (a misconception the class can be taught about) ...
 NO_DIAGNOSIS = ("wrong values", "did not run", "no usable output", "output missing", "unreadable result",
@@ -83,13 +79,6 @@ class DiagnosisStats:
     overridden: list[str] = field(default_factory=list)  # of `students`, those whose score a person changed
 
 
-def _grades(out: Path) -> tuple[dict[str, float], list[dict]]:
-    rows = read_csv(out / "grades.csv")  # undoes the quote that keeps a spreadsheet from running a cell
-    text = ("student", "lms_id", "id", "status", "review", "notes")
-    maxima = {k: float(v) for k, v in rows[0].items() if k not in text and v}
-    return maxima, rows[1:]
-
-
 def _labels(students: list[StudentOutcome]) -> dict[str, str]:
     """How the report names each student (by id): the name as the export gave it, with the LMS id where it
     gave one; with the id too where two students would read the same."""
@@ -106,82 +95,63 @@ def _explain(message: str) -> str:
     return message.split("`: ", 1)[1] if message.startswith("`") and "`: " in message else message
 
 
-def _by_hand(score: float, judged: float) -> bool:
-    """Whether a cell's score in the gradebook is not the judge's: a person gave another (formgrader's manual
-    score). A person who gave the judge's own score changed nothing and is not told apart."""
-    return not math.isclose(score, judged, rel_tol=1e-9, abs_tol=1e-9)
+def _task_stats(results: ClassResults, col: Column, better: set[str], weaker: set[str],
+                found: dict[tuple[str, str, str], list[tuple[str, str]]]) -> TaskStats:
+    """One task's row of the table: its points are the gradebook's, as in the totals; its cases and the
+    failures' diagnoses (added to `found`: (notebook, task, diagnosis) -> [(student, message)]) the judge's."""
+    took = [(s.student, s.task(col.notebook, col.task)) for s in results.graded if s.took(col.notebook)]
+    stats = TaskStats(col.notebook, col.task, col.max_points, len(took), 0, 0, 0.0)
+    credit = []
+    case_rows: dict[str, list[tuple[str, CaseResult]]] = defaultdict(list)
+    for s, t in took:
+        points = t.points or 0.0
+        credit.append(points / col.max_points if col.max_points else 0.0)
+        stats.full_marks += points >= col.max_points
+        stats.overridden += t.by_hand
+        cases = t.judged.cases if t.judged else []
+        stats.attempted += points > 0 or any(k.passed or k.diagnosis not in ("not implemented", NOT_RUN)
+                                             for k in cases)
+        seen = set()
+        for k in cases:
+            case_rows[k.case].append((s, k))
+            kind = k.diagnosis or "wrong values"
+            if not k.passed and kind not in seen:  # a student counts once per task and diagnosis
+                seen.add(kind)
+                found[(col.notebook, col.task, kind)].append((s, k.message))
+    stats.mean_credit = statistics.fmean(credit) if credit else 0.0
+    for case, rows in case_rows.items():
+        passed = {s for s, k in rows if k.passed}
+
+        def rate(group, passed=passed):
+            return len(passed & group) / len(group) if group else 0.0
+
+        stats.cases.append(CaseStats(col.notebook, col.task, case, rows[0][1].public, len(rows), len(passed),
+                                     round(rate(better) - rate(weaker), 3)))
+    return stats
 
 
-def build(out: Path, anonymise: bool = False) -> dict:
+def build(results: ClassResults, anonymise: bool = False) -> dict:
     """The class report as plain data (what class_report.json holds)."""
-    by_student = read_outcomes(out / FOLDER)
-    maxima, rows = _grades(out)
-    records = {s: {r.notebook: r for r in o.judged} for s, o in by_student.items()}
-    students = sorted(by_student)
-    label = _labels(list(by_student.values()))
+    students = [s.student for s in results.students]
+    label = _labels([s.outcome for s in results.students])
     alias = {s: (f"student {i + 1:0{len(str(len(students)))}d}" if anonymise else label[s])
              for i, s in enumerate(students)}
-    row_of = {r.get("id") or r["student"]: r for r in rows}
-    stems = [p.stem for p in notebooks.solution_notebooks()]
-    graded = [s for s in students if by_student[s].status == "graded"]
-
-    def took(student: str, stem: str) -> bool:
-        return student in graded and stem in records.get(student, {})
-
-    totals = {s: float(row_of[s]["total"]) for s in graded if s in row_of}
+    graded = results.graded
+    totals = {s.student: s.total() for s in graded}
     ranked = sorted(totals, key=lambda s: totals[s])
     weaker, better = set(ranked[: len(ranked) // 2]), set(ranked[(len(ranked) + 1) // 2:])
 
     distributions = {}
-    for stem in stems:
-        who = [s for s in graded if took(s, stem)]
-        distributions[stem] = {"max": maxima.get(f"{stem}:total", 0.0), "students": len(who),
-                               "scores": [float(row_of[s][f"{stem}:total"]) for s in who]}
-    distributions["overall"] = {"max": maxima.get("total", 0.0), "students": len(totals),
+    for stem in results.notebooks:
+        who = [s for s in graded if s.took(stem)]
+        distributions[stem] = {"max": results.max_total(stem), "students": len(who),
+                               "scores": [s.total(stem) for s in who]}
+    distributions["overall"] = {"max": results.max_total(), "students": len(totals),
                                 "scores": [totals[s] for s in ranked]}
 
-    tasks: list[TaskStats] = []
     found: dict[tuple[str, str, str], list[tuple[str, str]]] = defaultdict(list)  # -> [(student, message)]
-    by_hand: set[tuple[str, str, str]] = set()  # (notebook, task, student) whose score a person changed
-    for stem in stems:
-        for cell in notebooks.test_cells(notebooks.read(notebooks.SOLUTIONS / f"{stem}.ipynb")):
-            task = notebooks.nbgrader_meta(cell)["grade_id"]
-            who = [s for s in graded if took(s, stem) and s in row_of]
-            cells = {s: next((c for c in records[s][stem].cells if c.grade_id == task), None) for s in who}
-            stats = TaskStats(stem, task, maxima.get(f"{stem}:{task}", 0.0), len(who), 0, 0, 0.0)
-            credit = []
-            case_rows: dict[str, list[tuple[str, CaseResult]]] = defaultdict(list)
-            for s, c in cells.items():
-                # the points are the gradebook's (grades.csv), as in the totals; the cases are the judge's
-                points = float(row_of[s].get(f"{stem}:{task}") or 0.0)
-                credit.append(points / stats.max_points if stats.max_points else 0.0)
-                stats.full_marks += points >= stats.max_points
-                if _by_hand(points, c.points if c else 0.0):
-                    stats.overridden += 1
-                    by_hand.add((stem, task, s))
-                if c is None:
-                    stats.attempted += points > 0
-                    continue
-                stats.attempted += points > 0 or any(k.passed or k.diagnosis not in ("not implemented", NOT_RUN)
-                                                     for k in c.cases)
-                seen = set()
-                for k in c.cases:
-                    case_rows[k.case].append((s, k))
-                    kind = k.diagnosis or "wrong values"
-                    if not k.passed and kind not in seen:  # a student counts once per task and diagnosis
-                        seen.add(kind)
-                        found[(stem, task, kind)].append((s, k.message))
-            stats.mean_credit = statistics.fmean(credit) if credit else 0.0
-            for case, results in case_rows.items():
-                passed = {s for s, k in results if k.passed}
-
-                def rate(group, passed=passed):
-                    return len(passed & group) / len(group) if group else 0.0
-
-                stats.cases.append(CaseStats(stem, task, case, results[0][1].public, len(results), len(passed),
-                                             round(rate(better) - rate(weaker), 3)))
-            tasks.append(stats)
-
+    tasks = [_task_stats(results, col, better, weaker, found) for col in results.columns if not col.written]
+    by_hand = {(t.column.notebook, t.column.task, s.student) for s in graded for t in s.tasks if t.by_hand}
     diagnoses = []
     for (stem, task, kind), hits in found.items():
         message = Counter(_explain(m) for _, m in hits).most_common(1)[0][0]
@@ -193,23 +163,23 @@ def build(out: Path, anonymise: bool = False) -> dict:
     review: list[dict] = []
     missing: list[dict] = []
     sandbox: Counter[str] = Counter()
-    for s in students:
-        entry = by_student[s]
-        review += [{"student": alias[s], "flag": flag} for flag in entry.flags]
+    for s in results.students:
+        entry = s.outcome
+        review += [{"student": alias[s.student], "flag": flag} for flag in entry.flags]
         if entry.status != "graded":
-            review.append({"student": alias[s], "flag": f"not graded ({entry.status}): "
+            review.append({"student": alias[s.student], "flag": f"not graded ({entry.status}): "
                            + "; ".join(entry.notes)[:300]})
-        absent = [stem for stem in stems if stem not in entry.notebooks]
+        absent = [stem for stem in results.notebooks if stem not in entry.notebooks]
         if absent:
-            missing.append({"student": alias[s], "missing": absent})
-        for rec in records.get(s, {}).values():
+            missing.append({"student": alias[s.student], "missing": absent})
+        for rec in entry.judged:
             if rec.sandbox != "finished":
                 sandbox[rec.sandbox] += 1
     all_cases = [c for t in tasks for c in t.cases if not c.public and c.students >= 4]
     separating = sorted(all_cases, key=lambda c: (-c.separation, c.case))[:TOP_SEPARATING]
     return {
         "generated": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "run": _run_id(out),
+        "run": results.run,
         "anonymised": anonymise,
         "students": len(students), "graded": len(graded),
         "distributions": distributions,
@@ -218,7 +188,7 @@ def build(out: Path, anonymise: bool = False) -> dict:
         "separating_cases": [asdict(c) | {"pass_rate": round(c.pass_rate, 3)} for c in separating],
         "diagnoses": [asdict(d) for d in diagnoses if d.named],
         "no_diagnosis": [asdict(d) for d in diagnoses if not d.named],
-        "written_questions": written_questions([row_of[s] for s in graded if s in row_of]),
+        "written_questions": written_questions(results),
         "review": review,
         "missing_notebooks": missing,
         "sandbox_endings": dict(sandbox),
@@ -226,23 +196,18 @@ def build(out: Path, anonymise: bool = False) -> dict:
     }
 
 
-def written_questions(rows: list[dict]) -> list[dict]:
+def written_questions(results: ClassResults) -> list[dict]:
     """Each written question (graded by a person in nbgrader's formgrader) with how far its grading has
-    got, from the grades table's rows of the graded students: answers graded, awaiting, mean score."""
+    got among the graded students: answers graded, awaiting, mean score."""
     found = []
-    for stem, question, points in written_columns():
-        given = [float(r[f"{stem}:{question}"]) for r in rows if r.get(f"{stem}:{question}", "") != ""]
-        waiting = len(rows) - len(given)
+    for col in (c for c in results.columns if c.written):
+        given = [t.points for s in results.graded if (t := s.task(col.notebook, col.task)).points is not None]
+        waiting = len(results.graded) - len(given)
         status = (f"{len(given)} graded" + (f", {waiting} awaiting manual grading" if waiting else "")
-                  + (f"; mean {sum(given) / len(given):.2f} of {points:g}" if given else ""))
-        found.append({"notebook": stem, "question": question, "points": points, "graded": len(given),
-                      "awaiting": waiting, "status": status})
+                  + (f"; mean {sum(given) / len(given):.2f} of {col.max_points:g}" if given else ""))
+        found.append({"notebook": col.notebook, "question": col.task, "points": col.max_points,
+                      "graded": len(given), "awaiting": waiting, "status": status})
     return found
-
-
-def _run_id(out: Path) -> str:
-    """Which grading run the report is about: a digest of its grades table."""
-    return hashlib.sha256((out / "grades.csv").read_bytes()).hexdigest()[:16]
 
 
 def change(now: dict, before: dict | None) -> dict | None:
@@ -361,8 +326,8 @@ def render(data: dict) -> str:
                         [[len(d["students"]), d["notebook"], d["task"], d["diagnosis"], d["explanation"][:200],
                           _who_diagnosed(d)] for d in data["no_diagnosis"]]) if data["no_diagnosis"] else "<p>None.</p>")
     parts.append("<h2>Scores</h2>" + _histograms(data))
-    parts.append("<h2>Tasks</h2><p class='muted'>Full marks and mean credit are the scores of grades.csv (a "
-                 "person's where one was given); the hidden cases' pass rates are the judge's.</p>" + _table(
+    parts.append("<h2>Tasks</h2><p class='muted'>Full marks and mean credit are the gradebook's scores, as in "
+                 "grades.csv (a person's where one was given); the hidden cases' pass rates are the judge's.</p>" + _table(
         ["notebook", "task", "points", "graded", "attempted", "full marks", "mean credit", "overridden by hand",
          "hidden cases passed"],
         [[t["notebook"], t["task"], t["max_points"], t["students"], t["attempted"], t["full_marks"],
@@ -394,11 +359,11 @@ def render(data: dict) -> str:
             f"</head><body>{''.join(parts)}</body></html>")
 
 
-def write(out: Path, anonymise: bool = False) -> tuple[Path, Path]:
-    """Write OUT/class_report.json and .html; the report of an earlier run is kept as
+def write(out: Path, results: ClassResults, anonymise: bool = False) -> tuple[Path, Path]:
+    """Write OUT/class_report.json and .html of `results`; the report of an earlier run is kept as
     class_report.previous.json and compared with."""
     out = Path(out)
-    data = build(out, anonymise)
+    data = build(results, anonymise)
     current, previous = out / "class_report.json", out / "class_report.previous.json"
     before = None
     if current.exists():

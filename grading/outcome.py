@@ -6,10 +6,10 @@ worker that grades the student fills in how grading went and the judge's record 
 (`judge.NotebookRecord`: per test cell its points, per case whether it passed and why not), and writes it once,
 when the student is done (`outcomes/<student>.json` in the course folder: what `--resume` reads); the run joins
 the two (`joined`) and writes it once into OUT (`OUT/outcomes/<student>.json`, for instructors: it names the
-hidden cases). The rest of OUT is views of these records: `report.json` (each outcome without its notebooks),
-the status, review and notes columns of `grades.csv`, `failures.csv` and the class report. The points in
-`grades.csv` are read from nbgrader's gradebook, where SaveJudgedScores wrote the judge's and where formgrader
-keeps a person's (a written answer's, or an override of an automatic score).
+hidden cases). With the points read from nbgrader's gradebook (where SaveJudgedScores wrote the judge's and
+where formgrader keeps a person's: a written answer's, or an override of an automatic score) these records make
+the class's results (`grading.results.ClassResults`), which the rest of OUT is written from: `report.json`
+(each outcome without its notebooks), `grades.csv`, `failures.csv` and the class report.
 """
 from __future__ import annotations
 

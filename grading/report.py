@@ -1,7 +1,8 @@
-"""Report: each student's outcome in OUT, and its views: report.json, the grades table, the class's most-failed
-tests, the class report and the feedback pages of a run.
+"""Report: each student's outcome in OUT, the feedback pages, and the views of the class's results
+(grading/results.py): report.json, the grades table, the class's most-failed tests and the class report.
 
-Reads only what grading recorded (the students' outcomes, the gradebook's scores); runs nothing.
+Every view is written from one `ClassResults` (the outcomes and the gradebook's points), none from another
+view; runs nothing.
 """
 from __future__ import annotations
 
@@ -9,13 +10,13 @@ import html
 import json
 import re
 import shutil
-import warnings
 from pathlib import Path
 
 from . import class_report
-from .notebooks import ASSIGNMENT, graded_columns, written_columns
-from .outcome import FOLDER, StudentOutcome, joined, read_outcomes, write_outcome
-from .spreadsheet import MAX_TEXT, read_csv, write_csv
+from .notebooks import ASSIGNMENT
+from .outcome import FOLDER, StudentOutcome, joined, write_outcome
+from .results import ClassResults, class_results, read_points, write_loose_files
+from .spreadsheet import MAX_TEXT, write_csv
 
 TITLE = re.compile(r"<title>(.*?)</title>", re.S)
 
@@ -35,44 +36,7 @@ def copy_feedback(root: Path, out: Path, student: str, name: str = "") -> None:
                                      encoding="utf-8")
 
 
-def scores_from_gradebook(gb, student: str) -> dict[tuple[str, str], float | None]:
-    """{(notebook, grade_id): score} of one student, from an open nbgrader Gradebook; None for a written
-    answer nobody has graded yet."""
-    from nbgrader.api import MissingEntry
-
-    try:
-        submission = gb.find_submission(ASSIGNMENT, student)
-    except MissingEntry:
-        return {}
-    scores: dict[tuple[str, str], float | None] = {}
-    for nb in submission.notebooks:
-        for grade in nb.grades:
-            pending = grade.auto_score is None and grade.manual_score is None
-            scores[(nb.name, grade.name)] = None if pending else float(grade.score or 0.0)
-    return scores
-
-
-GradesRow = tuple[str, str, str, str, str, str]  # id, name as given, LMS id, status, review flags, notes
 MAX_ROW = "(max points)"  # the first row's student: the points of each column
-
-
-def write_grades(out: Path, results: list[StudentOutcome], db_url: str) -> Path:
-    """`grades.csv`: one row per student with every test cell's and written question's score, per-notebook
-    and overall totals, and the points of written questions still awaiting a person's grade. `student` is
-    the name as the export gave it, `lms_id` the LMS's participant id (if the export gives one), `id` the
-    id graded under (the gradebook's, the name of the student's feedback folder)."""
-    return _write_grades(out, _rows(results), db_url)
-
-
-def refresh_grades(out: Path, db_url: str) -> Path:
-    """Rewrite `grades.csv` of a graded run from the gradebook: written answers graded in formgrader since
-    the run now count. Students, statuses, flags and notes are the run's (its outcomes)."""
-    return _write_grades(out, _rows(list(read_outcomes(out / FOLDER).values())), db_url, same_run=True)
-
-
-def _rows(outcomes: list[StudentOutcome]) -> list[GradesRow]:
-    return [(o.student, o.name or o.student, o.lms_id, o.status, fitted(o.flags, o.student), fitted(o.notes, o.student))
-            for o in outcomes]
 
 
 def fitted(items: list[str], student: str) -> str:
@@ -91,61 +55,45 @@ def fitted(items: list[str], student: str) -> str:
     return text  # not reached: the whole text is longer than MAX_TEXT
 
 
-def _write_grades(out: Path, students: list[GradesRow], db_url: str, same_run: bool = False) -> Path:
-    tests, answers = graded_columns(), written_columns()
-    cols = tests + answers
-    written = {(s, g) for s, g, _ in answers}
-    stems = list(dict.fromkeys(c[0] for c in tests))
-    header = ["student", "lms_id", "id", "status"] + [f"{s}:{g}" for s, g, _ in cols] + [f"{s}:total" for s in stems]
+def write_grades(out: Path, results: ClassResults) -> Path:
+    """`grades.csv`: one row per student with every test cell's and written question's score, per-notebook
+    and overall totals, and the points of written questions still awaiting a person's grade. `student` is
+    the name as the export gave it, `lms_id` the LMS's participant id (if the export gives one), `id` the
+    id graded under (the gradebook's, the name of the student's feedback folder)."""
+    cols, stems = results.columns, results.notebooks
+    header = ["student", "lms_id", "id", "status"] + [c.name for c in cols] + [f"{s}:total" for s in stems]
     header += ["total", "max_total", "written_pending", "review", "notes"]
-    maximum = sum(p for *_, p in cols)
-    rows: list[list] = [[MAX_ROW, "", "", ""] + [p for _, _, p in cols]
-                        + [sum(p for s2, _, p in cols if s2 == s) for s in stems]
-                        + [maximum, maximum, sum(p for s, g, p in cols if (s, g) in written), "", ""]]
-    from nbgrader.api import Gradebook
-    from sqlalchemy.exc import SAWarning
-
-    # nbgrader's ORM use makes SQLAlchemy 2 warn about autoflush on reads: harmless, and noise for the user
-    with Gradebook(db_url) as gb, warnings.catch_warnings():
-        warnings.simplefilter("ignore", SAWarning)
-        graded = {s: scores_from_gradebook(gb, s) for s, _, _, status, *_ in students if status == "graded"}
-    absent = sorted(s for s, scores in graded.items() if not scores)
-    if same_run and absent:  # another run's gradebook: its scores must not replace this run's
-        raise ValueError(f"the gradebook {db_url} holds no grades of {', '.join(absent[:3])}"
-                         f"{' …' if len(absent) > 3 else ''}: it is not this run's (give the run's --course or --db)")
-    for student, name, lms_id, status, review, notes in sorted(students, key=lambda r: (r[1].casefold(), r)):
-        scores = graded.get(student, {})
-        per = [scores.get((s, g), None if (s, g) in written else 0.0) for s, g, _ in cols]
-        given = [v or 0.0 for v in per]
-        pending = sum(p for (s, g, p), v in zip(cols, per) if (s, g) in written and v is None)
-        totals = [sum(v for (s2, _, _), v in zip(cols, given) if s2 == s) for s in stems]
-        rows.append([name, lms_id, student, status] + ["" if v is None else v for v in per] + totals
-                    + [sum(given), maximum, pending if status == "graded" else 0.0, review, notes])
+    written_max = sum(c.max_points for c in cols if c.written)
+    rows: list[list] = [[MAX_ROW, "", "", ""] + [c.max_points for c in cols] + [results.max_total(s) for s in stems]
+                        + [results.max_total(), results.max_total(), written_max, "", ""]]
+    for s in sorted(results.students, key=lambda s: ((s.outcome.name or s.student).casefold(), s.student)):
+        o = s.outcome
+        rows.append([o.name or o.student, o.lms_id, o.student, o.status]
+                    + ["" if t.points is None else t.points for t in s.tasks] + [s.total(nb) for nb in stems]
+                    + [s.total(), results.max_total(), s.pending, fitted(o.flags, o.student),
+                       fitted(o.notes, o.student)])
     return write_csv(out / "grades.csv", [header] + rows)  # no cell a spreadsheet would run (grading.spreadsheet)
 
 
-def write_failure_summary(out: Path, grades_csv: Path, outcomes: list[StudentOutcome]) -> tuple[Path, Path]:
-    """Which tests failed most often across the class: a table and a bar chart, most failed first.
+def failure_table(results: ClassResults) -> list[tuple[str, float, int, int, float]]:
+    """(test, points, students graded, students who lost points, fail rate) of every test cell, most failed
+    first. Only students whose notebook was graded count for that notebook's tests."""
+    table = []
+    for col in (c for c in results.columns if not c.written):  # a written answer is not a test
+        took = [s.task(col.notebook, col.task) for s in results.graded if s.took(col.notebook)]
+        failed = [t for t in took if (t.points or 0.0) < col.max_points]
+        table.append((col.name, col.max_points, len(took), len(failed), len(failed) / len(took) if took else 0.0))
+    return sorted(table, key=lambda t: (-t[4], t[0]))
 
-    Only students whose notebook was graded count for that notebook's tests (a missing notebook is
-    not evidence about a concept).
-    """
+
+def write_failure_summary(out: Path, results: ClassResults) -> tuple[Path, Path]:
+    """Which tests failed most often across the class: `failures.csv` and a bar chart, most failed first."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = read_csv(grades_csv)
-    maxima, students = rows[0], rows[1:]
-    columns = [f"{s}:{g}" for s, g, _ in graded_columns()]  # tests only: a written answer is not a test
-    submitted = {o.student: set(o.notebooks) for o in outcomes}
-    table = []
-    for col in columns:
-        stem = col.split(":")[0]
-        took = [r for r in students if r["status"] == "graded" and stem in submitted.get(r["id"], {stem})]
-        failed = [r for r in took if float(r[col] or 0) < float(maxima[col])]
-        table.append((col, float(maxima[col]), len(took), len(failed), len(failed) / len(took) if took else 0.0))
-    table.sort(key=lambda t: (-t[4], t[0]))
+    table = failure_table(results)
     csv_path = write_csv(out / "failures.csv", [["test", "points", "students_graded", "students_failed", "fail_rate"]]
                          + [[c, p, n, k, round(r, 3)] for c, p, n, k, r in table])
     fig, ax = plt.subplots(figsize=(9, 0.35 * max(4, len(table)) + 1.2))
@@ -153,7 +101,7 @@ def write_failure_summary(out: Path, grades_csv: Path, outcomes: list[StudentOut
     ax.barh(labels, [100 * r for *_, r in table][::-1], color="tab:red")
     ax.set_xlabel("students who lost points on this test (%)")
     ax.set_xlim(0, 100)
-    ax.set_title(f"Most-failed tests across the class ({len(students)} students)")
+    ax.set_title(f"Most-failed tests across the class ({len(results.students)} students)")
     for i, (_, _, n, k, r) in enumerate(table[::-1]):
         ax.text(min(100 * r + 1, 92), i, f"{k}/{n}", va="center", fontsize=8)
     fig.tight_layout()
@@ -166,8 +114,8 @@ def write_failure_summary(out: Path, grades_csv: Path, outcomes: list[StudentOut
 def report(out: Path, root: Path, results: list[StudentOutcome], graded: dict[str, StudentOutcome],
            loose: list[str], db_url: str) -> list[StudentOutcome]:
     """Join each student's outcome from intake (`results`) with the one from grading (`graded`), write it into
-    `out/outcomes/`, then its views: the feedback pages, `report.json`, `grades.csv`, the failure summary and
-    the class report. Returns the joined outcomes."""
+    `out/outcomes/` with the feedback pages, then the class's results (the outcomes and the gradebook's points)
+    and every view of them (`write_outputs`). Returns the joined outcomes."""
     outcomes = [joined(r, graded.get(r.student)) for r in results]
     folder, students = out / FOLDER, {o.student for o in outcomes}
     for stale in folder.glob("*.json") if folder.is_dir() else []:  # another run's students: not this run's
@@ -177,8 +125,22 @@ def report(out: Path, root: Path, results: list[StudentOutcome], graded: dict[st
         if o.status == "graded":
             copy_feedback(root, out, o.student, o.name)
         write_outcome(folder, o)
-    (out / "report.json").write_text(json.dumps(
-        {"students": [o.summary() for o in outcomes], "ignored_loose_files": loose}, indent=2))
-    write_failure_summary(out, write_grades(out, outcomes, db_url), outcomes)
-    class_report.write(out)
+    points = read_points(db_url, [o.student for o in outcomes if o.status == "graded"])
+    write_outputs(out, class_results(outcomes, points, loose))
     return outcomes
+
+
+def write_report_json(out: Path, results: ClassResults) -> Path:
+    """`report.json`: each outcome without the judge's records, and the files outside any student's folder."""
+    path = out / "report.json"
+    path.write_text(json.dumps({"students": [s.outcome.summary() for s in results.students],
+                                "ignored_loose_files": list(results.loose)}, indent=2))
+    return path
+
+
+def write_outputs(out: Path, results: ClassResults, anonymise: bool = False) -> list[Path]:
+    """Every view of the class's results, each written from `results` alone: report.json, grades.csv, the
+    failure summary and the class report (and the record of the loose files, for a later `report`)."""
+    out.mkdir(parents=True, exist_ok=True)
+    return [write_report_json(out, results), write_loose_files(out, results.loose), write_grades(out, results),
+            *write_failure_summary(out, results), *class_report.write(out, results, anonymise)]

@@ -21,8 +21,8 @@ from conftest import filled_submission, write_nb
 
 from grading import notebooks as nbs
 from grading.autograde import autograde, graded_columns
+from grading.notebooks import written_columns
 from grading.outcome import read_outcomes
-from grading.report import written_columns
 from grading.settings import Settings
 
 NB01 = "01_scaled_dot_product_attention"

@@ -15,6 +15,7 @@ from conftest import ROOT, filled_submission, solution_sources, write_nb
 from grading import class_report
 from grading import notebooks as nbs
 from grading.autograde import autograde
+from grading.results import read_class_results
 from grading.settings import Limits, Settings
 
 NB = "01_scaled_dot_product_attention"
@@ -127,7 +128,7 @@ def test_a_resubmission_round_shows_what_changed(graded):
 def test_anonymised_report_names_nobody(graded, tmp_path):
     out = tmp_path / "out"
     shutil.copytree(graded["out"], out)
-    data, page = class_report.write(out, anonymise=True)
+    data, page = class_report.write(out, read_class_results(out, graded["db_url"]), anonymise=True)
     text = data.read_text() + page.read_text()
     assert "no_diagonal-0" not in text and "mask_after-" not in text and "student 01" in text
 
@@ -156,8 +157,8 @@ def test_the_report_command(graded, tmp_path):
     out = tmp_path / "out"
     shutil.copytree(graded["out"], out)
     (out / "class_report.html").unlink()
-    done = subprocess.run([sys.executable, "-m", "grading", "report", str(out)], cwd=ROOT, capture_output=True,
-                          text=True)
+    done = subprocess.run([sys.executable, "-m", "grading", "report", str(out), "--course", str(graded["course"]),
+                           "--db", graded["db_url"]], cwd=ROOT, capture_output=True, text=True)
     assert done.returncode == 0 and "class_report.html" in done.stdout and not done.stderr, done.stderr
     assert (out / "class_report.html").is_file()
     empty = subprocess.run([sys.executable, "-m", "grading", "report", str(tmp_path / "nothing")], cwd=ROOT,

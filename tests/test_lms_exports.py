@@ -69,7 +69,7 @@ def canvas(tmp_path_factory, grading_db):
 
 
 def _full_points() -> float:
-    from grading.report import graded_columns
+    from grading.notebooks import graded_columns
 
     return sum(p for stem, _, p in graded_columns() if stem == NB)
 
