@@ -52,7 +52,9 @@ INLINE_BACKEND = "module://matplotlib_inline.backend_inline"  # what ipykernel p
 #       "beam, k = 3 (...): ... BLEU-4 0.996 ...": the row names both decoders (greedy's is the first BLEU-4)
 _NUM = r"(\d+(?:\.\d+)?)"
 KEY_NUMBERS: dict[str, re.Pattern] = {
-    "train_steps": re.compile(r"^training on [^:]*: (\d+)(?: of (\d+))? steps in \d+ s\b", re.M),
+    # the run that made the saved checkpoint, not a side experiment's (06 trains a leaky model, saves nothing)
+    "train_steps": re.compile(r"^training on [^:]*: (\d+)(?: of (\d+))? steps in [\d.]+ s\b.*\n(?:.*\n)??saved ",
+                              re.M),
     "eval_images": re.compile(r"^greedy, (\d+) validation images", re.M),
     "BLEU-4": re.compile(rf"\bBLEU-4 {_NUM}\b"),
     "CIDEr": re.compile(rf"\bCIDEr {_NUM}\b"),

@@ -113,7 +113,7 @@ def captioning_solution() -> dict:
 
 
 def solution_training(ns: dict):
-    """The training pieces of notebook 05 (a solution namespace) as `starter.training.train` takes them."""
+    """The training pieces of notebooks 04-05 (a solution namespace with both) as `starter.training.train` takes them."""
     from starter.training import TrainingPieces
 
     return TrainingPieces(fit=ns["fit"], train_step=ns["train_step"], lr_at_step=ns["lr_at_step"],

@@ -140,20 +140,20 @@ class TrainedCaptioner:
 
 
 def load_trained_captioner(checkpoint: str | Path = TRAINED_MODEL, dataset: str | None = None, device="cpu",
-                           also: tuple[str, ...] = ()) -> TrainedCaptioner:
+                           also: tuple[str, ...] = (), also_from_04: tuple[str, ...] = ()) -> TrainedCaptioner:
     """Your trained model, as notebooks 06 and 07 use it: `CaptioningTransformer` from your notebook 04, the
     weights notebook 05 saved at `checkpoint` (relative to the course folder), `greedy_decode` (and the names
-    in `also`) from your notebook 05, and the dataset recorded in the checkpoint (or `dataset`). Prints what
+    in `also`) from your notebook 05, the names in `also_from_04` from your notebook 04, and the dataset recorded in the checkpoint (or `dataset`). Prints what
     came from where; a missing piece is a NotebookLoadError that says which and what to do."""
     from .data import load_dataset
     from .runtime import missing_checkpoint
     from .training import load_checkpoint
 
-    model_defs = load_definitions(MODEL_NOTEBOOK, ["CaptioningTransformer"])
+    model_defs = load_definitions(MODEL_NOTEBOOK, ["CaptioningTransformer", *also_from_04])
     training_defs = load_definitions(TRAINING_NOTEBOOK, ["greedy_decode", *also])
     if not Path(checkpoint).is_file():
         raise NotebookLoadError(missing_checkpoint(checkpoint, TRAINING_NOTEBOOK))
-    print(f"CaptioningTransformer from {model_defs.path}; {', '.join(training_defs)} from {training_defs.path}")
+    print(f"{', '.join(model_defs)} from {model_defs.path}; {', '.join(training_defs)} from {training_defs.path}")
     model, info = load_checkpoint(checkpoint, model_defs["CaptioningTransformer"], device=device)  # eval mode
     dataset = dataset or (info["extra"] or {}).get("dataset") or "shapes"
     ds = load_dataset(dataset)

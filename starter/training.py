@@ -223,7 +223,8 @@ class TrainConfig:
 
 @dataclass(frozen=True)
 class TrainingPieces:
-    """Notebook 05's functions, yours, which `train` runs (the kit has no version of them). A piece may be None
+    """Your training functions (notebook 04's `make_optimizer`, notebook 05's others), which `train` runs (the kit
+    has no version of them). A piece may be None
     (not written yet, or not passing its check): `missing()` names those, and `train` refuses to start."""
 
     fit: Callable
@@ -254,7 +255,7 @@ def train(model, loss_fn, data, config: TrainConfig, pieces: TrainingPieces, *, 
 
     `data`: a Split (batches from ``split.sample_batch``, a new shuffle each epoch) or a DataLoader of
     (features, captions) batches (`config.batch_size` is then the loader's); either way seeded by
-    `config.seed`, so the same seed gives the same batches. `pieces` are notebook 05's functions, yours:
+    `config.seed`, so the same seed gives the same batches. `pieces` are your functions of notebooks 04-05:
     the optimiser is ``make_optimizer(model, lr, weight_decay)``, the loop is ``fit(model, loss_fn, optimizer,
     loader, plan, FitConfig(...))`` over a `TrainingPlan` (the steps, their learning rates ``lr_at_step(step,
     steps, warmup, lr)``, the time budget and the progress bar). Each step is ``train_step(model, loss_fn,

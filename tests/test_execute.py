@@ -88,14 +88,21 @@ def test_key_numbers_of_the_solution_prints():
     """The lines notebooks 04 and 05 print (as in an executed copy); the first BLEU-4 is the full evaluation."""
     text = ("overfit 8 captions for 150 steps: loss 3.739 -> 0.0026 (0.8 s) ✓ passed\n"
             "training on cpu (CPU, 2 threads): 700 steps in 85 s\n"
+            "final validation loss 0.136\n"
+            "saved runs/captioning_transformer.pt\n"
             "greedy, 500 validation images (4.7 s):\n"
             "BLEU-1 0.995  BLEU-2 0.988  BLEU-3 0.975  BLEU-4 0.954  CIDEr 7.536  ROUGE-L 0.972\n"
             "greedy      (  0.9 s): BLEU-1 0.996  BLEU-2 0.985  BLEU-3 0.967  BLEU-4 0.939  CIDEr 7.432  ROUGE-L 0.969\n")
     n = execute.key_numbers(text)
     assert n == {"train_steps": 700, "eval_images": 500, "BLEU-4": 0.954, "CIDEr": 7.536}
     assert execute.format_numbers(n) == "BLEU-4 0.954, CIDEr 7.536 (500 val images, 700 training steps)"
-    cut = "training on cpu (CPU, 2 threads): 420 of 700 steps in 185 s (time budget 180 s: the schedule was compressed)"
+    cut = ("training on cpu (CPU, 2 threads): 420 of 700 steps in 185 s (time budget 180 s: the schedule was "
+           "compressed)\nfinal validation loss 0.2\nsaved runs/captioning_transformer.pt\n")
     assert execute.key_numbers(cut) == {"train_steps": 420, "train_steps_planned": 700}
+    # a side experiment's run (06's leaky model) saves nothing: its steps are not the evaluated model's
+    side = "training on cpu (CPU, 2 threads): 150 steps in 31 s\nyour model (700 steps): teacher-forced val loss 0.1\n"
+    assert execute.key_numbers(side) == {}
+    assert execute.key_numbers(side.replace("31 s", "5.3 s")) == {}
     text = ("localisation accuracy, last layer, mean of heads, exact cell: 65.7%   (chance 2.0%)\n"
             "localisation accuracy, last layer, mean of heads, within 1 cell (3 x 3 block): 77.7%   (chance 18.4%)\n"
             "128 of 500 validation captions (26%) match no reference\n")

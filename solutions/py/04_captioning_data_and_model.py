@@ -630,10 +630,51 @@ check("teacher/long_captions", with_model(teacher_forcing_loss))
 check("teacher/grad", with_model(teacher_forcing_loss))
 ### END HIDDEN TESTS
 
-# %% [markdown] nbgrader={"grade": false, "grade_id": "md_memorise", "locked": true, "schema_version": 3, "solution": false, "task": false}
-# ## 7 · Your model memorises a small batch
+# %% [markdown] nbgrader={"grade": false, "grade_id": "md_optimizer", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# ## 7 · The optimiser
 #
-# The first test of a model and its loss together, before any real training (notebook 05): train a fresh model on **one batch of 8 captions** for 150 steps of Adam, the plainest optimisation loop there is (the one below: loss, `zero_grad`, `backward`, `step`). A correct model and loss drive the loss of those 8 captions close to zero within seconds: the model has far more parameters than 8 captions have words, so it can learn them by heart.
+# Training (notebook 05, and the small run at the end of this notebook) updates the weights with an optimiser. Which weights it treats how depends on the model you just built: its weight matrices and embedding tables on one side, its biases and LayerNorm parameters on the other.
+#
+# ### Task 9 · `make_optimizer(model, lr, weight_decay)`
+#
+# The optimiser is **AdamW** (Loshchilov & Hutter, 2019): Adam's update plus **weight decay**, a pull of every weight towards zero by `lr * weight_decay` of its value at each step, so that weights do not grow without need. AdamW applies it to the weights directly, apart from the gradient (*decoupled*). `torch.optim.Adam(..., weight_decay=...)` instead adds `weight_decay * w` to the gradient, and Adam's per-weight scaling then weakens that pull most for the weights with the largest gradients: the same setting does something else.
+#
+# Weight decay goes on the **weight matrices and embedding tables** (every parameter with 2 or more dimensions, `p.dim() >= 2`) and **not on the vectors**: the biases and LayerNorm's gains and shifts (`p.dim() < 2`). A vector has few numbers to overfit with, and pulling a LayerNorm gain towards 0 would only shrink the signal it passes on. Return a `torch.optim.AdamW` over all of `model`'s parameters, each in exactly one of two **parameter groups** (PyTorch's per-group settings: a group is a dict of its parameters under `"params"` and the settings it overrides), first the matrices with weight decay `weight_decay`, then the vectors with weight decay 0.0, and learning rate `lr` (notebook 05's `train_step`, yours, sets every group's rate at each step; this is its starting value). Set nothing else: AdamW's other settings stay at PyTorch's defaults (`betas=(0.9, 0.999)`, `eps=1e-8`, no `amsgrad`). The Transformer paper's `betas=(0.9, 0.98), eps=1e-9` is another sound choice, but not this task's: the check compares the weights after three steps with the defaults.
+#
+# The check looks at the group each parameter landed in, and at the weights after three AdamW steps with stored gradients.
+
+# %% nbgrader={"grade": false, "grade_id": "make_optimizer", "locked": false, "schema_version": 3, "solution": true, "task": false}
+def make_optimizer(model, lr, weight_decay):
+    """AdamW over every parameter of `model`: weight decay `weight_decay` for the parameters of 2 or more
+    dimensions (weight matrices, embedding tables), 0.0 for the others (biases, LayerNorm gains and shifts).
+
+    Args:
+        model: an nn.Module; lr: the learning rate; weight_decay: AdamW's weight decay for the matrices.
+    Returns: a torch.optim.AdamW with two parameter groups.
+    """
+    ### BEGIN SOLUTION
+    params = list(model.parameters())
+    matrices = [p for p in params if p.dim() >= 2]
+    vectors = [p for p in params if p.dim() < 2]
+    return torch.optim.AdamW([{"params": matrices, "weight_decay": weight_decay},
+                              {"params": vectors, "weight_decay": 0.0}], lr=lr)
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_make_optimizer", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+from starter.checks import check
+from starter.pipeline import with_param_groups
+check("optimizer/basic", with_param_groups(make_optimizer))
+### BEGIN HIDDEN TESTS
+check("optimizer/strong_decay", with_param_groups(make_optimizer))
+check("optimizer/no_decay", with_param_groups(make_optimizer))
+check("optimizer/wider", with_param_groups(make_optimizer))
+### END HIDDEN TESTS
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "md_memorise", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# ## 8 · Your model memorises a small batch
+#
+# The first test of a model and its loss together, before any real training (notebook 05): train a fresh model on **one batch of 8 captions** for 150 steps of your `make_optimizer`'s AdamW, with no weight decay (learning 8 captions by heart is just what weight decay works against; with none, AdamW's steps are Adam's), in the plainest optimisation loop there is (the one below: loss, `zero_grad`, `backward`, `step`). Until your `make_optimizer` passes its public check, the cell uses `torch.optim.AdamW` over all the parameters at once: with no weight decay, the same steps. A correct model and loss drive the loss of those 8 captions close to zero within seconds: the model has far more parameters than 8 captions have words, so it can learn them by heart.
 #
 # If the loss stalls, the model cannot even memorise 8 captions, typically because the forward pass ignores the words or the image, or the loss compares the wrong positions; a long run would only waste time. Passing is no proof: a model whose mask lets each word see its own target memorises the batch just as well (notebook 05 measures what that does), and so does a loss averaged over padding.
 
@@ -641,13 +682,22 @@ check("teacher/grad", with_model(teacher_forcing_loss))
 MEMORISE_STEPS = 60 if GRADING else 150
 ready = [yours_if_it_passes(name, fn, instead="no memorisation run until it passes")
          for name, fn in (("CaptioningTransformer", CaptioningTransformer), ("teacher_forcing_loss", teacher_forcing_loss))]
+
+
+def one_group(model, lr, weight_decay):
+    """AdamW over every parameter at once: the stand-in until your make_optimizer passes."""
+    return torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
+
+
+optimizer_of = yours_if_it_passes("make_optimizer", make_optimizer,
+                                  instead="torch.optim.AdamW over every parameter at once is used") or one_group
 memorised = None
 if all(fn is not None for fn in ready):
     seed_everything(0)
     small = CaptioningTransformer(len(vocab), ds.feature_dim, ds.num_regions, d_model=64, num_heads=4, num_layers=2,
                                   dim_feedforward=256, max_len=ds.max_length, dropout=0.0, layers=LAYERS)
     features, captions = next(iter(make_loader(train_split, 8, shuffle=True)))
-    optimizer = torch.optim.Adam(small.parameters(), lr=3e-3)
+    optimizer = optimizer_of(small, lr=3e-3, weight_decay=0.0)
     losses = []
     for _ in trange(MEMORISE_STEPS, desc="memorising 8 captions", disable=GRADING):
         loss = teacher_forcing_loss(small, features, captions, null_idx=vocab.null_idx)
@@ -679,6 +729,7 @@ check_public("04_captioning_data_and_model", globals());
 # - The image enters the model as **memory tokens**: grid features projected to $d_{model}$, plus a learned embedding of each region's position; every decoding step attends to all regions (a new context per word, as in *Show, Attend and Tell*).
 # - Words: embeddings + positional encoding, a **causal mask** (position $t$ sees $0 \ldots t$), pre-norm decoder blocks, a final LayerNorm and a vocabulary head.
 # - **Teacher forcing** trains all positions in parallel: inputs `captions[:, :-1]`, targets `captions[:, 1:]`; the loss is averaged over **real words only**, never over `<NULL>` padding.
+# - **AdamW** decays the weights apart from the gradient; weight decay goes on the weight matrices and embedding tables, in one parameter group, and not on the biases and LayerNorm parameters, in the other.
 # - A model and loss that work together memorise a small batch in seconds.
 #
 # Next, **05 · Training and evaluation** loads your pieces from this notebook, trains the model on all of `shapes` and measures its captions.

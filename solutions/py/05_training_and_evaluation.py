@@ -5,14 +5,14 @@
 #
 # Notebook 04 prepared the data and built the model. Here you write the two scripts of an experiment around it and run them:
 #
-# - **the training script**: the learning-rate schedule `lr_at_step`, the optimiser `make_optimizer` (AdamW, weight decay on the matrices only), one optimisation step `train_step`, the validation loss `validation_loss`, and the loop `fit` around them;
+# - **the training script**: the learning-rate schedule `lr_at_step`, one optimisation step `train_step`, the validation loss `validation_loss`, and the loop `fit` around them;
 # - **generation and the evaluation script**: `greedy_decode`, and `evaluate_captions` (BLEU, CIDEr, ROUGE-L and the share of captions exactly right).
 #
 # Then your model is trained on `shapes` (about a minute on a laptop CPU), saved, graded on new scenes, and an experiment measures what attention over the regions buys. Notebook 06 goes on with the same model: other decoders, the kinds of mistakes it makes, and what the causal mask is for.
 #
 # Given: the driver that calls your loop (`starter.training.train`: device moves, a progress bar with the time left, a time budget used only while grading), the metric implementations (BLEU, CIDEr, ROUGE-L from `pycocoevalcap`, in `starter/metrics.py`) and the plots. The kit has no version of these pieces: while one does not pass its public check yet, the notebook says so in one line and skips what needs it (training, the scores).
 #
-# **What you need from notebook 04.** Section 1 loads your `build_vocab`, `encode_captions`, `CaptionFeatures`, `collate_captions`, `CaptioningTransformer`, `caption_loss` and `teacher_forcing_loss` from your `04_captioning_data_and_model.ipynb` (its set-up and answer cells only: no plots, no test cells), found next to this notebook (on Colab: in the course folder or in `My Drive/Colab Notebooks`). A data piece that does not pass its public check yet is replaced by the dataset's stored data (vocabulary, encoded captions, batches), with one line saying so; without a working model and loss, nothing is trained. The graded checks of this notebook run on stand-ins and do not use notebook 04, except the trained-model cell, which measures your trained model.
+# **What you need from notebook 04.** Section 1 loads your `build_vocab`, `encode_captions`, `CaptionFeatures`, `collate_captions`, `CaptioningTransformer`, `caption_loss`, `teacher_forcing_loss` and `make_optimizer` from your `04_captioning_data_and_model.ipynb` (its set-up and answer cells only: no plots, no test cells), found next to this notebook (on Colab: in the course folder or in `My Drive/Colab Notebooks`). A data piece that does not pass its public check yet is replaced by the dataset's stored data (vocabulary, encoded captions, batches), with one line saying so; without a working model, loss and optimiser, nothing is trained. The graded checks of this notebook run on stand-ins and do not use notebook 04, except the trained-model cell, which measures your trained model.
 #
 # **How to work.** Fill in the cells marked `# YOUR CODE HERE` (delete the `raise NotImplementedError()` line) and run the test cell below each one: it prints `✓ … passed` or one line naming the likely bug. The graded version of each test cell also runs hidden cases. Don't edit or delete test cells.
 
@@ -88,7 +88,7 @@ print(ds)
 
 # %% nbgrader={"grade": false, "grade_id": "code_from04", "locked": true, "schema_version": 3, "solution": false, "task": false}
 PIECES_04 = ["build_vocab", "encode_captions", "CaptionFeatures", "collate_captions", "CaptioningTransformer",
-             "caption_loss", "teacher_forcing_loss"]
+             "caption_loss", "teacher_forcing_loss", "make_optimizer"]
 mine = load_or_none("04_captioning_data_and_model.ipynb", PIECES_04)   # None for each piece if the notebook can't be loaded
 CaptioningTransformer, teacher_forcing_loss = mine["CaptioningTransformer"], mine["teacher_forcing_loss"]
 
@@ -133,7 +133,7 @@ if model_ready:
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_14", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ## 2 · Training
 #
-# A training script has five parts: the **learning-rate schedule**, the **optimiser**, the **training step** (one minibatch: forward, loss, backward, update), the **validation loss** (how the model does on data it does not train on) and the **loop** around them. You write all five. The loop draws batches from your `DataLoader`, calls your step with your optimiser and your schedule's learning rate, and measures the validation loss every so often; a `TrainingPlan` of the kit hands it the steps and shows a progress bar with the time left (and, only while the notebook is graded, keeps the run to a time budget). It runs on the GPU when there is one (`pick_device`), and it is seeded, so a run repeats on the same machine.
+# A training script has five parts: the **learning-rate schedule**, the **optimiser**, the **training step** (one minibatch: forward, loss, backward, update), the **validation loss** (how the model does on data it does not train on) and the **loop** around them. The optimiser is your `make_optimizer` of notebook 04; you write the other four here. The loop draws batches from your `DataLoader`, calls your step with your optimiser and your schedule's learning rate, and measures the validation loss every so often; a `TrainingPlan` of the kit hands it the steps and shows a progress bar with the time left (and, only while the notebook is graded, keeps the run to a time budget). It runs on the GPU when there is one (`pick_device`), and it is seeded, so a run repeats on the same machine.
 #
 # ### Task 1 · `lr_at_step(step, total_steps, warmup_steps, peak_lr)`
 #
@@ -180,45 +180,8 @@ if schedule is not None:
     plt.tight_layout(); plt.show()
 
 
-# %% [markdown] nbgrader={"grade": false, "grade_id": "md_optimizer", "locked": true, "schema_version": 3, "solution": false, "task": false}
-# ### Task 2 · `make_optimizer(model, lr, weight_decay)`
-#
-# The optimiser is **AdamW** (Loshchilov & Hutter, 2019): Adam's update plus **weight decay**, a pull of every weight towards zero by `lr * weight_decay` of its value at each step, so that weights do not grow without need. AdamW applies it to the weights directly, apart from the gradient (*decoupled*). `torch.optim.Adam(..., weight_decay=...)` instead adds `weight_decay * w` to the gradient, and Adam's per-weight scaling then weakens that pull most for the weights with the largest gradients: the same setting does something else.
-#
-# Weight decay goes on the **weight matrices and embedding tables** (every parameter with 2 or more dimensions, `p.dim() >= 2`) and **not on the vectors**: the biases and LayerNorm's gains and shifts (`p.dim() < 2`). A vector has few numbers to overfit with, and pulling a LayerNorm gain towards 0 would only shrink the signal it passes on. Return a `torch.optim.AdamW` over all of `model`'s parameters, each in exactly one of two **parameter groups** (PyTorch's per-group settings: a group is a dict of its parameters under `"params"` and the settings it overrides), first the matrices with weight decay `weight_decay`, then the vectors with weight decay 0.0, and learning rate `lr` (your `train_step` sets every group's rate at each step; this is its starting value). Set nothing else: AdamW's other settings stay at PyTorch's defaults (`betas=(0.9, 0.999)`, `eps=1e-8`, no `amsgrad`). The Transformer paper's `betas=(0.9, 0.98), eps=1e-9` is another sound choice, but not this task's: the check compares the weights after three steps with the defaults.
-#
-# The check looks at the group each parameter landed in, and at the weights after three AdamW steps with stored gradients.
-
-# %% nbgrader={"grade": false, "grade_id": "make_optimizer", "locked": false, "schema_version": 3, "solution": true, "task": false}
-def make_optimizer(model, lr, weight_decay):
-    """AdamW over every parameter of `model`: weight decay `weight_decay` for the parameters of 2 or more
-    dimensions (weight matrices, embedding tables), 0.0 for the others (biases, LayerNorm gains and shifts).
-
-    Args:
-        model: an nn.Module; lr: the learning rate; weight_decay: AdamW's weight decay for the matrices.
-    Returns: a torch.optim.AdamW with two parameter groups.
-    """
-    ### BEGIN SOLUTION
-    params = list(model.parameters())
-    matrices = [p for p in params if p.dim() >= 2]
-    vectors = [p for p in params if p.dim() < 2]
-    return torch.optim.AdamW([{"params": matrices, "weight_decay": weight_decay},
-                              {"params": vectors, "weight_decay": 0.0}], lr=lr)
-    ### END SOLUTION
-
-
-# %% nbgrader={"grade": true, "grade_id": "test_make_optimizer", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
-from starter.checks import check
-from starter.pipeline import with_param_groups
-check("optimizer/basic", with_param_groups(make_optimizer))
-### BEGIN HIDDEN TESTS
-check("optimizer/strong_decay", with_param_groups(make_optimizer))
-check("optimizer/no_decay", with_param_groups(make_optimizer))
-check("optimizer/wider", with_param_groups(make_optimizer))
-### END HIDDEN TESTS
-
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_step_1", "locked": true, "schema_version": 3, "solution": false, "task": false}
-# ### Task 3 · `train_step(model, loss_fn, optimizer, features, captions, lr, grad_clip=1.0)`
+# ### Task 2 · `train_step(model, loss_fn, optimizer, features, captions, lr, grad_clip=1.0)`
 #
 # One optimisation step, in this order:
 #
@@ -265,7 +228,7 @@ check("step/two_param_groups", with_optimizer(train_step))
 ### END HIDDEN TESTS
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_val_1", "locked": true, "schema_version": 3, "solution": false, "task": false}
-# ### Task 4 · `validation_loss(model, loss_fn, batches)`
+# ### Task 3 · `validation_loss(model, loss_fn, batches)`
 #
 # The mean of `loss_fn(model, features, captions)` over `batches` (a list of `(features, captions)` pairs), as a Python float, measured the way the model will be used:
 #
@@ -300,7 +263,7 @@ check("validation/handed_over_in_eval_mode", with_batches(validation_loss))
 ### END HIDDEN TESTS
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_fit_1", "locked": true, "schema_version": 3, "solution": false, "task": false}
-# ### Task 5 · the training loop: `fit(model, loss_fn, optimizer, loader, plan, config)`
+# ### Task 4 · the training loop: `fit(model, loss_fn, optimizer, loader, plan, config)`
 #
 # The loop puts the pieces together. `plan` is a `starter.training.TrainingPlan`: iterating over it gives `(step, lr)` pairs, `step` = 0, 1, 2, … (0-based) with the learning rate your schedule gives that step, until the run is over (it may end early when a time budget binds, as it does while grading, so loop over the plan rather than over a step count). `config` is a `starter.training.FitConfig`, the rest of what the loop needs, as five fields: `config.step_fn` (one training step), `config.val_fn` (the validation loss), `config.val_batches` (the fixed validation batches), `config.val_every` (how often to validate) and `config.device` (where the model is). For each `(step, lr)`:
 #
@@ -415,7 +378,7 @@ pieces = TrainingPieces(fit=yours_if_it_passes("fit", fit, instead=untrained),
                         train_step=yours_if_it_passes("train_step", train_step, instead=untrained),
                         lr_at_step=yours_if_it_passes("lr_at_step", lr_at_step, instead=untrained),
                         validation_loss=yours_if_it_passes("validation_loss", validation_loss, instead=untrained),
-                        make_optimizer=yours_if_it_passes("make_optimizer", make_optimizer, instead=untrained))
+                        make_optimizer=yours_if_it_passes("make_optimizer", mine["make_optimizer"], instead=untrained))
 can_train = model_ready and not pieces.missing()
 
 # %% nbgrader={"grade": false, "grade_id": "code_16", "locked": true, "schema_version": 3, "solution": false, "task": false}
@@ -476,7 +439,7 @@ if history is not None:
 #
 # Choose the most likely word at every step (`argmax`). Do it for the whole batch at once: every caption advances by one word per step; a caption that has produced `<END>` is finished, and everything after its `<END>` is `<NULL>`. Stop as soon as every caption has finished (or after `max_len` words).
 #
-# ### Task 6 · `greedy_decode(model, features, max_len, start_idx=1, end_idx=2, null_idx=0)`
+# ### Task 5 · `greedy_decode(model, features, max_len, start_idx=1, end_idx=2, null_idx=0)`
 #
 # Return a `(B, max_len)` int64 tensor of generated words, **without** the `<START>` token, with the `<END>` token kept, and `null_idx` after it (and in every position not generated because decoding stopped early). `max_len` counts every generated word, `<END>` included: a caption that has not ended after `max_len` words stops there, without `<END>`. The words you may generate: whichever the model ranks highest, or every word but `<NULL>` and `<START>` (a common practice: set their logits to `-inf` before the `argmax`); either is right, and the checks' stand-in model gives those two no probability, so both give the same captions. Create new tensors on `features.device`. Run it under `torch.no_grad()` (a decorator is fine); the model is assumed to be in eval mode already.
 
@@ -528,7 +491,7 @@ check("greedy/float64", with_model(greedy_decode))
 # BLEU-$n$ measures the overlap of $n$-grams (1 to 4 words) between the generated caption and all the reference captions of the image (precision, with a penalty for captions that are too short); BLEU-4 is the usual headline number. CIDEr weighs $n$-grams by how specific they are (TF-IDF over the references), so a correct rare word counts more than "a"; it is scaled by 10, and on `shapes` values far above 1 are normal because every scene's captions share most words. ROUGE-L is based on the longest common subsequence. All three are computed by `pycocoevalcap` (tokenised in Python, so no Java is needed) on the **validation** images, which the model never trained on.
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_eval_1", "locked": true, "schema_version": 3, "solution": false, "task": false}
-# ### Task 7 · the evaluation script: `evaluate_captions(model, decode_fn, split, vocab, max_len, batch_size=250)`
+# ### Task 6 · the evaluation script: `evaluate_captions(model, decode_fn, split, vocab, max_len, batch_size=250)`
 #
 # Caption every image of `split` and score the captions against **all** the reference captions of each image:
 #
@@ -714,7 +677,7 @@ check_public("05_training_and_evaluation", globals());
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_summary", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ## Summary
 #
-# - A training script: a **warm-up then cosine** learning-rate schedule, **AdamW** with weight decay on the matrices only, a **step** (rate, `zero_grad`, loss, `backward`, clipping, update), a **validation loss** on data the model does not train on (in eval mode, without gradients), and the **loop** that calls them.
+# - A training script: a **warm-up then cosine** learning-rate schedule, **AdamW** with weight decay on the matrices only (your optimiser of notebook 04), a **step** (rate, `zero_grad`, loss, `backward`, clipping, update), a **validation loss** on data the model does not train on (in eval mode, without gradients), and the **loop** that calls them.
 # - Generation feeds back the model's own words: **greedy** decoding takes the argmax and stops each caption at `<END>`.
 # - An evaluation script: BLEU, CIDEr and ROUGE-L against all references of held-out images, and the share of captions exactly right, which BLEU alone hides.
 # - The bottleneck, measured: the same decoder given one mean-pooled vector instead of the regions (section 5).

@@ -49,16 +49,17 @@ RUN_MODEL = not os.environ.get("NBGRADER_EXECUTION")
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_load", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ## 1 · Your trained model
 #
-# The next cell loads your `CaptioningTransformer` (notebook 04), your `greedy_decode`, `evaluate_captions` and training pieces (notebook 05) and the checkpoint notebook 05 saved, then the dataset the model was trained on (recorded in the checkpoint). Your `evaluate_captions` is used once it passes its public check.
+# The next cell loads your `CaptioningTransformer` and `make_optimizer` (notebook 04), your `greedy_decode`, `evaluate_captions` and other training pieces (notebook 05) and the checkpoint notebook 05 saved, then the dataset the model was trained on (recorded in the checkpoint). Your `evaluate_captions` is used once it passes its public check.
 
 # %% nbgrader={"grade": false, "grade_id": "code_load", "locked": true, "schema_version": 3, "solution": false, "task": false}
 device = torch.device("cpu")   # beam search here decodes one image at a time: a CPU is enough
-TRAINING_PIECES = ("fit", "train_step", "lr_at_step", "validation_loss", "make_optimizer")   # for section 5
+TRAINING_PIECES = ("fit", "train_step", "lr_at_step", "validation_loss")   # for section 5, with 04's make_optimizer
 trained = evaluate = None
 if RUN_MODEL:
     from starter.notebook_loader import NotebookLoadError, load_trained_captioner
     try:
-        trained = load_trained_captioner(device=device, also=("evaluate_captions", *TRAINING_PIECES))
+        trained = load_trained_captioner(device=device, also=("evaluate_captions", *TRAINING_PIECES),
+                                         also_from_04=("make_optimizer",))
     except NotebookLoadError as exc:
         print(f"comparisons skipped: {exc}")
 if trained is not None:
@@ -369,7 +370,7 @@ if evaluate is not None and ds.name == "shapes":
     from starter.notebook_loader import load_or_none
     from starter.training import TrainConfig, TrainingPieces, seed_everything, train
     pieces = TrainingPieces(**{name: yours_if_it_passes(name, trained.defs[name], instead="no leaky model")
-                               for name in TRAINING_PIECES})
+                               for name in (*TRAINING_PIECES, "make_optimizer")})
     loss_fn = yours_if_it_passes("teacher_forcing_loss",
                                  load_or_none("04_captioning_data_and_model.ipynb", ["teacher_forcing_loss"])["teacher_forcing_loss"],
                                  instead="no leaky model")

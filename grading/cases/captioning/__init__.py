@@ -73,8 +73,9 @@ from starter.pipeline import (
 )
 
 # which notebook a case belongs to, by the task its name starts with
-PREFIXES = {"04": ("features/", "vocab/", "encode/", "dataset/", "collate/", "captioner/", "loss/", "teacher/"),
-            "05": ("schedule/", "optimizer/", "step/", "validation/", "fit/", "greedy/", "evaluate/", "trained/"),
+PREFIXES = {"04": ("features/", "vocab/", "encode/", "dataset/", "collate/", "captioner/", "loss/", "teacher/",
+                   "optimizer/"),
+            "05": ("schedule/", "step/", "validation/", "fit/", "greedy/", "evaluate/", "trained/"),
             "06": ("beam/", "sample/")}
 
 
