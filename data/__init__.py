@@ -2,7 +2,7 @@
 
     python -m data.shapes [--out PATH] [--force]        # offline default ("shapes"), ~25 s, 25 MB
     python -m data.coco_cs231n --dest DIR               # CS231n coco_captioning.zip ("coco-fc7")
-    python -m data.coco_grid --coco-dir DIR --download --out DIR/coco_grid.h5 --max-images 20000
+    python -m starter.build_coco_grid --coco-dir DIR --download --out DIR/coco_grid.h5 --max-images 20000
                                                         # 7x7 ResNet-50 grid features ("coco-grid")
 
 Modules: `common` (special tokens, vocabulary, course HDF5 format, data folder), `download`

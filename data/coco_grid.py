@@ -1,9 +1,9 @@
 """Build spatial grid features (e.g. 7 x 7 regions) from official COCO images and caption annotations.
 
     # on Colab or any machine with internet (downloads ~20 GB of COCO 2014 zips into DIR):
-    python -m data.coco_grid --coco-dir DIR --download --out DIR/coco_grid.h5 --max-images 20000
+    python -m starter.build_coco_grid --coco-dir DIR --download --out DIR/coco_grid.h5 --max-images 20000
     # with files you already have:
-    python -m data.coco_grid --train-annotations captions_train2014.json --train-images train2014/ \
+    python -m starter.build_coco_grid --train-annotations captions_train2014.json --train-images train2014/ \
         --val-annotations captions_val2014.json --val-images val2014/ --out coco_grid.h5
 
 Each image is resized to a fixed `--image-size` (224) square, normalised with the ImageNet mean/std and
@@ -14,9 +14,9 @@ shipped in a PyPI wheel). Features are stored float16, chunked per image, in the
 `data/common.py`, with the COCO image ids and file names so that images can be shown later.
 
 The vocabulary and the encoded captions are made by *your* `build_vocab` and `encode_captions` from
-notebook 04 (finish and pass their checks first; the command reads them from that notebook in the course
-folder, or from `--notebook PATH`, e.g. the solution notebook for an instructor who builds the file for a
-class): the training captions' words seen >= `--min-count` times plus the special tokens <NULL> <START>
+notebook 04: `build` takes them as arguments, and the command, `starter.build_coco_grid` (in the kit, which
+reads notebooks; this package never imports it), reads them from that notebook in the course folder, or from
+`--notebook PATH` (e.g. the solution notebook for an instructor who builds the file for a class): the training captions' words seen >= `--min-count` times plus the special tokens <NULL> <START>
 <END> <UNK>; captions are cut to `--max-words` words.
 
 Resumable: progress is kept in a hidden `.<out>.partial` file (which records which images are done);
@@ -25,11 +25,8 @@ when every image is done. The GPU is used when available.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import sys
-import time
 from collections import defaultdict
 from pathlib import Path
 
@@ -39,7 +36,7 @@ import torch
 from PIL import Image
 from tqdm.auto import tqdm
 
-from data.common import COCO_GRID_FILE, SPECIAL_TOKENS, default_data_dir, write_header
+from data.common import SPECIAL_TOKENS, write_header
 
 # The COCO 2014 zips: URL, size in bytes and SHA-256, as recorded by TensorFlow Datasets
 # (tensorflow_datasets/url_checksums/coco2014.txt). The hash is what makes plain http safe here.
@@ -243,82 +240,3 @@ def build(out, train_annotations, train_images, val_annotations, val_images, *, 
         del f.attrs["build_config"]
     os.replace(partial, out)
     return out
-
-
-def notebook_pieces(notebook=None) -> dict | None:
-    """build_vocab and encode_captions from notebook 04 (`notebook`, else the course folder's), each once
-    it passes its public check; None, after saying why on stderr, if that notebook does not have them yet.
-    """
-    # The course kit is imported here, where it is needed, so that `starter` can import `data` freely.
-    from starter.notebook_loader import NotebookLoadError, load_definitions
-    from starter.pipeline import yours_if_it_passes
-    from starter.runtime import MODEL_NOTEBOOK
-
-    names = ["build_vocab", "encode_captions"]
-    try:
-        if notebook is None:
-            found = load_definitions(MODEL_NOTEBOOK, names)
-        else:
-            found = load_definitions(Path(notebook).name, names, folder=Path(notebook).resolve().parent)
-    except NotebookLoadError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return None
-    pieces = {n: yours_if_it_passes(n, found[n], instead="finish it in notebook 04 first") for n in names}
-    if any(p is None for p in pieces.values()):
-        print("error: the dataset's vocabulary and captions are made by your notebook 04's build_vocab and "
-              "encode_captions, and not all of them pass their checks yet", file=sys.stderr)
-        return None
-    return pieces
-
-
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description="Build COCO grid features (HDF5) for captioning.")
-    p.add_argument("--coco-dir", type=Path, help="folder with annotations/, train2014/, val2014/")
-    p.add_argument("--download", action="store_true", help="download COCO 2014 into --coco-dir first")
-    p.add_argument("--train-annotations", type=Path)
-    p.add_argument("--train-images", type=Path)
-    p.add_argument("--val-annotations", type=Path)
-    p.add_argument("--val-images", type=Path)
-    p.add_argument("--out", type=Path, default=default_data_dir() / COCO_GRID_FILE)
-    p.add_argument("--max-images", type=int, default=None, help="training images (first by id)")
-    p.add_argument("--max-val-images", type=int, default=None, help="default: max-images / 4")
-    p.add_argument("--arch", default="resnet50")
-    p.add_argument("--weights", default="DEFAULT", help="torchvision weights name, or 'none'")
-    p.add_argument("--image-size", type=int, default=224)
-    p.add_argument("--min-count", type=int, default=5)
-    p.add_argument("--max-words", type=int, default=16)
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--num-workers", type=int, default=2)
-    p.add_argument("--device", default=None)
-    p.add_argument("--notebook", type=Path, default=None,
-                   help="the notebook 04 whose build_vocab and encode_captions make the vocabulary and "
-                        "the encoded captions (default: yours, in the course folder)")
-    a = p.parse_args(argv)
-    if a.coco_dir:
-        if a.download:
-            download_coco(a.coco_dir)
-        a.train_annotations = a.train_annotations or a.coco_dir / "annotations" / "captions_train2014.json"
-        a.val_annotations = a.val_annotations or a.coco_dir / "annotations" / "captions_val2014.json"
-        a.train_images = a.train_images or a.coco_dir / "train2014"
-        a.val_images = a.val_images or a.coco_dir / "val2014"
-    if not all((a.train_annotations, a.train_images, a.val_annotations, a.val_images)):
-        p.error("give --coco-dir, or all of --train-annotations --train-images --val-annotations --val-images")
-    weights = None if a.weights.lower() == "none" else a.weights
-    t = time.time()
-    pieces = notebook_pieces(a.notebook)
-    if pieces is None:
-        return 1
-    try:
-        out = build(a.out, a.train_annotations, a.train_images, a.val_annotations, a.val_images, **pieces,
-                    max_images=a.max_images, max_val_images=a.max_val_images, arch=a.arch, weights=weights,
-                    image_size=a.image_size, min_count=a.min_count, max_words=a.max_words,
-                    batch_size=a.batch_size, num_workers=a.num_workers, device=a.device)
-    except BuildError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    print(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB) in {time.time() - t:.0f} s")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -28,14 +28,14 @@ FORMAT_VERSION = 1
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
-# The COCO grid file and the command that builds it, here so that the reader (`starter.data`) can name them
-# without importing the builder, which reads the student's notebook 04 with the kit.
+# The COCO grid file and the command that builds it (`starter.build_coco_grid`, which reads the student's
+# notebook 04), here so that the reader (`starter.data`) can name both.
 COCO_GRID_FILE = "coco_grid.h5"
 
 
 def coco_grid_command(root=None) -> str:
     root = Path(root) if root else default_data_dir()
-    return (f"python -m data.coco_grid --coco-dir {root / 'coco'} --download "
+    return (f"python -m starter.build_coco_grid --coco-dir {root / 'coco'} --download "
             f"--out {root / COCO_GRID_FILE} --max-images 20000")
 
 

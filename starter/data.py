@@ -3,7 +3,7 @@
     from starter.data import load_dataset
     ds = load_dataset("shapes")      # offline default, built on first use (about 1-2 min on a CPU)
     ds = load_dataset("coco-fc7")    # CS231n coco_captioning files:  python -m data.coco_cs231n
-    ds = load_dataset("coco-grid")   # 7x7 grid features from COCO:    python -m data.coco_grid
+    ds = load_dataset("coco-grid")   # 7x7 grid features from COCO:    python -m starter.build_coco_grid
     ds = load_dataset("path/to/file.h5" or "path/to/coco_captioning")
 
     train = ds.split("train")

@@ -82,7 +82,7 @@ torch.manual_seed(0)
 # The default dataset, `shapes`, is generated: scenes of one or two coloured shapes on a grid, captioned in several phrasings ("a small red circle in the top left", "in the top left there is a small red circle"), with $7 \times 7$ grid features of a pretrained EfficientNet and the small images kept for display. It trains on a CPU in minutes and its captions can be checked by eye. COCO (notebook 05, section 7) uses the same interface. The dataset is chosen here, in one line: a dataset that is not on disk is an error naming the command that fetches it.
 
 # %% nbgrader={"grade": false, "grade_id": "code_05", "locked": true, "schema_version": 3, "solution": false, "task": false}
-DATASET = "shapes"   # or "coco-fc7" (CS231n features: python -m data.coco_cs231n), "coco-grid" (python -m data.coco_grid)
+DATASET = "shapes"   # or "coco-fc7" (CS231n features: python -m data.coco_cs231n), "coco-grid" (python -m starter.build_coco_grid)
 
 ds = load_dataset(DATASET)
 train_split, val_split = ds.split("train"), ds.split("val")
@@ -190,7 +190,7 @@ if DATASET == "shapes":
               f"{mine.shape}; largest difference to the stored features {abs(mine - stored).max():.3f}, "
               f"{abs(mine - stored).max() / abs(stored).mean():.1%} of their typical size {abs(stored).mean():.2f}")
 else:
-    print("this step runs on the shapes images (COCO grid features are built by python -m data.coco_grid)")
+    print("this step runs on the shapes images (COCO grid features are built by python -m starter.build_coco_grid)")
 
 # %% nbgrader={"grade": false, "grade_id": "code_prep_2", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["setup"]
 SPECIAL_TOKENS = ["<NULL>", "<START>", "<END>", "<UNK>"]

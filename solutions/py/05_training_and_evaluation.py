@@ -79,7 +79,7 @@ def tokenize(caption):
 # The dataset is chosen here, in one line (`shapes` by default; COCO in section 7): a dataset that is not on disk is an error naming the command that fetches it. Then your pieces of notebook 04 are loaded and each one runs its public check; the line printed for each says whether yours is used.
 
 # %% nbgrader={"grade": false, "grade_id": "code_data05", "locked": true, "schema_version": 3, "solution": false, "task": false}
-DATASET = "shapes"   # or "coco-fc7" (CS231n features: python -m data.coco_cs231n), "coco-grid" (python -m data.coco_grid)
+DATASET = "shapes"   # or "coco-fc7" (CS231n features: python -m data.coco_cs231n), "coco-grid" (python -m starter.build_coco_grid)
 
 ds = load_dataset(DATASET)
 train_split, val_split = ds.split("train"), ds.split("val")
@@ -668,7 +668,7 @@ check_public("05_training_and_evaluation", globals());
 # The same notebook trains on COCO: change `DATASET` in section 1 and run everything on a GPU (on Colab: *Runtime → Change runtime type → GPU*; `pick_device` finds it). Get the data first:
 #
 # - `"coco-fc7"`: the CS231n files (one 512-d fc7 vector per image, so $R = 1$ and cross-attention has a single region to look at), `python -m data.coco_cs231n` (about 1 GB download);
-# - `"coco-grid"`: $7 \times 7$ grid features built from the official COCO images, `python -m data.coco_grid` (downloads images and runs a CNN: build it once on a GPU, see its `--help`).
+# - `"coco-grid"`: $7 \times 7$ grid features built from the official COCO images, `python -m starter.build_coco_grid` (downloads images and runs a CNN: build it once on a GPU, see its `--help`).
 #
 # The configurations in `CONFIGS` above are sized for a Colab T4 GPU: `coco-fc7` and `coco-grid` both train a 3-layer model with $d_{model} = 256$ and 8 heads for 15 000 steps (batches of 256 and 128 captions). This course kit was not run on COCO (its builders had no COCO data), so no time or score is claimed here: the training cell prints your time, and the evaluation cell your scores.
 #
