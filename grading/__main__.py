@@ -5,6 +5,8 @@
     python -m grading autograde SUBMISSIONS   grade a folder or zip of student notebooks
     python -m grading report OUT [--anonymise]  every output of a graded run again, with the scores given since
                                               (formgrader), and what the class got wrong (OUT/class_report.html)
+    python -m grading export OUT --to moodle|canvas [--percent]   grades and feedback for the LMS's import
+                                              (OUT/moodle/ or OUT/canvas/; docs/lms.md)
     python -m grading execute [NOTEBOOK ...]  run solution notebooks end to end (the maintainers' main job)
     python -m grading publish DEST [--repo OWNER/NAME]   the student-facing files only, for a student repository
 """
@@ -47,6 +49,15 @@ def main(argv: list[str] | None = None) -> int:
     rp.add_argument("--course", type=Path, default=None, help="the run's nbgrader course folder (default "
                     "grading/work/course): its gradebook's scores, those given by hand included, are the report's")
     rp.add_argument("--db", default=None, help="the run's gradebook URL, if it was not the course's SQLite file")
+    xp = sub.add_parser("export", help="grades and feedback pages as Moodle's or Canvas's import reads them")
+    xp.add_argument("out", type=Path, nargs="?", default=Path("grading/work/results"), help="autograde's --out folder")
+    xp.add_argument("--to", choices=["moodle", "canvas"], required=True, help="the LMS (written into OUT/<LMS>/)")
+    xp.add_argument("--percent", action="store_true", help="grades as a percentage of the maximum, not points")
+    xp.add_argument("--assignment", default=None, help="Canvas: the assignment's column as Canvas's gradebook "
+                    "export heads it, 'Name (id)' (default: the assignment's name, matched by title)")
+    xp.add_argument("--course", type=Path, default=None, help="the run's nbgrader course folder (default "
+                    "grading/work/course): its gradebook's scores, those given by hand included, are exported")
+    xp.add_argument("--db", default=None, help="the run's gradebook URL, if it was not the course's SQLite file")
     pb = sub.add_parser("publish", help="copy the student-facing files into an empty folder")
     pb.add_argument("dest", type=Path)
     pb.add_argument("--repo", default=None, help="GitHub OWNER/NAME of the student repository, for the notebooks' "
@@ -104,6 +115,29 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         print(f"grades: {args.out / 'grades.csv'} (from the gradebook)")
         print(f"class report: {args.out / 'class_report.html'} (data: {args.out / 'class_report.json'})")
+    elif args.command == "export":
+        if not (args.out / "outcomes").is_dir():
+            print(f"error: {args.out} holds no graded run (no outcomes/): run autograde first", file=sys.stderr)
+            return 2
+        from .course import DEFAULT_COURSE, CourseLockError, hold, sqlite_url
+        from .lms_export import export
+        from .notebooks import ASSIGNMENT
+        from .results import read_class_results
+        course_dir = args.course or DEFAULT_COURSE
+        db_url = args.db or (sqlite_url(course_dir) if (course_dir / "gradebook.db").is_file() else None)
+        if db_url is None:  # the points are the gradebook's: without it there are none to export
+            print(f"error: no gradebook in {course_dir}: give the run's --course or --db", file=sys.stderr)
+            return 2
+        uses_course = (args.course or not args.db) and course_dir.is_dir()
+        try:
+            with hold(course_dir, f"export {args.out}") if uses_course else contextlib.nullcontext():
+                written = export(args.out, read_class_results(args.out, db_url), args.to, args.percent,
+                                 args.assignment or ASSIGNMENT)
+        except (CourseLockError, ValueError) as exc:  # ExportError (two students with one id) is a ValueError
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        for path in written:
+            print(f"wrote {path}")
     elif args.command == "publish":
         from .publish import publish
         dest = publish(args.dest, args.repo) if args.repo else publish(args.dest)

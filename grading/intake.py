@@ -89,6 +89,7 @@ MOODLE_FIELDS = re.compile(r"(?=(_(?P<lms_id>\d+)_assignsubmission_[a-z]+_))")  
 # Canvas: `<lastfirst>_<user id>_<attachment id>_<file>` (`<lastfirst>_LATE_...` when late); the name is the part
 # before the first `_` (Canvas keeps none in it), so a name cannot hold the fields that follow it: one reading
 CANVAS_FILE = re.compile(r"(?P<name>[^_]+)_(?:(?P<late>late)_)?(?P<lms_id>\d+)_\d+_(?P<file>.+)", re.S | re.I)
+LATE_NOTE = "handed in late (the export marks it LATE)"  # the note of a late student (grading.lms_export reads it)
 
 
 class Reading(NamedTuple):
@@ -452,7 +453,7 @@ def stage_student(root: Path, handin: Handin, known: dict[str, str], student: st
     """Copy one student's gradable notebooks into the course's submitted/`student` folder."""
     result = StudentOutcome(student=student, name=shown(handin.name), lms_id=handin.lms_id)
     if handin.late:
-        result.notes.append("handed in late (the export marks it LATE)")
+        result.notes.append(LATE_NOTE)
     submitted = root / "submitted" / result.student / ASSIGNMENT
     try:
         if submitted.exists():

@@ -1,0 +1,199 @@
+"""Grades and feedback back into the LMS the class came from: `python -m grading export OUT --to moodle|canvas`.
+
+Written from one `ClassResults` (grading/results.py), built by `read_class_results`: the run's outcomes in OUT
+and the gradebook's points at export time, so a score a person gave in formgrader since the run is exported.
+Who each student is comes from intake alone (the outcome's `name` and `lms_id`, read from the export's file
+names): a student without an LMS id is listed in `not_exported.csv` with the reason, never dropped, and two
+students with one id refuse the export (`ExportError`). A student whose grading failed (or who handed in no
+notebook) is exported with an empty grade, which both importers leave alone, never 0. Each file is read by the
+LMS's own importer; docs/lms.md describes the formats and the source each follows.
+
+Moodle (OUT/moodle/):
+- `grading_worksheet.csv`, the offline grading worksheet as mod/assign/feedback/offline/importgradeslib.php
+  (`assignfeedback_offline_grade_importer`) reads it: columns looked up by their exact header, of which
+  `Identifier`, `Grade` and `Last modified (grade)` are required (init() fails without any of them);
+  `Identifier` is `Participant <id>`, the importer strips the length of the string 'hiddenuser' ("Participant ")
+  and maps the rest with get_user_id_for_uniqueid (the participant id of the download's folder names);
+  `Feedback comments` is the comments plugin's editor field (never the first column: next() skips index 0).
+  `Last modified (grade)` goes through strtotime(): process_import_grades() (locallib.php) skips a grade that
+  changed in Moodle more than 60 s after it, unless "Allow updating records modified more recently in Moodle"
+  is ticked; an empty grade, or one above the assignment's maximum, is skipped. UTF-8 without a BOM
+  (parsecsv() loads it as 'utf-8', 'comma'; headers are compared exactly).
+- `feedback_files.zip`, for "Upload multiple feedback files in a zip": one folder per student named
+  `<Full Name>_<participant id>_assignsubmission_file_` as mod/assign/feedback/file/importziplib.php
+  (`is_valid_filename_for_import`) reads it: the folder name is split at its first four `_` (explode('_', ..., 5)),
+  [1] must be the numeric participant id and [2]_[3] a plugin, so the name holds no `_` (Moodle's own download
+  replaces them with spaces too).
+
+Canvas (OUT/canvas/):
+- `gradebook_import.csv`, as Canvas's GradebookImporter (app/models/gradebook_importer.rb) reads it: a header
+  `Student, ID, SIS User ID, SIS Login ID, Section, <assignment>` (row[0] =~ /Student/, row[1] =~ /ID/, then the
+  SIS columns and Section), a row whose first cell matches /Points Possible/, then one row per student matched by
+  `ID` (the Canvas user id of the download's file names). The assignment's header is `Name (id)` as Canvas
+  exports it (`--assignment`; Assignment.title_and_id), or a title it matches by name.
+- `feedback/<lastfirst>_<user id>/`: each student's feedback pages. Canvas's bulk re-upload of submission files
+  was not confirmed here (see docs/lms.md): attach them in SpeedGrader, or check the format before zipping them.
+- `students.csv`: who was exported with their late flag (the import CSV has no column for it: any column after
+  Section is read as an assignment).
+"""
+from __future__ import annotations
+
+import html
+import re
+import shutil
+import zipfile
+from datetime import datetime, timezone
+from pathlib import Path
+
+from .intake import LATE_NOTE
+from .notebooks import ASSIGNMENT
+from .results import ClassResults, StudentResult
+from .spreadsheet import write_csv
+
+LMS = ("moodle", "canvas")
+NOT_EXPORTED = "not_exported.csv"
+# Moodle's English strings (mod/assign/lang/en/assign.php: recordid, hiddenuser, lastmodifiedgrade; core grade;
+# mod/assign/feedback/comments/lang/en/assignfeedback_comments.php: pluginname), which the importer compares exactly
+PARTICIPANT = "Participant "  # get_string('hiddenuser', 'assign'), whose length is cut off `Identifier` on import
+MOODLE_HEADER = ["Identifier", "Full name", "Status", "Grade", "Maximum grade", "Last modified (grade)",
+                 "Feedback comments"]
+CANVAS_HEADER = ["Student", "ID", "SIS User ID", "SIS Login ID", "Section"]
+POINTS_POSSIBLE = "    Points Possible"  # Canvas's export writes it so; its importer matches /Points Possible/
+
+
+class ExportError(ValueError):
+    """The class cannot be exported as it is (two students with one LMS id)."""
+
+
+def late(student: StudentResult) -> bool:
+    return LATE_NOTE in student.outcome.notes
+
+
+def exported(results: ClassResults) -> tuple[list[StudentResult], list[tuple[StudentResult, str]]]:
+    """The students with an LMS id, and those without one with the reason. Two students with one id refuse the
+    export: an LMS would give both the grade of whichever row it read last."""
+    with_id: dict[str, list[StudentResult]] = {}
+    missing = []
+    for s in results.students:
+        if s.outcome.lms_id:
+            with_id.setdefault(s.outcome.lms_id, []).append(s)
+        else:
+            missing.append((s, "no LMS id: the submission's name is not one an LMS export writes "
+                               "(give the grade by hand)"))
+    shared = {i: ss for i, ss in with_id.items() if len(ss) > 1}
+    if shared:
+        raise ExportError("two students share an LMS id, refusing to export: " + "; ".join(
+            f"{i}: {', '.join(repr(s.outcome.name or s.student) for s in ss)}" for i, ss in sorted(shared.items())))
+    return [ss[0] for ss in with_id.values()], missing
+
+
+def grade(results: ClassResults, s: StudentResult, percent: bool) -> float | str:
+    """The student's grade: total points (or percent of the maximum); "" when not graded, never 0."""
+    if not s.graded:
+        return ""
+    if percent:
+        top = results.max_total()
+        return round(100 * s.total() / top, 2) if top else 0.0
+    return round(s.total(), 4)
+
+
+def summary(results: ClassResults, s: StudentResult) -> str:
+    """One line for the student: their points (or why there are none), late, written answers awaiting a grade."""
+    if s.graded:
+        parts = [f"{s.total():g} of {results.max_total():g} points (autograded)"]
+        if s.pending:
+            parts.append(f"{s.pending:g} points of written answers still to be graded")
+    elif s.outcome.status == "no notebooks":
+        parts = ["not graded: no notebook of the assignment was found in the submission"]
+    else:
+        parts = ["not graded: automatic grading failed, your instructor will grade it"]
+    if late(s):
+        parts.append("handed in late")
+    return "; ".join(parts) + "."
+
+
+def _name(s: StudentResult) -> str:
+    return s.outcome.name or s.student
+
+
+def _pages(out: Path, s: StudentResult) -> list[Path]:
+    folder = out / "feedback" / s.student
+    return sorted(folder.glob("*.html")) if s.graded and folder.is_dir() else []
+
+
+def _fresh(folder: Path) -> Path:
+    if folder.exists():
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True)
+    return folder
+
+
+def write_not_exported(dest: Path, missing: list[tuple[StudentResult, str]]) -> Path:
+    return write_csv(dest / NOT_EXPORTED, [["id", "name", "status", "grade", "reason"]] + [
+        [s.student, _name(s), s.outcome.status, round(s.total(), 4) if s.graded else "", why] for s, why in missing])
+
+
+def moodle_folder(name: str, lms_id: str) -> str:
+    """The zip folder Moodle's feedback-zip import (importziplib.php, is_valid_filename_for_import) gives to the
+    participant `lms_id`: `<name>_<id>_assignsubmission_file_`. The name is split off at the first `_`, so it may
+    hold none (replaced by a space, as Moodle's download does), nor a path separator or a character a zip tool
+    refuses (clean_filename drops them)."""
+    clean = re.sub(r'[\x00-\x1f\x7f/\\:*?"<>|]', "", name.replace("_", " ")).strip(" .") or "student"
+    return f"{clean}_{lms_id}_assignsubmission_file_"
+
+
+def export_moodle(out: Path, results: ClassResults, percent: bool = False, now: datetime | None = None) -> list[Path]:
+    students, missing = exported(results)  # before anything is written: a refused class leaves no files
+    dest = _fresh(out / "moodle")
+    students.sort(key=lambda s: int(s.outcome.lms_id) if s.outcome.lms_id.isdigit() else 0)
+    # strtotime() reads ISO 8601; the import keeps a grade changed in Moodle after this time (locallib.php)
+    stamp = (now or datetime.now(timezone.utc)).replace(microsecond=0).isoformat()
+    top = 100.0 if percent else results.max_total()
+    rows = [MOODLE_HEADER] + [
+        [PARTICIPANT + s.outcome.lms_id, _name(s), ("Graded" if s.graded else "Not graded") + (", late" if late(s) else ""),
+         grade(results, s, percent), top, stamp, html.escape(summary(results, s), quote=False)] for s in students]
+    paths = [write_csv(dest / "grading_worksheet.csv", rows)]
+    with zipfile.ZipFile(dest / "feedback_files.zip", "w", zipfile.ZIP_DEFLATED) as zf:
+        for s in students:
+            for page in _pages(out, s):
+                zf.write(page, f"{moodle_folder(_name(s), s.outcome.lms_id)}/{page.name}")
+    paths.append(dest / "feedback_files.zip")
+    paths.append(write_not_exported(dest, missing))
+    return paths
+
+
+def export_canvas(out: Path, results: ClassResults, percent: bool = False, assignment: str = ASSIGNMENT) -> list[Path]:
+    students, missing = exported(results)
+    dest = _fresh(out / "canvas")
+    students.sort(key=lambda s: (_name(s).casefold(), s.outcome.lms_id))
+
+    def cell(s: StudentResult) -> float | str:
+        g = grade(results, s, percent)
+        return f"{g:g}%" if percent and g != "" else g  # Canvas reads "85%" of a points assignment as a percent
+
+    rows = [CANVAS_HEADER + [assignment], [POINTS_POSSIBLE, "", "", "", "", results.max_total()]]
+    rows += [[_name(s), s.outcome.lms_id, "", "", "", cell(s)] for s in students]
+    paths = [write_csv(dest / "gradebook_import.csv", rows)]
+    feedback = dest / "feedback"
+    for s in students:
+        for page in _pages(out, s):
+            folder = feedback / f"{re.sub(r'[^0-9A-Za-z-]+', '', _name(s)) or 'student'}_{s.outcome.lms_id}"
+            folder.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(page, folder / page.name)
+    if feedback.is_dir():
+        paths.append(feedback)
+    paths.append(write_csv(dest / "students.csv", [["ID", "Student", "id", "status", "grade", "late", "summary"]] + [
+        [s.outcome.lms_id, _name(s), s.student, s.outcome.status, cell(s), "yes" if late(s) else "", summary(results, s)]
+        for s in students]))
+    paths.append(write_not_exported(dest, missing))
+    return paths
+
+
+def export(out: Path, results: ClassResults, to: str, percent: bool = False,
+           assignment: str = ASSIGNMENT) -> list[Path]:
+    """Write the import files of `to` (moodle | canvas) into OUT/<to>/; returns what was written."""
+    if to == "moodle":
+        return export_moodle(out, results, percent)
+    if to == "canvas":
+        return export_canvas(out, results, percent, assignment)
+    raise ValueError(f"unknown LMS {to!r} (one of {', '.join(LMS)})")

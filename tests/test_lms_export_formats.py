@@ -1,0 +1,310 @@
+"""`python -m grading export OUT --to moodle|canvas`: the files are read back by the LMS's own rules.
+
+The readers below re-implement the importers' parsing (docs/lms.md names the sources):
+- Moodle's offline grading worksheet (mod/assign/feedback/offline/importgradeslib.php, init() and next(); the
+  skips of locallib.php process_import_grades()): columns found by exact header, `Identifier`, `Grade` and
+  `Last modified (grade)` required, the length of "Participant " cut off the identifier, an empty grade skipped;
+- Moodle's feedback zip (mod/assign/feedback/file/importziplib.php, is_valid_filename_for_import()): each path
+  part split at its first four `_`, [1] a numeric participant id, [2]/[3] a plugin;
+- Canvas's gradebook import (app/models/gradebook_importer.rb): Student/ID/SIS User ID/SIS Login ID/Section,
+  a /Points Possible/ row, students matched by ID.
+
+Fast checks build the run by hand (outcomes and a small SQLite gradebook, as tests/test_class_results.py does);
+the round trips grade a small Moodle and a small Canvas export once each (notebook 01, as
+tests/test_lms_exports.py does) and export them.
+"""
+from __future__ import annotations
+
+import csv
+import os
+import re
+import shutil
+import sys
+import warnings
+import zipfile
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+from grading import notebooks as nbs
+from grading.intake import LATE_NOTE
+from grading.judge import CaseResult, CellResult, NotebookRecord
+from grading.outcome import StudentOutcome
+
+NB = "01_scaled_dot_product_attention"
+TASK = "test_attention_loop"
+ACCENTED = 'Zoë "Zo" O\'Brien, Jr._x'  # accents, a quote, a comma and an underscore
+
+
+# -- the importers' rules, re-implemented -----------------------------------------------------------------
+
+def moodle_import(path: Path) -> dict[str, dict]:
+    """{participant id: {grade, modified, feedback}} as assignfeedback_offline_grade_importer reads the worksheet;
+    a row process_import_grades() would skip for an empty grade has grade None."""
+    raw = path.read_bytes()
+    assert not raw.startswith(b"\xef\xbb\xbf"), "a BOM would make the first header 'Identifier' fail to match"
+    rows = list(csv.reader(raw.decode("utf-8").splitlines()))
+    columns = rows[0]
+    index = {name: columns.index(name) for name in ("Identifier", "Grade", "Last modified (grade)")
+             if name in columns}
+    assert len(index) == 3, f"init() fails: columns {columns}"
+    feedback = columns.index("Feedback comments")
+    assert feedback != 0, "next() reads a feedback column only at a non-zero index (!empty)"
+    found = {}
+    for record in rows[1:]:
+        participant = record[index["Identifier"]][len("Participant "):]
+        assert participant.isdigit(), record
+        value = record[index["Grade"]]
+        found[participant] = {"grade": None if value == "" else float(value),
+                              "modified": datetime.fromisoformat(record[index["Last modified (grade)"]]),
+                              "feedback": record[feedback], "row": dict(zip(columns, record))}
+    return found
+
+
+def moodle_zip_import(path: Path, participants: set[str]) -> dict[str, list[str]]:
+    """{participant id: [file names]} as is_valid_filename_for_import() matches the zip's files."""
+    matched: dict[str, list[str]] = {}
+    with zipfile.ZipFile(path) as zf:
+        for member in zf.namelist():
+            base = member.rsplit("/", 1)[-1]
+            if member.endswith("/") or base.startswith((".", "~")):
+                continue
+            parts = member.split("/")
+            while parts:
+                info = parts.pop(0).split("_", 4)  # PHP explode('_', $pathpart, 5)
+                if len(info) < 4 or not info[1].isdigit() or info[1] not in participants:
+                    continue
+                assert (info[2], info[3]) == ("assignsubmission", "file"), info
+                matched.setdefault(info[1], []).append("/".join([info[4] if len(info) == 5 else ""] + parts))
+                break
+    return matched
+
+
+def canvas_import(path: Path) -> tuple[list[str], list[str], dict[str, dict]]:
+    """(assignment headers, points possible, {user id: {name, grades}}) as GradebookImporter parses the CSV."""
+    rows = list(csv.reader(path.read_text(encoding="utf-8").splitlines()))
+    header = rows[0]
+    assert len(header) > 3 and re.search("Student", header[0]) and re.search("ID", header[1]), header
+    student_columns = 3
+    if re.search(r"SIS\s+User\s+ID", header[2]) and re.search(r"SIS\s+Login\s+ID", header[3]):
+        student_columns += 2
+    assert re.search("Section", header[student_columns - 1]), header
+    assignments, possible, students = header[student_columns:], [], {}
+    for row in rows[1:]:
+        if re.search("Points Possible", row[0]):
+            possible = row[student_columns:]
+            continue
+        assert row[1] not in students, f"two rows for {row[1]}"
+        students[row[1]] = {"name": row[0], "grades": row[student_columns:]}
+    return assignments, possible, students
+
+
+# -- a run made by hand ------------------------------------------------------------------------------------
+
+def _outcome(student: str, name: str, lms_id: str, status: str = "graded", failing: str | None = None,
+             notes: list[str] | None = None) -> StudentOutcome:
+    cells = []
+    for stem, task, points in nbs.graded_columns():
+        if stem == NB:
+            ok = task != failing
+            case = CaseResult(f"{task}-hidden", "hidden case 1", False, ok, "" if ok else "raises", "" if ok else "x")
+            cells.append(CellResult(task, points if ok else 0.0, points, [case]))
+    judged = [NotebookRecord(student, NB, "finished", "", True, 1.0, [], cells)] if status == "graded" else []
+    return StudentOutcome(student, notebooks={NB: f"{NB}.ipynb"}, status=status, name=name, lms_id=lms_id,
+                          notes=list(notes or []), error="boom" if status == "failed" else "", judged=judged)
+
+
+def _outcomes() -> list[StudentOutcome]:
+    return [_outcome("alice", ACCENTED, "101", notes=[LATE_NOTE]),
+            _outcome("bob", "Bob Jones", "102", failing=TASK),
+            _outcome("carol", "Carol King", "103", status="failed"),
+            _outcome("dave", "dave", "")]  # a folder of his own name: no LMS id
+
+
+def _nb01_points() -> float:
+    return sum(p for stem, _, p in nbs.graded_columns() if stem == NB)
+
+
+@pytest.fixture(scope="module")
+def blank_gradebook(tmp_path_factory) -> Path:
+    from nbgrader.api import Gradebook
+    from sqlalchemy.exc import SAWarning
+
+    os.environ["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+    path = tmp_path_factory.mktemp("gradebook") / "gradebook.db"
+    with Gradebook(f"sqlite:///{path}") as gb, warnings.catch_warnings():
+        warnings.simplefilter("ignore", SAWarning)
+        gb.add_assignment(nbs.ASSIGNMENT)
+        for stem in dict.fromkeys(stem for stem, *_ in nbs.graded_columns() + nbs.written_columns()):
+            gb.add_notebook(stem, nbs.ASSIGNMENT)
+        for cells, kind in ((nbs.graded_columns(), "code"), (nbs.written_columns(), "markdown")):
+            for stem, task, points in cells:
+                gb.add_grade_cell(task, stem, nbs.ASSIGNMENT, max_score=points, cell_type=kind)
+        for outcome in _outcomes():
+            if outcome.status != "graded":
+                continue
+            gb.add_student(outcome.student)
+            gb.add_submission(nbs.ASSIGNMENT, outcome.student)
+            for cell in outcome.judged[0].cells:
+                gb.find_grade(cell.grade_id, NB, nbs.ASSIGNMENT, outcome.student).auto_score = cell.points
+        gb.db.commit()
+    return path
+
+
+@pytest.fixture
+def run(blank_gradebook, tmp_path) -> dict:
+    """OUT as autograde's report step writes it (outcomes, feedback pages) and the run's gradebook."""
+    from grading.report import report
+
+    shutil.copy(blank_gradebook, tmp_path / "gradebook.db")
+    course = tmp_path / "course"
+    for student in ("alice", "bob"):
+        pages = course / "feedback" / student / nbs.ASSIGNMENT
+        pages.mkdir(parents=True)
+        (pages / f"{NB}.html").write_text(f"<html><title>{NB}</title><body>{student}</body></html>")
+    db_url, out = f"sqlite:///{tmp_path / 'gradebook.db'}", tmp_path / "out"
+    report(out, course, _outcomes(), {}, [], db_url)
+    return {"out": out, "db_url": db_url}
+
+
+def _export(run: dict, to: str, *extra: str, code: int = 0) -> None:
+    from grading.__main__ import main
+
+    assert main(["export", str(run["out"]), "--to", to, "--db", run["db_url"], *extra]) == code
+
+
+def _give_by_hand(db_url: str, student: str, task: str, score: float) -> None:
+    from nbgrader.api import Gradebook
+
+    with Gradebook(db_url) as gb:
+        gb.find_grade(task, NB, nbs.ASSIGNMENT, student).manual_score = score
+        gb.db.commit()
+
+
+def _bob_points() -> float:
+    return _nb01_points() - dict(((s, t), p) for s, t, p in nbs.graded_columns())[(NB, TASK)]
+
+
+def test_moodle_worksheet_and_feedback_zip_read_back(run, capsys):
+    _export(run, "moodle")
+    printed = capsys.readouterr().out
+    dest = run["out"] / "moodle"
+    for name in ("grading_worksheet.csv", "feedback_files.zip", "not_exported.csv"):
+        assert str(dest / name) in printed
+    grades = moodle_import(dest / "grading_worksheet.csv")
+    assert set(grades) == {"101", "102", "103"}
+    assert grades["101"]["grade"] == _nb01_points()
+    assert grades["102"]["grade"] == _bob_points()
+    assert grades["103"]["grade"] is None, "a student whose grading failed is not graded, never 0"
+    assert "not graded" in grades["103"]["feedback"]
+    assert grades["101"]["row"]["Full name"] == ACCENTED, "the name survives accents, quotes and commas"
+    assert "late" in grades["101"]["feedback"] and "late" in grades["101"]["row"]["Status"]
+    assert "late" not in grades["102"]["feedback"]
+    assert float(grades["101"]["row"]["Maximum grade"]) == sum(p for *_, p in nbs.graded_columns() + nbs.written_columns())
+    assert all("\n" not in g["feedback"] for g in grades.values())
+    assert abs((datetime.now(grades["101"]["modified"].tzinfo) - grades["101"]["modified"]).total_seconds()) < 120
+
+    files = moodle_zip_import(dest / "feedback_files.zip", set(grades))
+    # the importer puts back an empty rest of the folder's name: "/<file>", a file at the root of the feedback area
+    assert files == {"101": [f"/{NB}.html"], "102": [f"/{NB}.html"]}, files
+    with zipfile.ZipFile(dest / "feedback_files.zip") as zf:
+        folder = next(n for n in zf.namelist() if "_101_" in n).split("/")[0]
+        assert folder == "Zoë Zo O'Brien, Jr. x_101_assignsubmission_file_", folder
+        assert b"alice" in zf.read(f"{folder}/{NB}.html")
+
+    with open(dest / "not_exported.csv", newline="", encoding="utf-8") as f:
+        missing = list(csv.DictReader(f))
+    assert [(r["id"], r["name"]) for r in missing] == [("dave", "dave")]
+    assert "no LMS id" in missing[0]["reason"]
+
+
+def test_an_override_in_the_gradebook_is_exported(run):
+    _give_by_hand(run["db_url"], "bob", TASK, 2.0)
+    _export(run, "moodle")
+    grades = moodle_import(run["out"] / "moodle" / "grading_worksheet.csv")
+    assert grades["102"]["grade"] == _bob_points() + 2.0
+    _export(run, "canvas")
+    _, _, students = canvas_import(run["out"] / "canvas" / "gradebook_import.csv")
+    assert float(students["102"]["grades"][0]) == _bob_points() + 2.0
+
+
+def test_canvas_gradebook_csv_reads_back(run, capsys):
+    _export(run, "canvas", "--assignment", "Attention (4242)")
+    assert str(run["out"] / "canvas" / "gradebook_import.csv") in capsys.readouterr().out
+    assignments, possible, students = canvas_import(run["out"] / "canvas" / "gradebook_import.csv")
+    total = sum(p for *_, p in nbs.graded_columns() + nbs.written_columns())
+    assert assignments == ["Attention (4242)"] and [float(p) for p in possible] == [total]
+    assert set(students) == {"101", "102", "103"}
+    assert float(students["101"]["grades"][0]) == _nb01_points()
+    assert float(students["102"]["grades"][0]) == _bob_points()
+    assert students["103"]["grades"] == [""], "a student whose grading failed is not graded, never 0"
+    assert students["101"]["name"] == ACCENTED
+    with open(run["out"] / "canvas" / "students.csv", newline="", encoding="utf-8") as f:
+        late = {r["ID"]: r["late"] for r in csv.DictReader(f)}
+    assert late == {"101": "yes", "102": "", "103": ""}
+    assert sorted(p.parent.name.rsplit("_", 1)[1] for p in (run["out"] / "canvas" / "feedback").glob("*/*.html")) \
+        == ["101", "102"]
+    assert "dave" in (run["out"] / "canvas" / "not_exported.csv").read_text(encoding="utf-8")
+
+    _export(run, "canvas", "--percent")
+    _, _, students = canvas_import(run["out"] / "canvas" / "gradebook_import.csv")
+    assert students["101"]["grades"] == [f"{round(100 * _nb01_points() / total, 2):g}%"]
+    assert students["103"]["grades"] == [""]
+
+
+def test_two_students_with_one_id_are_refused(run, capsys):
+    from grading.lms_export import ExportError, export
+    from grading.outcome import write_outcome
+    from grading.results import read_class_results
+
+    write_outcome(run["out"] / "outcomes", _outcome("erin", "Erin Twin", "102", status="no notebooks"))
+    with pytest.raises(ExportError, match="102"):
+        export(run["out"], read_class_results(run["out"], run["db_url"]), "moodle")
+    _export(run, "canvas", code=2)
+    assert "share an LMS id" in capsys.readouterr().err
+    assert not (run["out"] / "canvas").exists() and not (run["out"] / "moodle").exists()
+
+
+# -- round trips: an LMS's export, graded, exported back ---------------------------------------------------
+
+@pytest.fixture(scope="module")
+def moodle_run(tmp_path_factory, grading_db):
+    from test_lms_exports import MOODLE, _grade
+    return _grade(tmp_path_factory, grading_db, MOODLE, "moodle")
+
+
+@pytest.fixture(scope="module")
+def canvas_run(tmp_path_factory, grading_db):
+    from test_lms_exports import CANVAS, _grade
+    return _grade(tmp_path_factory, grading_db, CANVAS, "canvas")
+
+
+def _export_graded(graded: dict, to: str, grading_db) -> Path:
+    from grading.__main__ import main
+
+    db_url = grading_db[0]
+    where = ["--db", db_url] if db_url else ["--course", str(graded["out"].parent / "course")]
+    assert main(["export", str(graded["out"]), "--to", to, *where]) == 0
+    return graded["out"] / to
+
+
+def test_moodle_round_trip(moodle_run, grading_db):
+    dest = _export_graded(moodle_run, "moodle", grading_db)
+    grades = moodle_import(dest / "grading_worksheet.csv")
+    given = {lms_id: name for name, lms_id in moodle_run["students"]}
+    assert set(grades) == set(given)
+    for lms_id, row in grades.items():
+        assert row["grade"] == _nb01_points(), row
+        assert row["row"]["Full name"].lstrip("'") == given[lms_id]  # a formula-like name is quoted, as grades.csv
+    assert set(moodle_zip_import(dest / "feedback_files.zip", set(grades))) == set(given)
+
+
+def test_canvas_round_trip(canvas_run, grading_db):
+    dest = _export_graded(canvas_run, "canvas", grading_db)
+    _, _, students = canvas_import(dest / "gradebook_import.csv")
+    given = {lms_id: name for name, lms_id in canvas_run["students"]}
+    assert {i: s["name"] for i, s in students.items()} == given
+    assert all(float(s["grades"][0]) == _nb01_points() for s in students.values())
+    with open(dest / "students.csv", newline="", encoding="utf-8") as f:
+        assert {r["ID"]: r["late"] for r in csv.DictReader(f)} == {"12345": "", "678": "yes"}
