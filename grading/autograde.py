@@ -1,15 +1,26 @@
 """Autograde a folder or zip of student submissions: the whole flow, read top to bottom in `autograde`.
 
-1. intake (`intake.py`): unpack and stage each student's notebooks, rebuilt on the release; each student's
-   outcome (`outcome.StudentOutcome`) starts there;
-2. grade one student (`worker.grade_student`, one Dask task per student, `engine.run`): nbgrader's
-   autograde with the sandbox (`sandbox.py`) as its Execute step and the judge (`judge.py`) scoring
-   the test cells, SaveJudgedScores writing the judge's points to the gradebook, then the feedback pages;
-   the worker writes the student's outcome, with the judge's record of each notebook;
-3. report (`report.py`): each student's outcome in `outcomes/` and the feedback pages; the class's results
-   (`results.ClassResults`: the outcomes and the gradebook's points, a person's included), and every view of
-   them: `report.json`, `grades.csv`, `failures.csv`/`.png` and `class_report.html` (`class_report.py`), what
-   the class got wrong.
+One student, from the zip to each output, by the calls that carry them:
+
+1. `course.prepare_grading_course(root, gradebook)` lays out the course folder (nbgrader's configuration, the
+   source notebooks, the hidden cases' inputs) and returns its `course.CourseFiles`; autograde then makes the run's
+   one `course.GradingRun(root, settings, files, prepared, gradebook)`, `prepared` being
+   `course.preparation_digest(root)`. Every setting reaches the student's grading in it, never through
+   `nbgrader_config.py`;
+2. `intake.intake(submissions, root, students)` unpacks and stages the student's notebooks, rebuilt on the release,
+   in `root/submitted/<student>/`; the student's outcome (`outcome.StudentOutcome`) starts there;
+3. `engine.run(root, students, task)` sends `worker.grade_student(run, student)` to a worker (one Dask task per
+   student, the run pickled with it). It opens the student's sandbox (`sandbox.StudentSandbox`) and makes
+   `worker.StudentGrading(run, student, sandbox)`, the one value nbgrader's steps receive:
+   `worker.autograde_student(api, grading)` is nbgrader's autograde, whose `GradeNotebook` runs each notebook in
+   the sandbox and has the judge (`judge.py`) score it, keeping the judge's record in `grading.judged`, and whose
+   `SaveJudgedScores` writes those records' points into the gradebook; `worker.feedback_pages(api, grading)` makes
+   the feedback pages from the same records; the worker writes the student's outcome, with the judge's record of
+   each notebook, to `root/outcomes/<student>.json`;
+4. `report.report(out, root, results, graded, loose, run.gradebook)` joins intake's outcome and the worker's,
+   writes it to `OUT/outcomes/` and the feedback pages to `OUT/feedback/<student>/`, and the class's results (`results.ClassResults`: the outcomes and
+   the gradebook's points, a person's included) with every view of them: `report.json`, `grades.csv`,
+   `failures.csv`/`.png` and `class_report.html` (`class_report.py`), what the class got wrong.
 
 Layout of SUBMISSIONS (a folder, or a zip of one): one folder per student, holding that student's
 notebooks (any depth; names such as `01_scaled_dot_product_attention (1).ipynb` are recognised by
@@ -28,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from . import course, engine, worker
+from .course import GradingRun
 from .intake import intake
 from .notebooks import graded_columns
 from .outcome import FOLDER, StudentOutcome
@@ -41,14 +53,14 @@ __all__ = ["autograde", "graded_columns", "StudentOutcome"]
 
 def autograde(submissions: Path, out: Path, course_dir: Path | None = None, db_url: str | None = None,
               students: list[str] | None = None, resume: bool = False, settings: Settings = Settings(),
-              progress: bool = False, task: Callable[..., Any] | None = None) -> list[StudentOutcome]:
+              progress: bool = False, task: Callable[[GradingRun, str], Any] | None = None) -> list[StudentOutcome]:
     """Grade every student in `submissions` (folder or zip). Returns one outcome per student folder.
 
     resume=True keeps the results of students graded by an earlier, interrupted run. `settings`
     (grading/settings.py): the sandbox's limits; isolate=False runs student code without isolation (only
     where bubblewrap cannot be had): every row is flagged; `workers` worker processes on this machine, or
     the Dask cluster at `scheduler` (grading/engine.py). `task` replaces `worker.grade_student` there,
-    called as it is (root, student, prepared=digest); the tests hold a student back with it.
+    called as it is, `task(run, student)`; the tests hold a student back with it.
     The run holds the course folder from before it is prepared until the report is written (`course.hold`):
     another run on it raises `course.CourseLockError` at once, naming this one, having changed nothing.
     """
@@ -62,6 +74,7 @@ def autograde(submissions: Path, out: Path, course_dir: Path | None = None, db_u
     root = course_dir or course.DEFAULT_COURSE
     if db_url is None and (workers > 1 or scheduler):
         raise ValueError("the SQLite gradebook allows one writer: use --workers 1, or --db with a PostgreSQL URL")
+    gradebook = db_url or course.sqlite_url(root)
     # one run per course folder, from before it is prepared until the report is written (raises at once,
     # having changed nothing, if another run holds it)
     with course.hold(root, f"autograde {submissions} --out {out}" + (" --resume" if resume else "")):
@@ -70,19 +83,19 @@ def autograde(submissions: Path, out: Path, course_dir: Path | None = None, db_u
         if not resume and finished.exists():
             shutil.rmtree(finished)
         with engine.cluster(workers, scheduler, warm=True) as client:  # the workers start while the course is prepared
-            course.prepare_grading_course(root, db_url, settings)
-            prepared = course.preparation_digest(root)  # each student's grading checks it against the folder's
+            files = course.prepare_grading_course(root, gradebook)
+            # each student's grading checks the digest against the folder's
+            run = GradingRun(root, settings, files, course.preparation_digest(root), gradebook)
             results, loose = intake(Path(submissions), root, students)
             gradable = [r.student for r in results if r.status not in ("failed", "no notebooks")]
-            graded = engine.run(root, gradable, progress=progress, client=client,
-                                task=functools.partial(task or worker.grade_student, prepared=prepared))
-        if course.preparation_digest(root) != prepared:  # after the last student: the gradebook may be another's
+            graded = engine.run(root, gradable, functools.partial(task or worker.grade_student, run),
+                                progress=progress, client=client)
+        if course.preparation_digest(root) != run.prepared:  # after the last student: the gradebook may be another's
             log.error("the course folder %s changed during this run (prepared again?): every grade is flagged", root)
             for outcome in graded.values():
                 if worker.PREPARATION_CHANGED not in outcome.flags:
                     outcome.flags.append(worker.PREPARATION_CHANGED)
-        db_url = db_url or course.sqlite_url(root)
-        results = report(out, root, results, graded, loose, db_url)
+        results = report(out, root, results, graded, loose, run.gradebook)
     for r in results:
         log.info("%s: %s (%.1f s)", r.student, r.status, r.seconds)
     if loose:

@@ -2,8 +2,10 @@
 
 The repository keeps notebooks flat (`solutions/01_….ipynb`, `notebooks/01_….ipynb`); nbgrader wants
 `source/<assignment>/…`. This module lays out that course directory (in a temporary or work folder),
-writes its `nbgrader_config.py` (the kit's steps are preprocessors in nbgrader's own pipelines), and
-drives nbgrader through its Python API (`api(root)`), never through a subprocess and its log.
+writes its `nbgrader_config.py` (nbgrader's own keys, and the kit's steps as preprocessors in nbgrader's own
+pipelines), and drives nbgrader through its Python API (`api(root)`), never through a subprocess and its log. What
+a run's grading needs beyond that (its settings, the course's files) travels in its `GradingRun`, not in the
+configuration.
 
 One run at a time per course folder (`hold`): a run prepares the folder, grades into it and reports from
 it, and a second run doing the same under its feet would change the hidden cases' ids and the gradebook
@@ -25,12 +27,13 @@ import threading
 import time
 import warnings
 from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
 from . import notebooks
 from .notebooks import ASSIGNMENT
-from .settings import Settings, nbgrader_config
+from .settings import Settings
 
 CONFIG = """\
 c = get_config()
@@ -45,8 +48,9 @@ c.LimitOutput.max_traceback = 20
 c.Autograde.create_student = True
 # Autograde: nbgrader's own steps, with Execute replaced by GradeNotebook (the notebook run in the student's
 # sandbox, then its test cells scored by the judge from what the checks recorded there) and SaveAutoGrades by
-# SaveJudgedScores (the judge's points into the gradebook); grading.worker.StudentAutograde gives both what they
-# share, so they refuse to run under nbgrader's own autograde.
+# SaveJudgedScores (the judge's points into the gradebook). Their settings are not here: they get the student's
+# grading (grading.worker.StudentGrading) from grading.worker.StudentAutograde, so they refuse to run under
+# nbgrader's own autograde.
 c.Autograde.autograde_preprocessors = [
     "grading.worker.GradeNotebook",
     "nbgrader.preprocessors.IgnorePattern",
@@ -56,16 +60,12 @@ c.Autograde.autograde_preprocessors = [
     "nbgrader.preprocessors.AssignLatePenalties",
     "nbgrader.preprocessors.CheckCellMetadata",
 ]
-{sandbox_settings}c.GradeNotebook.case_inputs = {case_inputs!r}
-c.GradeNotebook.data_dir = {data_dir!r}
-c.GradeNotebook.reference_dirs = {reference_dirs!r}
 # Feedback: grades, the student's code and outputs, the judge's lines; never hidden sources or names.
 c.GenerateFeedback.preprocessors = [
     "nbgrader.preprocessors.GetGrades",
     "grading.feedback.RedactHiddenTests",
     "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
 ]
-c.RedactHiddenTests.hidden_dir = {hidden!r}
 c.GenerateFeedback.exporter_class = "grading.feedback.FeedbackHTMLExporter"
 """
 
@@ -82,15 +82,34 @@ def sqlite_url(root: Path) -> str:
     return f"sqlite:///{root / 'gradebook.db'}"
 
 
-def write_config(root: Path, db_url: str | None = None, settings: Settings = Settings()) -> None:
-    """nbgrader_config.py of the course at `root`: nbgrader's steps, and the sandbox's from `settings`."""
-    from data.common import default_data_dir
+def write_config(root: Path, db_url: str | None = None) -> None:
+    """nbgrader_config.py of the course at `root`: nbgrader's own keys and pipelines, the kit's steps in them.
+    A run's settings are not written here: they travel in its `GradingRun`."""
+    (root / "nbgrader_config.py").write_text(CONFIG.format(root=str(root), db_url=db_url or sqlite_url(root)))
 
-    db_url = db_url or sqlite_url(root)
-    (root / "nbgrader_config.py").write_text(CONFIG.format(
-        root=str(root), db_url=db_url, sandbox_settings=nbgrader_config(settings), case_inputs=str(root / "case_inputs"),
-        data_dir=str(default_data_dir()), hidden=str(notebooks.HIDDEN_REFERENCES),
-        reference_dirs=[str(notebooks.PUBLIC_REFERENCES), str(notebooks.HIDDEN_REFERENCES)]))
+
+@dataclass(frozen=True)
+class CourseFiles:
+    """What grading reads of the prepared course: the hidden cases' inputs under opaque ids (the sandbox's), the
+    datasets folder (read-only in the sandbox) and the reference files the judge compares with."""
+
+    case_inputs: Path | None
+    data_dir: Path | None
+    reference_dirs: tuple[Path, ...]
+
+
+@dataclass(frozen=True)
+class GradingRun:
+    """What every student's grading in one run shares, made once by `grading.autograde.autograde` and sent whole
+    (pickled) to each task, `grading.worker.grade_student(run, student)`: the course folder, the run's settings,
+    the course's files, the digest of the preparation it started with (`preparation_digest`, compared with the
+    folder's before and after each student) and the gradebook's URL."""
+
+    root: Path
+    settings: Settings
+    files: CourseFiles
+    prepared: str
+    gradebook: str
 
 
 def populate_source(root: Path) -> Path:
@@ -178,16 +197,18 @@ def release(dest: Path = notebooks.RELEASE, mirrors: Path | None = None) -> list
     return written
 
 
-def prepare_grading_course(root: Path, db_url: str | None = None, settings: Settings = Settings()) -> None:
+def prepare_grading_course(root: Path, db_url: str | None = None) -> CourseFiles:
     """Lay out a course directory for autograding and record the assignment in the gradebook: the
     source notebooks, the hidden cases' inputs for the sandboxes, and the dataset notebooks 04-07 load.
-    Holds the folder (`hold`) while it does, unless this thread already holds it (a run does)."""
+    Holds the folder (`hold`) while it does, unless this thread already holds it (a run does).
+    Returns the files grading reads there."""
+    from data.common import default_data_dir
     from starter.data import load_dataset
 
     from .sandbox import write_case_inputs
 
     with hold(root, "prepare the course folder"):
-        write_config(root, db_url, settings)
+        write_config(root, db_url)
         populate_source(root)
         if (root / "case_inputs").exists():
             shutil.rmtree(root / "case_inputs")
@@ -195,6 +216,8 @@ def prepare_grading_course(root: Path, db_url: str | None = None, settings: Sett
         load_dataset("shapes")  # built once here: the sandboxes see the data folder read-only
         _apis.pop(str(root), None)  # the configuration was just written
         generate_assignment(root)
+    return CourseFiles(root / "case_inputs", default_data_dir(),
+                       (notebooks.PUBLIC_REFERENCES, notebooks.HIDDEN_REFERENCES))
 
 
 def preparation_digest(root: Path) -> str:

@@ -90,29 +90,25 @@ def cluster(workers: int = 1, scheduler: str | None = None, warm: bool = False) 
             local.close()
 
 
-def run(root: Path, students: list[str], workers: int = 1, scheduler: str | None = None,
-        progress: bool = True, task: Callable[[str, str], Any] | None = None,
-        client: Client | None = None) -> dict[str, Any]:
-    """Grade `students` (those without an outcome yet) on a cluster (`client`'s, or one made for this
-    call: `cluster(workers, scheduler)`); return every student's outcome.
+def run(root: Path, students: list[str], task: Callable[[str], Any], workers: int = 1, scheduler: str | None = None,
+        progress: bool = True, client: Client | None = None) -> dict[str, Any]:
+    """Grade `students` (those without an outcome yet in the course folder `root`) on a cluster (`client`'s, or one
+    made for this call: `cluster(workers, scheduler)`); return every student's outcome.
 
-    `task(root, student)` grades one student on a worker, writes its outcome and returns it (default
-    `worker.grade_student`); it must be picklable to the workers."""
+    `task(student)` grades one student on a worker, writes its outcome and returns it (autograde's is
+    `worker.grade_student` with the run's `GradingRun` bound to it); it must be picklable to the workers."""
     from dask.distributed import as_completed
     from distributed.scheduler import KilledWorker
     from tqdm.auto import tqdm
 
-    from .worker import grade_student
-
-    task = task or grade_student
     outcomes = {s: r for s, r in finished(root).items() if s in students}
     todo = [s for s in students if s not in outcomes]
     if not todo:
         return outcomes
     if client is None:
         with cluster(workers, scheduler) as client:
-            return run(root, students, progress=progress, task=task, client=client)
-    futures = {client.submit(task, str(root), s, key=f"grade-{s}", pure=False): s for s in todo}
+            return run(root, students, task, progress=progress, client=client)
+    futures = {client.submit(task, s, key=f"grade-{s}", pure=False): s for s in todo}
     bar = tqdm(total=len(futures), desc="grading", unit="student", disable=not progress)
     for future in as_completed(futures):
         student = futures[future]

@@ -14,6 +14,7 @@ import dataclasses
 import html
 import re
 from html.parser import HTMLParser
+from typing import TYPE_CHECKING
 
 import jinja2
 import latex2mathml.converter
@@ -21,12 +22,15 @@ import nbformat
 from nbconvert.exporters import HTMLExporter, TemplateExporter
 from nbconvert.filters.markdown_mistune import IPythonRenderer, MarkdownWithMath
 from nbgrader.preprocessors import NbGraderPreprocessor
-from traitlets import Dict, List, Unicode, default
+from traitlets import Unicode, default
 
 from starter.compare import case_names
 
-from .judge import NOT_MEASURED, NOT_RUN, CaseResult, CellResult, NotebookRecord, public_case_names
-from .notebooks import nbgrader_meta
+from .judge import NOT_MEASURED, NOT_RUN, CaseResult, CellResult, public_case_names
+from .notebooks import HIDDEN_REFERENCES, nbgrader_meta
+
+if TYPE_CHECKING:
+    from .worker import StudentGrading
 
 HIDDEN = re.compile(r"^[ \t]*### BEGIN HIDDEN TESTS.*?^[ \t]*### END HIDDEN TESTS[^\n]*", re.S | re.M)
 HIDDEN_ANYWHERE = re.compile(r"### BEGIN HIDDEN TESTS.*?### END HIDDEN TESTS", re.S)  # e.g. pasted into an answer
@@ -99,19 +103,20 @@ def _stream(text: str):
 
 class RedactHiddenTests(NbGraderPreprocessor):
     """The page's cells: hidden-test source out of test cells, whose outputs become the judge's lines in the kit's
-    words (from `records`, the judge's records of the student's notebooks, which the worker gives), no output of
-    any other code cell, written answers as text, hidden case names out of them."""
+    words (from the judge's records of the student's notebooks, `grading.judged`, which grading.worker.StudentFeedback
+    gives; without them, as under nbgrader's own generate_feedback, a test cell shows each case's mark and label), no
+    output of any other code cell, written answers as text, hidden case names out of them."""
 
-    hidden_dir = Unicode("", help="folder of the hidden reference files (for their case names)").tag(config=True)
-    records = List(Dict(), help="the judge's records of the student's notebooks, as `dataclasses.asdict` of "
-                   "NotebookRecord (grading.worker); without them a test cell shows each case's mark and label").tag(
-                       config=True)
+    # the hidden cases' names are taken from here, so that nbgrader's own generate_feedback hides them too
+    hidden_dir = Unicode(str(HIDDEN_REFERENCES), help="folder of the hidden reference files (for their case names)"
+                         ).tag(config=True)
+    grading: StudentGrading | None = None
 
     def preprocess(self, nb, resources):
         names = sorted(case_names(self.hidden_dir), key=len, reverse=True)
         self._pattern = re.compile("|".join(re.escape(n) for n in names)) if names else None
         notebook = (resources.get("nbgrader") or {}).get("notebook")
-        records = [NotebookRecord.from_dict(r) for r in self.records]
+        records = self.grading.judged if self.grading is not None else []
         self._cells = {c.grade_id: c for r in records if r.notebook == notebook for c in r.cells}
         nb, resources = super().preprocess(nb, resources)
         nb.cells.insert(0, nbformat.v4.new_markdown_cell(GRADING_RUN_NOT_SHOWN))

@@ -60,7 +60,7 @@ from starter.compare import CASE_INPUTS_ENV, Observation, read_observations
 
 from . import notebooks, seccomp
 from .sandbox_runner import INTERRUPT_GRACE, KERNEL_EXIT_SECONDS, MAX_FILES, PLAIN_NAME, STARTER_SECONDS
-from .settings import Limits
+from .settings import Limits, Settings
 from .trained_model import measured_outside
 
 CPU_PERIOD_US = 100_000  # the cgroup's accounting period for the CPU quota
@@ -331,7 +331,7 @@ class Session:
     def __init__(self, case_inputs: Path | None = None, limits: Limits = Limits(), isolate: bool = True,
                  data_dir: Path | None = None):
         self.case_inputs, self.limits, self.isolate, self.data_dir = case_inputs, limits, isolate, data_dir
-        self.reuse = False  # kept for the next student after a reset (StudentSandbox)
+        self.reuse = False  # kept for the next student after a reset: StudentSandbox.session sets it, as asked
         self.starts = 0  # how many times a sandbox was started for it (one dies at a notebook's time limit)
         self.left_behind: list[str] = []  # what its last reset found left of the student (it then ended)
         self.uid: int | None = None  # the sandbox's user on the host (sandbox_user), while it runs
@@ -714,7 +714,7 @@ class StudentSandbox:
         return sum(session.starts - before for session, before in self._sessions.values())
 
     def session(self, case_inputs: Path | None, limits: Limits, isolate: bool, data_dir: Path | None,
-                reuse: bool = False) -> Session:
+                reuse: bool = Settings.reuse_sandbox) -> Session:
         # what the sandbox mounts, down to the folders' identity: a course prepared again (new opaque ids) or a
         # dataset rebuilt since the warm sandbox was made needs a new one
         key = (case_inputs, limits, isolate, data_dir, *(_identity(p) for p in (case_inputs, data_dir, RUNNER)))
@@ -747,8 +747,9 @@ def _identity(path: Path | None) -> tuple:
     return (info.st_dev, info.st_ino, info.st_mtime_ns) if info else ()
 
 
-def run_in_sandbox(nb, stem: str, folder: Path | None, limits: Limits, isolate: bool = True,
-                   case_inputs: Path | None = None, data_dir: Path | None = None, reuse: bool = False,
+def run_in_sandbox(nb, stem: str, folder: Path | None, limits: Limits, isolate: bool = Settings.isolate,
+                   case_inputs: Path | None = None, data_dir: Path | None = None,
+                   reuse: bool = Settings.reuse_sandbox,
                    student: StudentSandbox | None = None) -> SandboxResult:
     """Run notebook `stem` (`nb`, handed in in `folder` with the files it reads) in the student's sandbox
     (`student`; a sandbox of its own when None), its hidden cases under opaque ids; put the sandbox's

@@ -916,7 +916,8 @@ def serve(cell_seconds: int, workdir: str, jobs_fd: int, replies_fd: int, sweep:
         _write_files(folder, job.get("files") or {})
         nb = job["notebook"]
         records = Records(folder)
-        ran = run_notebook(nb, folder, cell_seconds, float(job.get("seconds") or 600), starter, records,
+        # the notebook's time, Limits.notebook_seconds less a margin, always in the job (grading/sandbox.py)
+        ran = run_notebook(nb, folder, cell_seconds, float(job["seconds"]), starter, records,
                            tell=lambda line: replies.write(json.dumps(line) + "\n"))
         if ran.get("restart"):  # the starter was killed or stopped (by a notebook before): a new sandbox
             replies.write(json.dumps({"folder": name, "restart": True}) + "\n")

@@ -4,8 +4,9 @@
     Settings    a run's settings: its Limits, the sandbox on or off, warm sandboxes, workers, a Dask scheduler
 
 `python -m grading autograde`'s options are made from these fields (`add_options`, `from_options`: `--cell-seconds`
-is `Limits.cell_seconds`), nbgrader's configuration of the course is written from them (`nbgrader_config`), and the
-sandbox (grading/sandbox.py) takes its `Limits` whole. A setting is added here and nowhere else.
+is `Limits.cell_seconds`), a run carries them to every student's grading in its `grading.course.GradingRun` (never
+as configuration text), and the sandbox (grading/sandbox.py) takes its `Limits` whole. A setting is added here and
+nowhere else.
 """
 from __future__ import annotations
 
@@ -48,11 +49,6 @@ class Settings:
     scheduler: str | None = _setting(None, "tcp://HOST:PORT of a running Dask cluster to grade on (needs --db)")
 
 
-def setting_help(name: str) -> str:
-    """The help text of a field of `Settings`."""
-    return {f.name: f for f in dataclasses.fields(Settings)}[name].metadata["help"]
-
-
 def _option(name: str) -> str:
     return "--" + name.replace("_", "-")
 
@@ -80,9 +76,3 @@ def from_options(args: argparse.Namespace) -> Settings:
     return Settings(limits=limits, **{f.name: getattr(args, f.name) for f in dataclasses.fields(Settings)
                                       if f.name != "limits"})
 
-
-def nbgrader_config(settings: Settings) -> str:
-    """The lines of nbgrader_config.py that hand `settings` to the grading step (grading.worker.GradeNotebook)."""
-    return (f"c.GradeNotebook.limits = {dataclasses.asdict(settings.limits)!r}\n"
-            f"c.GradeNotebook.isolate = {settings.isolate!r}\n"
-            f"c.GradeNotebook.reuse_sandbox = {settings.reuse_sandbox!r}\n")

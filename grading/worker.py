@@ -1,45 +1,51 @@
 """Grade one student: nbgrader's autograde and feedback, driven through its Python API.
 
-`grade_student(root, student)` is the task the engine (grading/engine.py) runs on a Dask worker: nbgrader's
-autograde of the student, the feedback pages, the review flags, the student's outcome (grading/outcome.py)
-written to `outcomes/<student>.json` as soon as the student is done (what `--resume` reads). The course's
-configuration puts the kit's two steps in nbgrader's autograde pipeline: `GradeNotebook` in the place of
-Execute, a thin adapter around `grade_notebook`, which runs one notebook in the student's sandbox
-(grading/sandbox.py) and has the judge (grading/judge.py) score it, and `SaveJudgedScores` in the place of
-SaveAutoGrades, which writes the judge's points into the gradebook. `StudentAutograde`, the autograde that
-`grade_student` starts, hands both the student's sandbox and the list of the judge's records. This process
-never runs student code itself. The API (importing nbgrader costs seconds) is made once per worker
-process (`course.api`).
+`grade_student(run, student)` is the task the engine (grading/engine.py) runs on a Dask worker; `run` is the
+run's `course.GradingRun` (the course folder, the settings, the course's files, the preparation digest, the
+gradebook), the same for every student. It opens the student's sandbox (grading/sandbox.py) and makes the one value
+nbgrader's steps receive, `StudentGrading(run, student, sandbox, judged)`, then: nbgrader's autograde of the
+student (`StudentAutograde`), the feedback pages (`StudentFeedback`), the review flags, and the student's outcome
+(grading/outcome.py), written to `outcomes/<student>.json` as soon as the student is done (what `--resume` reads).
 
-A run passes each task the digest of the course preparation it started with (`prepared`); grading
-compares the course folder's with it before and after the student, so a course prepared again or changed
-under the run (another run on the folder, a hand edit) is flagged in `review`, never a silent 0.
+The course's configuration puts the kit's steps in nbgrader's pipelines: `GradeNotebook` in the place of Execute, a
+thin adapter around `grade_notebook`, which runs one notebook in the student's sandbox and has the judge
+(grading/judge.py) score it, appending the judge's record to `StudentGrading.judged`; `SaveJudgedScores` in the place
+of SaveAutoGrades, which writes the points of those records into the gradebook; and `feedback.RedactHiddenTests`,
+whose test cells show the judge's lines from them. Each step gets the `StudentGrading` as its one attribute
+`grading`, from the app that runs it. This process never runs student code itself. The API (importing nbgrader
+costs seconds) is made once per worker process (`course.api`).
+
+Grading compares the course folder's preparation digest with the run's (`GradingRun.prepared`) before and after the
+student, so a course prepared again or changed under the run (another run on the folder, a hand edit) is flagged in
+`review`, never a silent 0.
 """
 from __future__ import annotations
 
 import html
 import time
 import traceback
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import cast
 
 from nbgrader import utils as nbgrader_utils
-from nbgrader.converters import Autograde
+from nbgrader.converters import Autograde, GenerateFeedback
 from nbgrader.converters.base import NbGraderException
 from nbgrader.preprocessors import NbGraderPreprocessor, SaveAutoGrades
-from traitlets import Bool, Dict, List, Unicode
+from traitlets.config import Config
 
 from starter.notebook_loader import read_cells
 
 from . import course, judge, notebooks, sandbox, trained_model
+from .course import CourseFiles, GradingRun
+from .feedback import RedactHiddenTests
 from .host_bounds import Bound, PastBound, each_bounded, run_bounded
 from .judge import NOT_RUN, NotebookRecord
 from .notebooks import ASSIGNMENT
 from .outcome import FOLDER, StudentOutcome, write_outcome
+from .sandbox import StudentSandbox
 from .scan import Findings, scan_notebook
-from .settings import Limits, Settings, setting_help
+from .settings import Settings
 
 # What the review scan of one notebook and the feedback pages of one student may take on the host (in a child
 # process, grading.host_bounds). Honest work is far under: the scan of a student's seven notebooks takes 0.15 s,
@@ -114,29 +120,67 @@ def plain_code(source: str, language: str | None = None, metadata: dict | None =
     return f'<div class="highlight"><pre>{html.escape(source, quote=False)}</pre></div>'
 
 
-def _feedback(api, student: str, plain: bool, records: Sequence[NotebookRecord] = ()) -> dict:
-    """nbgrader's generate_feedback of `student` (run in the bounded child), its code as plain text if `plain`;
-    its test cells show the judge's lines from `records` (grading.feedback.RedactHiddenTests)."""
-    api.config.RedactHiddenTests.records = [asdict(r) for r in records]  # the child's copy of the config
+@dataclass(frozen=True)
+class StudentGrading:
+    """One student's grading, the one value nbgrader's steps receive (as their attribute `grading`, from the app
+    that runs them): the run, the student, the sandbox all of the student's notebooks run in, and the judge's
+    record of each notebook (`judged`, in order: GradeNotebook appends to it, SaveJudgedScores and the feedback
+    pages read it)."""
+
+    run: GradingRun
+    student: str
+    sandbox: StudentSandbox
+    judged: list[NotebookRecord] = field(default_factory=list)
+
+
+class StudentFeedback(GenerateFeedback):
+    """nbgrader's generate_feedback of one student, whose RedactHiddenTests step gets the student's grading (its test
+    cells show the judge's lines from `judged`)."""
+
+    def __init__(self, grading: StudentGrading, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.grading = grading
+
+    def convert_notebooks(self) -> None:
+        for step in self.exporter._preprocessors:  # made by `start`, once for all of the student's notebooks
+            if isinstance(step, RedactHiddenTests):
+                step.grading = self.grading
+        super().convert_notebooks()
+
+
+def generate_feedback(api, grading: StudentGrading, plain: bool) -> dict:
+    """nbgrader's generate_feedback of the student (what `NbGraderAPI.generate_feedback` does, with StudentFeedback),
+    its code as plain text if `plain`: its result (success, error, log)."""
+    config = Config()
+    config.HTMLExporter.template_name = "feedback"  # as nbgrader's API sets it
     if plain:
-        api.config.FeedbackHTMLExporter.filters = {"highlight_code": plain_code}  # the child's copy of the config
-    result = api.generate_feedback(ASSIGNMENT, student, force=True)
+        config.FeedbackHTMLExporter.filters = {"highlight_code": plain_code}
+    with nbgrader_utils.temp_attrs(api.coursedir, assignment_id=ASSIGNMENT, student_id=grading.student):
+        app = StudentFeedback(grading, coursedir=api.coursedir, parent=api)
+        app.update_config(config)
+        app.force = True
+        return nbgrader_utils.capture_log(app)
+
+
+def _feedback(api, grading: StudentGrading, plain: bool) -> dict:
+    """The feedback pages (run in the bounded child); a MemoryError that nbgrader caught is raised again."""
+    result = generate_feedback(api, grading, plain)
     if not result.get("success") and "MemoryError" in f"{result.get('error')}{result.get('log')}":
         raise MemoryError("past the memory limit (nbgrader caught it)")
     return result
 
 
-def feedback_pages(api, student: str, records: Sequence[NotebookRecord] = ()) -> list[str]:
+def feedback_pages(api, grading: StudentGrading) -> list[str]:
     """Make the student's feedback pages, in a child process within FEEDBACK_BOUND; past it, again with the
     code as plain text (highlighting is what a large notebook costs most). Returns the notes for the outcome."""
     notes = []
     try:
-        result = run_bounded(lambda: _feedback(api, student, plain=False, records=records), FEEDBACK_BOUND)
+        result = run_bounded(lambda: _feedback(api, grading, plain=False), FEEDBACK_BOUND)
     except PastBound as exc:
         notes.append(f"the feedback pages show the code as plain text: highlighting it went past the host's limit "
                      f"({FEEDBACK_BOUND}: {exc})")
         try:
-            result = run_bounded(lambda: _feedback(api, student, plain=True, records=records), FEEDBACK_BOUND)
+            result = run_bounded(lambda: _feedback(api, grading, plain=True), FEEDBACK_BOUND)
         except PastBound as again:
             return [f"no feedback page: making it went past the host's limit ({FEEDBACK_BOUND}), even with the code "
                     f"as plain text: {again}"]
@@ -146,18 +190,8 @@ def feedback_pages(api, student: str, records: Sequence[NotebookRecord] = ()) ->
     return notes
 
 
-@dataclass(frozen=True)
-class CourseFiles:
-    """What grading reads of the prepared course: the hidden cases' inputs under opaque ids (the sandbox's), the
-    datasets folder (read-only in the sandbox) and the reference files the judge compares with."""
-
-    case_inputs: Path | None
-    data_dir: Path | None
-    reference_dirs: tuple[Path, ...]
-
-
 def grade_notebook(nb, student: str, notebook: str, folder: Path | None, settings: Settings,
-                   files: CourseFiles, student_sandbox: sandbox.StudentSandbox | None = None) -> NotebookRecord:
+                   files: CourseFiles, student_sandbox: StudentSandbox | None = None) -> NotebookRecord:
     """One notebook of a student, as nbgrader restored it (`nb`, changed in place): run in the student's sandbox
     (`student_sandbox`; one of its own when None) with the files handed in beside it in `folder`, then scored by
     the judge from what the checks observed there; the test cells' outputs become the judge's lines and score.
@@ -175,32 +209,19 @@ NOT_IN_A_RUN = ("the kit's grading steps run within `python -m grading autograde
 
 
 class GradeNotebook(NbGraderPreprocessor):
-    """nbgrader's Execute step, done by `grade_notebook` in the student's sandbox (`grading`, the `StudentAutograde`
-    that runs it, gives the sandbox and keeps the record). Its settings are the course's configuration."""
+    """nbgrader's Execute step, done by `grade_notebook` in the student's sandbox with the run's settings and the
+    course's files, all from `grading` (the StudentGrading that StudentAutograde gives it), where the judge's record
+    of the notebook is kept. Nothing of it is configured in the course's configuration."""
 
-    isolate = Bool(Settings.isolate, help=setting_help("isolate")).tag(config=True)
-    limits = Dict(help="grading.settings.Limits as a dict (missing fields: their defaults)").tag(config=True)
-    reuse_sandbox = Bool(Settings.reuse_sandbox, help=setting_help("reuse_sandbox")).tag(config=True)
-    case_inputs = Unicode("", help="folder of the hidden cases without expected outputs").tag(config=True)
-    data_dir = Unicode("", help="the datasets folder, read-only inside").tag(config=True)
-    reference_dirs = List(Unicode(), help="folders of reference files with expected outputs").tag(config=True)
-    grading: StudentAutograde | None = None
-
-    def settings(self) -> Settings:
-        return Settings(Limits(**self.limits), isolate=self.isolate, reuse_sandbox=self.reuse_sandbox)
-
-    def files(self) -> CourseFiles:
-        return CourseFiles(Path(self.case_inputs) if self.case_inputs else None,
-                           Path(self.data_dir) if self.data_dir else None,
-                           tuple(Path(d) for d in self.reference_dirs)
-                           or (notebooks.PUBLIC_REFERENCES, notebooks.HIDDEN_REFERENCES))
+    grading: StudentGrading | None = None
 
     def preprocess(self, nb, resources):
         if self.grading is None:
             raise NbGraderException(NOT_IN_A_RUN)
+        run = self.grading.run
         folder = (resources.get("metadata") or {}).get("path") or ""
         record = grade_notebook(nb, resources["nbgrader"]["student"], resources["nbgrader"]["notebook"],
-                                Path(folder) if folder else None, self.settings(), self.files(), self.grading.sandbox)
+                                Path(folder) if folder else None, run.settings, run.files, self.grading.sandbox)
         self.grading.judged.append(record)
         return nb, resources
 
@@ -209,7 +230,7 @@ class SaveJudgedScores(SaveAutoGrades):
     """nbgrader's SaveAutoGrades, but a test cell's points are the judge's number from its record of the notebook
     (`grading.judged`), not parsed back from the cell's output; written answers and comments as nbgrader does."""
 
-    grading: StudentAutograde | None = None
+    grading: StudentGrading | None = None
 
     def _add_score(self, cell, resources) -> None:
         if not notebooks.is_test(cell):  # a written answer: 0 if left as released, else for a person to grade
@@ -228,61 +249,59 @@ class SaveJudgedScores(SaveAutoGrades):
 
 class StudentAutograde(Autograde):
     """nbgrader's autograde of one student (the gradebook's rows, the autograded copies, late penalties), whose
-    notebooks all run in one sandbox (`sandbox`): the course's configuration puts the kit's two steps in its
-    pipeline, GradeNotebook in the place of Execute and SaveJudgedScores in the place of SaveAutoGrades, and this
-    gives them the student's sandbox and the list of the judge's records (`judged`, one per notebook, in order)."""
+    notebooks all run in one sandbox: the course's configuration puts the kit's two steps in its pipeline,
+    GradeNotebook in the place of Execute and SaveJudgedScores in the place of SaveAutoGrades, and this gives them
+    the student's grading (`grading`: the run, the sandbox, the judge's records)."""
 
-    def __init__(self, student_sandbox: sandbox.StudentSandbox, **kwargs) -> None:
+    def __init__(self, grading: StudentGrading, **kwargs) -> None:
         super().__init__(**kwargs)
-        self.sandbox = student_sandbox
-        self.judged: list[NotebookRecord] = []
+        self.grading = grading
 
     def _init_preprocessors(self) -> None:
-        super()._init_preprocessors()
+        super()._init_preprocessors()  # new steps for each notebook, and for each of its two passes
         for step in self.exporter._preprocessors:
             if isinstance(step, (GradeNotebook, SaveJudgedScores)):
-                step.grading = self
+                step.grading = self.grading
 
 
-def autograde_student(api, student: str, student_sandbox: sandbox.StudentSandbox) -> tuple[dict, list[NotebookRecord]]:
-    """nbgrader's autograde of `student` (what `NbGraderAPI.autograde` does, with StudentAutograde): its result
-    (success, error, log) and the judge's record of each notebook."""
-    with nbgrader_utils.temp_attrs(api.coursedir, assignment_id=ASSIGNMENT, student_id=student):
-        app = StudentAutograde(student_sandbox, coursedir=api.coursedir, parent=api)
+def autograde_student(api, grading: StudentGrading) -> dict:
+    """nbgrader's autograde of the student (what `NbGraderAPI.autograde` does, with StudentAutograde): its result
+    (success, error, log); the judge's record of each notebook is in `grading.judged`."""
+    with nbgrader_utils.temp_attrs(api.coursedir, assignment_id=ASSIGNMENT, student_id=grading.student):
+        app = StudentAutograde(grading, coursedir=api.coursedir, parent=api)
         app.force, app.create_student = True, True
-        return nbgrader_utils.capture_log(app), app.judged
+        return nbgrader_utils.capture_log(app)
 
 
-def grade_student(root: str | Path, student: str, prepared: str | None = None) -> StudentOutcome:
-    """Grade `student`, staged by intake in the course folder `root`: nbgrader's autograde (the student's sandbox
-    runs the notebooks, the judge scores them, its points go into the gradebook), the feedback pages,
-    the review flags; returns the student's outcome and writes it (`outcomes/<student>.json`). `prepared`: the
-    digest of the course preparation the run started with (`course.preparation_digest`; None outside a run),
-    compared with the folder's before and after the student."""
-    root = Path(root)
-    api = course.api(root)
+def grade_student(run: GradingRun, student: str) -> StudentOutcome:
+    """Grade `student`, staged by intake in the course folder `run.root`: nbgrader's autograde (the student's sandbox
+    runs the notebooks, the judge scores them, its points go into the gradebook), the feedback pages, the review
+    flags; returns the student's outcome and writes it (`outcomes/<student>.json`). The folder's preparation digest
+    is compared with the run's (`run.prepared`) before and after the student."""
+    api = course.api(run.root)
     start = time.perf_counter()
     outcome = StudentOutcome(student, status="failed")
-    changed = prepared is not None and course.preparation_digest(root) != prepared
+    changed = course.preparation_digest(run.root) != run.prepared
     try:
-        with sandbox.StudentSandbox() as student_sandbox:  # one sandbox for all of the student's notebooks
-            result, judged = autograde_student(api, student, student_sandbox)
+        with StudentSandbox() as student_sandbox:  # one sandbox for all of the student's notebooks
+            grading = StudentGrading(run, student, student_sandbox)
+            result = autograde_student(api, grading)
         outcome.sandboxes_started = student_sandbox.sandboxes_started  # 0: the worker's warm one
-        outcome.judged = judged
+        outcome.judged = grading.judged
         if result.get("success"):
             outcome.status = "graded"
-            outcome.notes += feedback_pages(api, student, judged)
+            outcome.notes += feedback_pages(api, grading)
         else:
             outcome.error = course.last_error(result)
-        outcome.flags = review_flags(root, student, judged)
+        outcome.flags = review_flags(run.root, student, grading.judged)
         if student_sandbox.left_behind:
             outcome.flags.append("the sandbox was not clean after this student's notebooks, so it ended instead of "
                                  f"being kept for the next student: {'; '.join(student_sandbox.left_behind)}")
     except Exception as exc:
         outcome.status, outcome.error = "failed", f"{type(exc).__name__}: {exc}"
         outcome.traceback = traceback.format_exc()[-4000:]
-    if prepared is not None and (changed or course.preparation_digest(root) != prepared):
+    if changed or course.preparation_digest(run.root) != run.prepared:
         outcome.flags.append(PREPARATION_CHANGED)
     outcome.seconds = round(time.perf_counter() - start, 2)
-    write_outcome(root / FOLDER, outcome)
+    write_outcome(run.root / FOLDER, outcome)
     return outcome

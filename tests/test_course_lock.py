@@ -193,8 +193,8 @@ class ChangesTheCourseWhenDone:
     """A task that grades nothing: its student is done at once, and then the course folder changes (as when
     another run prepares it again between a run's last student and its report)."""
 
-    def __call__(self, root: str, student: str, prepared: str | None = None) -> StudentOutcome:
-        (Path(root) / "case_inputs.json").write_text("{}")
+    def __call__(self, run, student: str) -> StudentOutcome:
+        (run.root / "case_inputs.json").write_text("{}")
         return StudentOutcome(student, status="graded")
 
 

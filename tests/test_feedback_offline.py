@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import binascii
 import os
+from types import SimpleNamespace
 
 import nbformat
 import pytest
@@ -91,16 +92,11 @@ def _graded_notebook():
 
 
 def _page(nb, records: list[NotebookRecord] | None) -> str:
-    step = RedactHiddenTests(records=[_as_dict(r) for r in records or []])
+    step = RedactHiddenTests()
+    step.grading = SimpleNamespace(judged=list(records or []))  # as grading.worker.StudentFeedback gives it
     nb, resources = step.preprocess(nb, {"nbgrader": {"notebook": "01_scaled_dot_product_attention"}})
     page, _ = FeedbackHTMLExporter(template_name="lab").from_notebook_node(nb, resources)
     return page
-
-
-def _as_dict(record: NotebookRecord) -> dict:
-    import dataclasses
-
-    return dataclasses.asdict(record)
 
 
 def _record() -> NotebookRecord:

@@ -897,8 +897,9 @@ def test_grading_one_notebook_is_a_plain_call_sandbox_then_judge():
     """`grading.worker.grade_notebook`, what nbgrader's Execute step is replaced by, called without nbgrader: the
     notebook runs in the sandbox, the judge scores its test cell from the observation and writes its lines and
     score into the cell (what the feedback page shows), and the record says the same."""
+    from grading.course import CourseFiles
     from grading.settings import Settings
-    from grading.worker import CourseFiles, grade_notebook
+    from grading.worker import grade_notebook
 
     answer = "import torch\ndef causal_mask(T, device=None):\n    return torch.ones(T, T, dtype=torch.bool).tril(-1)"
     test = nbformat.v4.new_code_cell("from starter.checks import check\ncheck('causal/5', causal_mask)")

@@ -1,14 +1,18 @@
-"""A grading run's settings (grading/settings.py): one name each, from the command line through nbgrader's
-configuration to the sandbox's step, and no other place that sets them."""
+"""A grading run's settings (grading/settings.py): one name each, from the command line through the run
+(grading.course.GradingRun) to the sandbox's step, and no other place that sets them."""
 from __future__ import annotations
 
 import argparse
+import pickle
 import re
 
+import cloudpickle
 from conftest import ROOT
+from nbgrader.preprocessors import NbGraderPreprocessor
 from traitlets.config.loader import PyFileConfigLoader
 
 from grading import course
+from grading.course import CourseFiles, GradingRun
 from grading.settings import Limits, Settings, add_options, from_options
 from grading.worker import GradeNotebook
 
@@ -29,17 +33,21 @@ def test_the_command_line_has_one_option_per_setting_named_as_its_field():
                               scheduler="tcp://h:8786")
 
 
-def test_the_course_configuration_hands_the_settings_to_the_sandbox_step(tmp_path, monkeypatch):
+def test_the_settings_travel_in_the_run_not_in_the_course_configuration(tmp_path):
+    """A run's settings reach every student's grading in its GradingRun, pickled whole to the workers;
+    nbgrader_config.py holds nbgrader's own keys and the kit's steps in its pipelines, nothing of the kit's steps'
+    own (they get the run from the app that runs them)."""
     settings = Settings(Limits(cell_seconds=7, notebook_seconds=90, memory_mb=900, scratch_mb=128), isolate=False,
                         reuse_sandbox=False)
-    course.write_config(tmp_path, settings=settings)
+    run = GradingRun(tmp_path, settings, CourseFiles(tmp_path / "case_inputs", None, (tmp_path,)), "digest",
+                     "sqlite:///gradebook.db")
+    assert pickle.loads(cloudpickle.dumps(run)) == run
+    course.write_config(tmp_path)
     config = PyFileConfigLoader("nbgrader_config.py", path=str(tmp_path)).load_config()
-    step = GradeNotebook(config=config)
-    assert Limits(**step.limits) == settings.limits
-    assert (step.isolate, step.reuse_sandbox) == (False, False)
-    course.write_config(tmp_path)  # the defaults, unless a run chooses others
-    step = GradeNotebook(config=PyFileConfigLoader("nbgrader_config.py", path=str(tmp_path)).load_config())
-    assert (Limits(**step.limits), step.isolate, step.reuse_sandbox) == (Limits(), True, True)
+    assert "GradeNotebook" not in config and "RedactHiddenTests" not in config, config
+    assert config.Autograde.autograde_preprocessors[0] == "grading.worker.GradeNotebook"  # keeps nbgrader's own out
+    own = set(GradeNotebook.class_traits(config=True)) - set(NbGraderPreprocessor.class_traits(config=True))
+    assert not own, f"settings of the grading step read from the configuration: {own}"
 
 
 def test_no_other_name_or_default_for_a_setting_in_the_grading_code():

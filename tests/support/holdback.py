@@ -30,12 +30,12 @@ class HoldBack:
     file: str | None = None
     let_others_run: bool = False
 
-    def __call__(self, root: str, student: str, prepared: str | None = None):
+    def __call__(self, run, student: str):
         from grading.worker import grade_student
 
         if student == self.held:
-            self.wait(Path(root))
-        return grade_student(root, student, prepared)
+            self.wait(run.root)
+        return grade_student(run, student)
 
     def wait(self, root: Path) -> None:
         status, log = root / "outcomes", root / "held.json"
@@ -55,7 +55,7 @@ class HoldBack:
         log.write_text(json.dumps({"finished_at_start": finished, "gave_up": gave_up}))
 
 
-def background_of_its_worker(root: str, student: str) -> dict:
+def background_of_its_worker(student: str) -> dict:
     """A task for `engine.run(task=...)` that grades nothing: it keeps its worker busy for half a second,
     then reports what Dask did in the background meanwhile (the stack samples the worker took) and the
     settings the worker runs with."""
