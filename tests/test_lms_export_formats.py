@@ -9,6 +9,8 @@ The readers below re-implement the importers' parsing (docs/lms.md names the sou
 - Canvas's gradebook import (app/models/gradebook_importer.rb): Student/ID/SIS User ID/SIS Login ID/Section,
   a /Points Possible/ row, students matched by ID.
 
+The nbgrader exporter plugin (grading/lms_export_plugin.py) writes the same files.
+
 Fast checks build the run by hand (outcomes and a small SQLite gradebook, as tests/test_class_results.py does);
 the round trips grade a small Moodle and a small Canvas export once each (notebook 01, as
 tests/test_lms_exports.py does) and export them.
@@ -308,3 +310,23 @@ def test_canvas_round_trip(canvas_run, grading_db):
     assert all(float(s["grades"][0]) == _nb01_points() for s in students.values())
     with open(dest / "students.csv", newline="", encoding="utf-8") as f:
         assert {r["ID"]: r["late"] for r in csv.DictReader(f)} == {"12345": "", "678": "yes"}
+
+
+def test_the_nbgrader_exporter_writes_the_same_files(run):
+    """`nbgrader export --exporter=grading.lms_export_plugin.LmsExport`: the plugin, given nbgrader's open
+    gradebook, writes what `python -m grading export` writes."""
+    from nbgrader.api import Gradebook
+    from traitlets.config import Config
+
+    from grading.lms_export_plugin import LmsExport
+
+    config = Config()
+    config.LmsExport.out = str(run["out"])
+    config.LmsExport.lms = "canvas"
+    with Gradebook(run["db_url"]) as gb:
+        LmsExport(config=config).export(gb)
+    _, _, students = canvas_import(run["out"] / "canvas" / "gradebook_import.csv")
+    assert float(students["102"]["grades"][0]) == _bob_points() and students["103"]["grades"] == [""]
+    plugin_file = (run["out"] / "canvas" / "gradebook_import.csv").read_bytes()
+    _export(run, "canvas")
+    assert (run["out"] / "canvas" / "gradebook_import.csv").read_bytes() == plugin_file
