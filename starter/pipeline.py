@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import textwrap
 
 import h5py
 import numpy as np
@@ -487,6 +488,6 @@ def yours_if_it_passes(name: str, yours, instead: str):
     if message is None:
         print(f"using your {name}")
         return yours
-    first = message.splitlines()[0]
-    print(f"{name}: yours does not pass {case_name} yet ({first[:160]}); {instead}")
+    first = textwrap.shorten(message.splitlines()[0], 160, placeholder=" …")  # whole words: the full message is the check's
+    print(f"{name}: yours does not pass {case_name} yet ({first}); {instead}")
     return None

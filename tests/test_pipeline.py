@@ -105,6 +105,28 @@ def test_an_unfinished_piece_is_not_used_and_one_line_says_what_happens_instead(
     assert out.rstrip().endswith("; the stored vocabulary is used")
 
 
+def test_the_line_of_a_failing_piece_names_its_bug_in_whole_words(capsys):
+    """A student's make_optimizer that picks the decayed parameters by name (every `weight`, so the LayerNorm
+    gain too): the one line names that bug, and a long message is cut between words, never inside one."""
+    def make_optimizer(model, lr, weight_decay):
+        named = list(model.named_parameters())
+        return torch.optim.AdamW([{"params": [p for n, p in named if n.endswith("weight")], "weight_decay": weight_decay},
+                                  {"params": [p for n, p in named if not n.endswith("weight")], "weight_decay": 0.0}],
+                                 lr=lr)
+
+    from starter.compare import load_case, observe, verdict
+    from starter.pipeline import PUBLIC_CASES
+
+    assert yours_if_it_passes("make_optimizer", make_optimizer, instead="plain AdamW is used") is None
+    out = capsys.readouterr().out
+    assert "LayerNorm gain is decayed" in out, out
+    said = out[out.index("yet (") + 5:out.rindex("); plain AdamW is used")].removesuffix(" …").split()
+    case_name, adapter = PUBLIC_CASES["make_optimizer"]
+    case = load_case(case_name)
+    message = verdict(case, observe(case, adapter(make_optimizer))).splitlines()[0].split()
+    assert said == message[:len(said)], f"not the message's first {len(said)} words: {said}"
+
+
 def test_every_finished_piece_is_used(capsys):
     """Each piece of the solution passes its public case and is handed back as it is."""
     ns = _solution()

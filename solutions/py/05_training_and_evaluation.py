@@ -76,7 +76,7 @@ def tokenize(caption):
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_from04", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ## 1 · The data, and your pieces from notebook 04
 #
-# The dataset is chosen here, in one line (`shapes` by default; COCO in section 7): a dataset that is not on disk is an error naming the command that fetches it. Then your pieces of notebook 04 are loaded and each one runs its public check; the line printed for each says whether yours is used.
+# The dataset is chosen here, in one line (`shapes` by default; COCO in section 6): a dataset that is not on disk is an error naming the command that fetches it. Then your pieces of notebook 04 are loaded and each one this notebook calls runs its public check (`caption_loss` runs inside `teacher_forcing_loss`); the line printed for each says whether yours is used.
 
 # %% nbgrader={"grade": false, "grade_id": "code_data05", "locked": true, "schema_version": 3, "solution": false, "task": false}
 DATASET = "shapes"   # or "coco-fc7" (CS231n features: python -m data.coco_cs231n), "coco-grid" (python -m starter.build_coco_grid)
@@ -119,6 +119,7 @@ def make_loader(split, batch_size, shuffle, seed=0):
 untrained = "the model stays untrained and nothing is saved (the cells that need a trained model say so)"
 model_ready = (yours_if_it_passes("CaptioningTransformer", CaptioningTransformer, instead=untrained) is not None
                and yours_if_it_passes("teacher_forcing_loss", teacher_forcing_loss, instead=untrained) is not None)
+make_optimizer = yours_if_it_passes("make_optimizer", mine["make_optimizer"], instead=untrained)
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_layers", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # The model uses a decoder layer and a positional encoding with the interfaces of notebooks 02–03, as in notebook 04: yours (`LAYERS = "mine"`, loaded from your notebooks 02 and 03, which must pass their public checks) or PyTorch's (`LAYERS = "torch"`). Either way the rest of the notebook is the same.
@@ -339,7 +340,7 @@ CONFIGS = {
     # defaults give the rest: grad_clip=1.0, seed=0, validation 10 times per run on val_batches=4 fixed batches)
     "shapes": dict(model=dict(d_model=64, num_heads=4, num_layers=2, dim_feedforward=256, dropout=0.0),
                    train=TrainConfig(steps=700, batch_size=64, lr=2e-3, warmup=50, weight_decay=0.01)),
-    # COCO, for a Colab GPU (section 7): sized for a T4; times and scores are whatever your run prints
+    # COCO, for a Colab GPU (section 6): sized for a T4; times and scores are whatever your run prints
     "coco-fc7": dict(model=dict(d_model=256, num_heads=8, num_layers=3, dim_feedforward=1024, dropout=0.2),
                      train=TrainConfig(steps=15000, batch_size=256, lr=5e-4, warmup=500, weight_decay=0.01)),
     "coco-grid": dict(model=dict(d_model=256, num_heads=8, num_layers=3, dim_feedforward=1024, dropout=0.2),
@@ -378,7 +379,7 @@ pieces = TrainingPieces(fit=yours_if_it_passes("fit", fit, instead=untrained),
                         train_step=yours_if_it_passes("train_step", train_step, instead=untrained),
                         lr_at_step=yours_if_it_passes("lr_at_step", lr_at_step, instead=untrained),
                         validation_loss=yours_if_it_passes("validation_loss", validation_loss, instead=untrained),
-                        make_optimizer=yours_if_it_passes("make_optimizer", mine["make_optimizer"], instead=untrained))
+                        make_optimizer=make_optimizer)   # notebook 04's, checked in section 1
 can_train = model_ready and not pieces.missing()
 
 # %% nbgrader={"grade": false, "grade_id": "code_16", "locked": true, "schema_version": 3, "solution": false, "task": false}

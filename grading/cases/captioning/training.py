@@ -151,6 +151,13 @@ def _optimizer_bug(kind):
                                       {"params": none, "weight_decay": 0.0}])
         if kind == "matrices_only":
             return torch.optim.AdamW(decay, lr=lr, weight_decay=weight_decay)
+        if kind == "by_name":  # "weight" in the name decays: the LayerNorm gain is named weight too
+            named = list(model.named_parameters())
+            return torch.optim.AdamW([{"params": [p for n, p in named if n.endswith("weight")], "weight_decay": weight_decay},
+                                      {"params": [p for n, p in named if not n.endswith("weight")], "weight_decay": 0.0}],
+                                     lr=lr)
+        if kind == "group_decay_unset":  # the matrices' group without its own weight_decay: AdamW's default
+            return torch.optim.AdamW([{"params": decay}, {"params": none, "weight_decay": 0.0}], lr=lr)
         if kind == "paper_betas":  # the Transformer paper's Adam settings; eps alone barely moves three steps
             return torch.optim.AdamW([{"params": decay, "weight_decay": weight_decay},
                                       {"params": none, "weight_decay": 0.0}], lr=lr, betas=(0.9, 0.98), eps=1e-9)
@@ -171,6 +178,10 @@ OPTIMIZER_BUGS = {
                            "rule is by dimension (p.dim() >= 2 decays).",
     "matrices_only": "the 1-D parameters are in no group, so they would never be trained: every parameter goes in "
                      "exactly one group.",
+    "by_name": "the LayerNorm gain is decayed: it is named `weight` like the weight matrices, but it is 1-D; choose "
+               "the groups by dimension (p.dim() >= 2 decays), not by name.",
+    "group_decay_unset": "the matrices' group has AdamW's default weight decay 0.01, not `weight_decay`: give that "
+                         "group its own \"weight_decay\" entry.",
     "adam": "torch.optim.Adam adds the weight decay to the gradient, where Adam's scaling changes it; AdamW shrinks "
             "the weights directly (decoupled weight decay): use torch.optim.AdamW.",
     "paper_betas": "the groups are right, but the weights after the steps are those AdamW gives with betas=(0.9, 0.98) "
