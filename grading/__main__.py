@@ -93,48 +93,20 @@ def main(argv: list[str] | None = None) -> int:
         print(f"graded {sum(r.status == 'graded' for r in results)} of {len(results)} students; "
               f"grades in {args.out / 'grades.csv'}")
     elif args.command == "report":
-        if not (args.out / "outcomes").is_dir():
-            print(f"error: {args.out} holds no graded run (no outcomes/): run autograde first", file=sys.stderr)
-            return 2
-        from .course import DEFAULT_COURSE, CourseLockError, hold, sqlite_url
         from .report import write_outputs
-        from .results import read_class_results
-        course_dir = args.course or DEFAULT_COURSE
-        db_url = args.db or (sqlite_url(course_dir) if (course_dir / "gradebook.db").is_file() else None)
-        if db_url is None:  # the points are the gradebook's: without it there are none to report
-            print(f"error: no gradebook in {course_dir}: give the run's --course or --db", file=sys.stderr)
-            return 2
-        # not while a run grades in the course folder: its gradebook and report are still being written
-        uses_course = (args.course or not args.db) and course_dir.is_dir()
-        try:
-            with hold(course_dir, f"report {args.out}") if uses_course else contextlib.nullcontext():
-                # the run's outcomes with the gradebook's points now: scores given in formgrader since count
-                write_outputs(args.out, read_class_results(args.out, db_url), args.anonymise)
-        except (CourseLockError, ValueError) as exc:
-            print(f"error: {exc}", file=sys.stderr)
+
+        # the run's outcomes with the gradebook's points now: scores given in formgrader since count
+        if _from_class_results(args, "report", lambda results: write_outputs(args.out, results, args.anonymise)):
             return 2
         print(f"grades: {args.out / 'grades.csv'} (from the gradebook)")
         print(f"class report: {args.out / 'class_report.html'} (data: {args.out / 'class_report.json'})")
     elif args.command == "export":
-        if not (args.out / "outcomes").is_dir():
-            print(f"error: {args.out} holds no graded run (no outcomes/): run autograde first", file=sys.stderr)
-            return 2
-        from .course import DEFAULT_COURSE, CourseLockError, hold, sqlite_url
         from .lms_export import export
         from .notebooks import ASSIGNMENT
-        from .results import read_class_results
-        course_dir = args.course or DEFAULT_COURSE
-        db_url = args.db or (sqlite_url(course_dir) if (course_dir / "gradebook.db").is_file() else None)
-        if db_url is None:  # the points are the gradebook's: without it there are none to export
-            print(f"error: no gradebook in {course_dir}: give the run's --course or --db", file=sys.stderr)
-            return 2
-        uses_course = (args.course or not args.db) and course_dir.is_dir()
-        try:
-            with hold(course_dir, f"export {args.out}") if uses_course else contextlib.nullcontext():
-                written = export(args.out, read_class_results(args.out, db_url), args.to, args.percent,
-                                 args.assignment or ASSIGNMENT)
-        except (CourseLockError, ValueError) as exc:  # ExportError (two students with one id) is a ValueError
-            print(f"error: {exc}", file=sys.stderr)
+
+        written: list[Path] = []
+        if _from_class_results(args, "export", lambda results: written.extend(
+                export(args.out, results, args.to, args.percent, args.assignment or ASSIGNMENT))):
             return 2
         for path in written:
             print(f"wrote {path}")
@@ -149,6 +121,31 @@ def main(argv: list[str] | None = None) -> int:
                          reference=FOLDER if args.out is None else None)
         return 0 if ok else 1
     return 0
+
+
+def _from_class_results(args, command: str, write) -> bool:
+    """`write(results)`: the class's results of the run in `args.out` (its outcomes, the gradebook's points
+    now), holding the course folder while it reads and writes. True, after one line on stderr, if it could not."""
+    from .course import DEFAULT_COURSE, CourseLockError, hold, sqlite_url
+    from .results import read_class_results
+
+    if not (args.out / "outcomes").is_dir():
+        print(f"error: {args.out} holds no graded run (no outcomes/): run autograde first", file=sys.stderr)
+        return True
+    course_dir = args.course or DEFAULT_COURSE
+    db_url = args.db or (sqlite_url(course_dir) if (course_dir / "gradebook.db").is_file() else None)
+    if db_url is None:  # the points are the gradebook's: without it there are none
+        print(f"error: no gradebook in {course_dir}: give the run's --course or --db", file=sys.stderr)
+        return True
+    # not while a run grades in the course folder: its gradebook and report are still being written
+    uses_course = (args.course or not args.db) and course_dir.is_dir()
+    try:
+        with hold(course_dir, f"{command} {args.out}") if uses_course else contextlib.nullcontext():
+            write(read_class_results(args.out, db_url))
+    except (CourseLockError, ValueError) as exc:  # an export's ExportError (two students, one id) is a ValueError
+        print(f"error: {exc}", file=sys.stderr)
+        return True
+    return False
 
 
 if __name__ == "__main__":

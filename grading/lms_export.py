@@ -171,7 +171,7 @@ def export_canvas(out: Path, results: ClassResults, percent: bool = False, assig
         g = grade(results, s, percent)
         return f"{g:g}%" if percent and g != "" else g  # Canvas reads "85%" of a points assignment as a percent
 
-    rows = [CANVAS_HEADER + [assignment], [POINTS_POSSIBLE, "", "", "", "", results.max_total()]]
+    rows: list[list] = [CANVAS_HEADER + [assignment], [POINTS_POSSIBLE, "", "", "", "", results.max_total()]]
     rows += [[_name(s), s.outcome.lms_id, "", "", "", cell(s)] for s in students]
     paths = [write_csv(dest / "gradebook_import.csv", rows)]
     feedback = dest / "feedback"

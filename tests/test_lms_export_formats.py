@@ -18,16 +18,14 @@ tests/test_lms_exports.py does) and export them.
 from __future__ import annotations
 
 import csv
-import os
 import re
 import shutil
-import sys
-import warnings
 import zipfile
 from datetime import datetime
 from pathlib import Path
 
 import pytest
+from support.gradebooks import judged_gradebook
 
 from grading import notebooks as nbs
 from grading.intake import LATE_NOTE
@@ -130,28 +128,8 @@ def _nb01_points() -> float:
 
 @pytest.fixture(scope="module")
 def blank_gradebook(tmp_path_factory) -> Path:
-    from nbgrader.api import Gradebook
-    from sqlalchemy.exc import SAWarning
-
-    os.environ["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
-    path = tmp_path_factory.mktemp("gradebook") / "gradebook.db"
-    with Gradebook(f"sqlite:///{path}") as gb, warnings.catch_warnings():
-        warnings.simplefilter("ignore", SAWarning)
-        gb.add_assignment(nbs.ASSIGNMENT)
-        for stem in dict.fromkeys(stem for stem, *_ in nbs.graded_columns() + nbs.written_columns()):
-            gb.add_notebook(stem, nbs.ASSIGNMENT)
-        for cells, kind in ((nbs.graded_columns(), "code"), (nbs.written_columns(), "markdown")):
-            for stem, task, points in cells:
-                gb.add_grade_cell(task, stem, nbs.ASSIGNMENT, max_score=points, cell_type=kind)
-        for outcome in _outcomes():
-            if outcome.status != "graded":
-                continue
-            gb.add_student(outcome.student)
-            gb.add_submission(nbs.ASSIGNMENT, outcome.student)
-            for cell in outcome.judged[0].cells:
-                gb.find_grade(cell.grade_id, NB, nbs.ASSIGNMENT, outcome.student).auto_score = cell.points
-        gb.db.commit()
-    return path
+    """The assignment's gradebook after the judge scored the graded students (each cell of notebook 01)."""
+    return judged_gradebook(tmp_path_factory.mktemp("gradebook") / "gradebook.db", _outcomes(), NB)
 
 
 @pytest.fixture
