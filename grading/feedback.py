@@ -13,8 +13,8 @@ import builtins
 import dataclasses
 import html
 import re
+from collections.abc import Sequence
 from html.parser import HTMLParser
-from typing import TYPE_CHECKING
 
 import jinja2
 import latex2mathml.converter
@@ -26,11 +26,8 @@ from traitlets import Unicode, default
 
 from starter.compare import case_names
 
-from .judge import NOT_MEASURED, NOT_RUN, CaseResult, CellResult, public_case_names
+from .judge import NOT_MEASURED, NOT_RUN, CaseResult, CellResult, NotebookRecord, public_case_names
 from .notebooks import HIDDEN_REFERENCES, nbgrader_meta
-
-if TYPE_CHECKING:
-    from .worker import StudentGrading
 
 HIDDEN = re.compile(r"^[ \t]*### BEGIN HIDDEN TESTS.*?^[ \t]*### END HIDDEN TESTS[^\n]*", re.S | re.M)
 HIDDEN_ANYWHERE = re.compile(r"### BEGIN HIDDEN TESTS.*?### END HIDDEN TESTS", re.S)  # e.g. pasted into an answer
@@ -103,21 +100,20 @@ def _stream(text: str):
 
 class RedactHiddenTests(NbGraderPreprocessor):
     """The page's cells: hidden-test source out of test cells, whose outputs become the judge's lines in the kit's
-    words (from the judge's records of the student's notebooks, `grading.judged`, which grading.worker.StudentFeedback
+    words (from the judge's records of the student's notebooks, `judged`, which grading.worker.StudentFeedback
     gives; without them, as under nbgrader's own generate_feedback, a test cell shows each case's mark and label), no
     output of any other code cell, written answers as text, hidden case names out of them."""
 
     # the hidden cases' names are taken from here, so that nbgrader's own generate_feedback hides them too
     hidden_dir = Unicode(str(HIDDEN_REFERENCES), help="folder of the hidden reference files (for their case names)"
                          ).tag(config=True)
-    grading: StudentGrading | None = None
+    judged: Sequence[NotebookRecord] = ()  # the judge's records of the student's notebooks (set per student)
 
     def preprocess(self, nb, resources):
         names = sorted(case_names(self.hidden_dir), key=len, reverse=True)
         self._pattern = re.compile("|".join(re.escape(n) for n in names)) if names else None
         notebook = (resources.get("nbgrader") or {}).get("notebook")
-        records = self.grading.judged if self.grading is not None else []
-        self._cells = {c.grade_id: c for r in records if r.notebook == notebook for c in r.cells}
+        self._cells = {c.grade_id: c for r in self.judged if r.notebook == notebook for c in r.cells}
         nb, resources = super().preprocess(nb, resources)
         nb.cells.insert(0, nbformat.v4.new_markdown_cell(GRADING_RUN_NOT_SHOWN))
         return nb, resources

@@ -144,7 +144,7 @@ class StudentFeedback(GenerateFeedback):
     def convert_notebooks(self) -> None:
         for step in self.exporter._preprocessors:  # made by `start`, once for all of the student's notebooks
             if isinstance(step, RedactHiddenTests):
-                step.grading = self.grading
+                step.judged = self.grading.judged  # the list GradeNotebook filled
         super().convert_notebooks()
 
 

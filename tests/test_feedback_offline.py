@@ -11,7 +11,6 @@ from __future__ import annotations
 import base64
 import binascii
 import os
-from types import SimpleNamespace
 
 import nbformat
 import pytest
@@ -93,7 +92,7 @@ def _graded_notebook():
 
 def _page(nb, records: list[NotebookRecord] | None) -> str:
     step = RedactHiddenTests()
-    step.grading = SimpleNamespace(judged=list(records or []))  # as grading.worker.StudentFeedback gives it
+    step.judged = list(records or [])  # as grading.worker.StudentFeedback gives it
     nb, resources = step.preprocess(nb, {"nbgrader": {"notebook": "01_scaled_dot_product_attention"}})
     page, _ = FeedbackHTMLExporter(template_name="lab").from_notebook_node(nb, resources)
     return page
