@@ -77,13 +77,13 @@ def autograde(submissions: Path, out: Path, course_dir: Path | None = None, db_u
     gradebook = db_url or course.sqlite_url(root)
     # one run per course folder, from before it is prepared until the report is written (raises at once,
     # having changed nothing, if another run holds it)
-    with course.hold(root, f"autograde {submissions} --out {out}" + (" --resume" if resume else "")):
+    with course.hold(root, f"autograde {submissions} --out {out}" + (" --resume" if resume else "")) as held:
         out.mkdir(parents=True, exist_ok=True)
         finished = root / FOLDER  # the outcomes of the students graded so far: a resumed run keeps them
         if not resume and finished.exists():
             shutil.rmtree(finished)
         with engine.cluster(workers, scheduler, warm=True) as client:  # the workers start while the course is prepared
-            files = course.prepare_grading_course(root, gradebook)
+            files = course.prepare_grading_course(root, gradebook, held)
             # each student's grading checks the digest against the folder's
             run = GradingRun(root, settings, files, course.preparation_digest(root), gradebook)
             results, loose = intake(Path(submissions), root, students)

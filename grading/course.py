@@ -23,7 +23,6 @@ import shutil
 import socket
 import sys
 import tempfile
-import threading
 import time
 import warnings
 from collections.abc import Iterator
@@ -197,17 +196,19 @@ def release(dest: Path = notebooks.RELEASE, mirrors: Path | None = None) -> list
     return written
 
 
-def prepare_grading_course(root: Path, db_url: str | None = None) -> CourseFiles:
+def prepare_grading_course(root: Path, db_url: str | None = None, held: CourseHold | None = None) -> CourseFiles:
     """Lay out a course directory for autograding and record the assignment in the gradebook: the
     source notebooks, the hidden cases' inputs for the sandboxes, and the dataset notebooks 04-07 load.
-    Holds the folder (`hold`) while it does, unless this thread already holds it (a run does).
-    Returns the files grading reads there."""
+    Holds the folder (`hold`) while it does, unless the caller gives its hold of it (`held`: a run holds
+    the folder from before it is prepared until its report is written). Returns the files grading reads there."""
     from data.common import default_data_dir
     from starter.data import load_dataset
 
     from .sandbox import write_case_inputs
 
-    with hold(root, "prepare the course folder"):
+    if held is not None and held.root != Path(root).resolve():
+        raise ValueError(f"the hold given is of {held.root}, not of the course folder {root}")
+    with hold(root, "prepare the course folder") if held is None else contextlib.nullcontext():
         write_config(root, db_url)
         populate_source(root)
         if (root / "case_inputs").exists():
@@ -242,7 +243,14 @@ def preparation_digest(root: Path) -> str:
 # One run per course folder
 
 LOCK_FILE = "grading.lock"  # in the course folder; says who holds it (JSON), the lock itself is flock's
-_held: dict[Path, int] = {}  # course folders this process holds -> the thread that holds each
+
+
+@dataclass(frozen=True)
+class CourseHold:
+    """A held course folder (what `hold` yields): passed to what would otherwise take the hold itself."""
+
+    root: Path  # resolved
+    run: str
 
 
 class CourseLockError(RuntimeError):
@@ -276,20 +284,17 @@ def _command() -> str:
 
 
 @contextlib.contextmanager
-def hold(root: Path, run: str) -> Iterator[None]:
+def hold(root: Path, run: str) -> Iterator[CourseHold]:
     """Hold the course folder `root` for `run` (what it is, e.g. "autograde SUBMISSIONS --out OUT"), or raise
     CourseLockError at once, naming the run that holds it, before anything is changed.
 
     An exclusive `flock` on `root`/grading.lock: the kernel drops it when the holder's process ends, killed
     or not, so a lock is never left behind by a dead run (on NFS, once the server notices). Only the process
     that runs the whole flow takes it: Dask workers, here or on other machines, grade inside the parent's
-    hold. A thread that holds it may enter again (autograde holds it, then prepares the course)."""
+    hold. It is not taken twice: the second try, even from this process, is another run's and raises; what
+    the holder calls gets its `CourseHold` (autograde holds the folder, then prepares the course with it)."""
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
-    key = root.resolve()
-    if _held.get(key) == threading.get_ident():
-        yield
-        return
     path = root / LOCK_FILE
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
@@ -310,11 +315,9 @@ def hold(root: Path, run: str) -> Iterator[None]:
         os.pwrite(fd, (json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
                                    "started": datetime.now().astimezone().isoformat(timespec="seconds"),
                                    "run": run, "command": _command()}) + "\n").encode(), 0)
-        _held[key] = threading.get_ident()
         try:
-            yield
+            yield CourseHold(root.resolve(), run)
         finally:
-            del _held[key]
             os.ftruncate(fd, 0)  # nobody to name any more
     finally:
         os.close(fd)  # releases the lock

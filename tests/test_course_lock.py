@@ -119,6 +119,25 @@ with course.hold(Path(sys.argv[1]), "a run about to be killed"):
 """
 
 
+def test_a_hold_is_passed_on_not_taken_twice(tmp_path):
+    """What the holder calls gets its hold by argument; a second hold of the folder, even from the holder's own
+    thread, is refused like another run's; a hold of another folder is not taken for this one. Nothing is
+    prepared in any of these (the course folder stays as it was)."""
+    root, other = tmp_path / "course", tmp_path / "other"
+    with course.hold(root, "first run") as held:
+        assert held.root == root.resolve() and held.run == "first run"
+        before = _tree(root)
+        with pytest.raises(course.CourseLockError, match="in use by another grading run.*first run"):
+            with course.hold(root, "second run"):
+                pass
+        with course.hold(other, "a run on another folder") as elsewhere:
+            with pytest.raises(ValueError, match="the hold given is of .*other, not of the course folder"):
+                course.prepare_grading_course(root, held=elsewhere)
+        assert _tree(root) == before
+    with course.hold(root, "after the first"):  # released: the next run takes it
+        pass
+
+
 def test_a_lock_left_by_a_killed_run_does_not_block_the_next(tmp_path):
     course_dir = tmp_path / "course"
     holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(course_dir)], cwd=nbs.ROOT, stdout=subprocess.PIPE,
