@@ -12,7 +12,6 @@ the training line and the greedy scores printed, then the ratio of the medians (
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import shutil
 import time
@@ -20,7 +19,10 @@ from pathlib import Path
 
 import nbformat
 from nbclient import NotebookClient
-from side_by_side import ROOT, alternate
+from side_by_side import alternate, shared_data_env
+
+from starter.compare import HIDDEN_ENV
+from starter.runtime import GRADING_ENV, NOTEBOOKS_ENV
 
 
 def captioner_notebooks(tree: Path) -> list[str]:
@@ -35,10 +37,9 @@ def _run(tree: Path, scratch: Path) -> dict:
     folder.mkdir()
     for nb in sorted((tree / "solutions").glob("0*.ipynb")):  # each loads the earlier ones from the course folder
         shutil.copy(nb, folder / nb.name)
-    env = {**os.environ, "PYTHONPATH": str(tree), "COURSE_NOTEBOOKS_DIR": str(folder), "MPLBACKEND": "Agg",
-           "COURSE_HIDDEN_REFERENCES": str(tree / "grading" / "references"),  # the solutions run their hidden tests
-           "COURSE_DATA_DIR": os.environ.get("COURSE_DATA_DIR", str(ROOT / "data" / "cache"))}
-    env.pop("NBGRADER_EXECUTION", None)
+    env = shared_data_env(PYTHONPATH=str(tree), MPLBACKEND="Agg", **{
+        NOTEBOOKS_ENV: str(folder), HIDDEN_ENV: str(tree / "grading" / "references")})  # the solutions run their hidden tests
+    env.pop(GRADING_ENV, None)
     seconds, text = {}, ""
     for name in captioner_notebooks(tree):
         nb = nbformat.read(str(folder / name), as_version=4)

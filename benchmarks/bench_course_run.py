@@ -10,20 +10,18 @@ and its per-notebook times as `grading execute` printed them, then the medians a
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from side_by_side import ROOT, alternate
+from side_by_side import alternate, shared_data_env
 
 
 def run_course(tree: Path, scratch: Path) -> tuple[float, str]:
     """Wall seconds of `python -m grading execute` in `tree`, and the per-notebook times it printed."""
-    env = {**os.environ, "PYTHONPATH": str(tree),
-           "COURSE_DATA_DIR": os.environ.get("COURSE_DATA_DIR", str(ROOT / "data" / "cache"))}
+    env = shared_data_env(PYTHONPATH=str(tree))
     start = time.perf_counter()
     out = scratch / f"out-{time.monotonic_ns()}"
     done = subprocess.run([sys.executable, "-m", "grading", "execute", "--out", str(out)], cwd=tree, env=env,

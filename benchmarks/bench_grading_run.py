@@ -17,13 +17,12 @@ from __future__ import annotations
 
 import argparse
 import csv
-import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from side_by_side import ROOT, alternate
+from side_by_side import ROOT, alternate, shared_data_env
 
 from grading.notebooks import trained_checkpoint
 
@@ -69,7 +68,7 @@ def main() -> None:
     classes: dict[Path, Path] = {}
 
     def env(tree: Path) -> dict:
-        return {**os.environ, "COURSE_DATA_DIR": os.environ.get("COURSE_DATA_DIR", str(ROOT / "data" / "cache"))}
+        return shared_data_env()
 
     def grade(tree: Path, scratch: Path) -> tuple[float, str]:
         if tree not in classes:  # each tree's class, made once (not timed)

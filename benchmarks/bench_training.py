@@ -32,6 +32,7 @@ from torch.utils.data import DataLoader
 from grading import notebooks as nbs
 from starter.data import StoredBatches, Vocab, load_dataset
 from starter.metrics import format_scores
+from starter.runtime import NOTEBOOKS_ENV
 from starter.training import seed_everything, train
 
 
@@ -60,7 +61,7 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.layers == "mine":
-        os.environ.setdefault("COURSE_NOTEBOOKS_DIR", str(nbs.SOLUTIONS))
+        os.environ.setdefault(NOTEBOOKS_ENV, str(nbs.SOLUTIONS))
     ns = nbs.captioning_solution()
     cfg = nbs.shapes_config()
     config = replace(cfg["train"], seed=args.seed, steps=args.steps or cfg["train"].steps,

@@ -2,13 +2,22 @@
 ratio of the medians: the harness of bench_captioner.py and bench_course_run.py."""
 from __future__ import annotations
 
+import os
 import statistics
 import subprocess
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from data.common import DATA_ENV, default_data_dir
+
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def shared_data_env(**extra: str) -> dict[str, str]:
+    """This process's environment and `extra`, with the data folder this checkout uses: both trees read the
+    datasets built once."""
+    return {**os.environ, DATA_ENV: str(default_data_dir()), **extra}
 
 
 def tree_at(rev: str, dest: Path) -> Path:

@@ -39,13 +39,16 @@ def coco_grid_command(root=None) -> str:
             f"--out {root / COCO_GRID_FILE} --max-images 20000")
 
 
+DATA_ENV = "COURSE_DATA_DIR"  # the environment variable naming the data folder
+
+
 def default_data_dir() -> Path:
     """Folder for downloaded and built datasets.
 
     `$COURSE_DATA_DIR` if set; else `data/cache/` of the repository checkout when running from one;
     else `~/.cache/attention-course`.
     """
-    env = os.environ.get("COURSE_DATA_DIR")
+    env = os.environ.get(DATA_ENV)
     if env:
         return Path(env).expanduser()
     if (REPO_ROOT / "pyproject.toml").exists() and (REPO_ROOT / "data" / "__init__.py").exists():

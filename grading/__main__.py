@@ -78,6 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     elif args.command == "autograde":
         from .autograde import autograde
         from .course import CourseLockError
+        from .outcome import Status
         from .sandbox import SandboxUnavailable
         settings = from_options(args)
         if not settings.isolate:
@@ -90,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
         except (SandboxUnavailable, CourseLockError) as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
-        print(f"graded {sum(r.status == 'graded' for r in results)} of {len(results)} students; "
+        print(f"graded {sum(r.status == Status.GRADED for r in results)} of {len(results)} students; "
               f"grades in {args.out / 'grades.csv'}")
     elif args.command == "report":
         from .report import write_outputs

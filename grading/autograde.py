@@ -42,7 +42,7 @@ from . import course, engine, worker
 from .course import GradingRun
 from .intake import intake
 from .notebooks import graded_columns
-from .outcome import FOLDER, StudentOutcome
+from .outcome import FOLDER, Status, StudentOutcome
 from .report import report
 from .settings import Settings
 
@@ -87,7 +87,7 @@ def autograde(submissions: Path, out: Path, course_dir: Path | None = None, db_u
             # each student's grading checks the digest against the folder's
             run = GradingRun(root, settings, files, course.preparation_digest(root), gradebook)
             results, loose = intake(Path(submissions), root, students)
-            gradable = [r.student for r in results if r.status not in ("failed", "no notebooks")]
+            gradable = [r.student for r in results if r.status not in (Status.FAILED, Status.NO_NOTEBOOKS)]
             graded = engine.run(root, gradable, functools.partial(task or worker.grade_student, run),
                                 progress=progress, client=client)
         if course.preparation_digest(root) != run.prepared:  # after the last student: the gradebook may be another's

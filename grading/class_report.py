@@ -31,7 +31,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from .judge import NOT_RUN, CaseResult
-from .outcome import StudentOutcome
+from .outcome import Status, StudentOutcome
 from .results import ClassResults, Column
 
 # Failures that name what is wrong (a misconception the class can be taught about) ...
@@ -166,7 +166,7 @@ def build(results: ClassResults, anonymise: bool = False) -> dict:
     for s in results.students:
         entry = s.outcome
         review += [{"student": alias[s.student], "flag": flag} for flag in entry.flags]
-        if entry.status != "graded":
+        if entry.status != Status.GRADED:
             review.append({"student": alias[s.student], "flag": f"not graded ({entry.status}): "
                            + "; ".join(entry.notes)[:300]})
         absent = [stem for stem in results.notebooks if stem not in entry.notebooks]

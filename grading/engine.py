@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .outcome import FOLDER, StudentOutcome, read_outcomes, write_outcome
+from .outcome import FOLDER, Status, StudentOutcome, read_outcomes, write_outcome
 
 if TYPE_CHECKING:
     from dask.distributed import Client
@@ -54,7 +54,7 @@ def finished(root: Path) -> dict[str, StudentOutcome]:
 
 
 def _failed(root: Path, student: str, reason: str) -> StudentOutcome:
-    outcome = StudentOutcome(student, status="failed", error=reason)
+    outcome = StudentOutcome(student, status=Status.FAILED, error=reason)
     write_outcome(root / FOLDER, outcome)
     return outcome
 

@@ -31,6 +31,9 @@ import nbformat
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
+from starter.compare import HIDDEN_ENV
+from starter.runtime import GRADING_ENV, NOTEBOOKS_ENV
+
 from . import notebooks
 
 BUILD = notebooks.ROOT / "build"
@@ -158,10 +161,10 @@ def format_numbers(n: dict[str, float]) -> str:
 def kernel_env(base: dict | None = None) -> dict:
     """The kernel's environment: this one, plus the hidden references and the inline backend."""
     env = dict(os.environ if base is None else base)
-    env["COURSE_HIDDEN_REFERENCES"] = str(notebooks.HIDDEN_REFERENCES)
-    env["COURSE_NOTEBOOKS_DIR"] = str(notebooks.SOLUTIONS)  # "your" earlier notebooks, for 04-07
+    env[HIDDEN_ENV] = str(notebooks.HIDDEN_REFERENCES)
+    env[NOTEBOOKS_ENV] = str(notebooks.SOLUTIONS)  # "your" earlier notebooks, for 04-07
     env["MPLBACKEND"] = INLINE_BACKEND  # not an inherited Agg: figures must become outputs
-    env.pop("NBGRADER_EXECUTION", None)
+    env.pop(GRADING_ENV, None)
     return env
 
 

@@ -15,11 +15,24 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field, fields
+from enum import Enum
 from pathlib import Path
 
 from .judge import NotebookRecord
 
 FOLDER = "outcomes"  # in the course folder and in OUT
+
+
+class Status(str, Enum):
+    """How a student's grading went. A str: the files and the CSVs write its value."""
+
+    PENDING = "pending"  # not graded yet
+    GRADED = "graded"
+    FAILED = "failed"  # refused at intake, or grading raised (`error` says why)
+    NO_NOTEBOOKS = "no notebooks"  # the submission holds none of the assignment's notebooks
+
+    def __str__(self) -> str:  # the value in f-strings and logs, on every Python (3.12 changed the mixin's)
+        return self.value
 
 
 @dataclass
@@ -28,11 +41,11 @@ class StudentOutcome:
     notebooks: dict[str, str] = field(default_factory=dict)  # notebook stem -> file graded
     notes: list[str] = field(default_factory=list)  # what was wrong with the submission, per file
     flags: list[str] = field(default_factory=list)  # for manual review (suspected tampering, a sandbox stopped)
-    status: str = "pending"  # graded | failed | no notebooks
+    status: Status = Status.PENDING
     seconds: float = 0.0  # spent grading the student
     name: str = ""  # the student's name as the export gives it (the id if empty)
     lms_id: str = ""  # the LMS's participant id, where the export gives one
-    error: str = ""  # why grading failed (status "failed")
+    error: str = ""  # why grading failed (Status.FAILED)
     traceback: str = ""  # where, when grading raised
     sandboxes_started: int = 0  # 0: graded in a sandbox kept warm from the worker's previous student
     judged: list[NotebookRecord] = field(default_factory=list)  # the judge's record of each notebook, in order
@@ -45,6 +58,7 @@ class StudentOutcome:
     def from_dict(cls, raw: dict) -> StudentOutcome:
         known = {f.name for f in fields(cls)}
         outcome = cls(**{k: v for k, v in raw.items() if k in known and k != "judged"})
+        outcome.status = Status(outcome.status)  # an unknown one raises ValueError, as a damaged file does
         outcome.judged = [NotebookRecord.from_dict(r) for r in raw.get("judged", [])]
         return outcome
 
@@ -53,9 +67,9 @@ def joined(intake: StudentOutcome, graded: StudentOutcome | None) -> StudentOutc
     """The outcome of a student as intake found them and a worker graded them (None: not graded)."""
     if graded is None:
         return intake
-    failed = graded.status != "graded"
+    failed = graded.status != Status.GRADED
     return StudentOutcome(
-        student=intake.student, notebooks=intake.notebooks, status="failed" if failed else "graded",
+        student=intake.student, notebooks=intake.notebooks, status=Status.FAILED if failed else Status.GRADED,
         notes=intake.notes + graded.notes + ([graded.error or "unknown error"] if failed else []),
         flags=intake.flags + graded.flags, seconds=graded.seconds, name=intake.name, lms_id=intake.lms_id,
         error=graded.error, traceback=graded.traceback, sandboxes_started=graded.sandboxes_started,

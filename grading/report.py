@@ -14,7 +14,7 @@ from pathlib import Path
 
 from . import class_report
 from .notebooks import ASSIGNMENT
-from .outcome import FOLDER, StudentOutcome, joined, write_outcome
+from .outcome import FOLDER, Status, StudentOutcome, joined, write_outcome
 from .results import ClassResults, class_results, read_points, write_loose_files
 from .spreadsheet import MAX_TEXT, write_csv
 
@@ -122,10 +122,10 @@ def report(out: Path, root: Path, results: list[StudentOutcome], graded: dict[st
         if stale.stem not in students:
             stale.unlink()
     for o in outcomes:
-        if o.status == "graded":
+        if o.status == Status.GRADED:
             copy_feedback(root, out, o.student, o.name)
         write_outcome(folder, o)
-    points = read_points(db_url, [o.student for o in outcomes if o.status == "graded"])
+    points = read_points(db_url, [o.student for o in outcomes if o.status == Status.GRADED])
     write_outputs(out, class_results(outcomes, points, loose))
     return outcomes
 

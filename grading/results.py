@@ -24,7 +24,7 @@ from pathlib import Path
 
 from .judge import CellResult, NotebookRecord
 from .notebooks import ASSIGNMENT, graded_columns, written_columns
-from .outcome import FOLDER, StudentOutcome, read_outcomes
+from .outcome import FOLDER, Status, StudentOutcome, read_outcomes
 
 LOOSE_FILES = "loose_files.json"  # in OUT: the files intake found outside any student's folder
 
@@ -77,7 +77,7 @@ class StudentResult:
 
     @property
     def graded(self) -> bool:
-        return self.outcome.status == "graded"
+        return self.outcome.status == Status.GRADED
 
     @functools.cached_property
     def records(self) -> dict[str, NotebookRecord]:
@@ -205,5 +205,5 @@ def read_class_results(out: Path, db_url: str) -> ClassResults:
     outcomes = list(read_outcomes(out / FOLDER).values())
     loose_record = out / LOOSE_FILES
     loose = json.loads(loose_record.read_text()) if loose_record.is_file() else []
-    graded = [o.student for o in outcomes if o.status == "graded"]
+    graded = [o.student for o in outcomes if o.status == Status.GRADED]
     return class_results(outcomes, read_points(db_url, graded, same_run=True), loose)

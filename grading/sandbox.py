@@ -55,8 +55,10 @@ from typing import BinaryIO
 
 import nbformat
 
+from data.common import DATA_ENV
 from starter.cases import case_groups, read_case, write_case
 from starter.compare import CASE_INPUTS_ENV, Observation, read_observations
+from starter.runtime import GRADING_ENV
 
 from . import notebooks, seccomp
 from .sandbox_runner import INTERRUPT_GRACE, KERNEL_EXIT_SECONDS, MAX_FILES, PLAIN_NAME, STARTER_SECONDS
@@ -230,9 +232,9 @@ def _sandbox_env(data_dir: Path | None, isolate: bool, scratch: Path) -> dict:
     home = SCRATCH if isolate else str(scratch)
     env = {"PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin", "HOME": home,
            "LANG": "C.UTF-8", "MPLBACKEND": "Agg", "OMP_NUM_THREADS": "1", "PYTHONDONTWRITEBYTECODE": "1",
-           "PYTHONWARNINGS": "ignore", "PYDEVD_DISABLE_FILE_VALIDATION": "1", "NBGRADER_EXECUTION": "autograde"}
+           "PYTHONWARNINGS": "ignore", "PYDEVD_DISABLE_FILE_VALIDATION": "1", GRADING_ENV: "autograde"}
     if data_dir is not None:
-        env["COURSE_DATA_DIR"] = "/tmp/data" if isolate else str(data_dir)
+        env[DATA_ENV] = "/tmp/data" if isolate else str(data_dir)
     return env
 
 

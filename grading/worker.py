@@ -42,7 +42,7 @@ from .feedback import RedactHiddenTests
 from .host_bounds import Bound, PastBound, each_bounded, run_bounded
 from .judge import NOT_RUN, NotebookRecord
 from .notebooks import ASSIGNMENT
-from .outcome import FOLDER, StudentOutcome, write_outcome
+from .outcome import FOLDER, Status, StudentOutcome, write_outcome
 from .sandbox import StudentSandbox
 from .scan import Findings, scan_notebook
 from .settings import Settings
@@ -280,7 +280,7 @@ def grade_student(run: GradingRun, student: str) -> StudentOutcome:
     is compared with the run's (`run.prepared`) before and after the student."""
     api = course.api(run.root)
     start = time.perf_counter()
-    outcome = StudentOutcome(student, status="failed")
+    outcome = StudentOutcome(student, status=Status.FAILED)
     changed = course.preparation_digest(run.root) != run.prepared
     try:
         with StudentSandbox() as student_sandbox:  # one sandbox for all of the student's notebooks
@@ -289,7 +289,7 @@ def grade_student(run: GradingRun, student: str) -> StudentOutcome:
         outcome.sandboxes_started = student_sandbox.sandboxes_started  # 0: the worker's warm one
         outcome.judged = grading.judged
         if result.get("success"):
-            outcome.status = "graded"
+            outcome.status = Status.GRADED
             outcome.notes += feedback_pages(api, grading)
         else:
             outcome.error = course.last_error(result)
@@ -298,7 +298,7 @@ def grade_student(run: GradingRun, student: str) -> StudentOutcome:
             outcome.flags.append("the sandbox was not clean after this student's notebooks, so it ended instead of "
                                  f"being kept for the next student: {'; '.join(student_sandbox.left_behind)}")
     except Exception as exc:
-        outcome.status, outcome.error = "failed", f"{type(exc).__name__}: {exc}"
+        outcome.status, outcome.error = Status.FAILED, f"{type(exc).__name__}: {exc}"
         outcome.traceback = traceback.format_exc()[-4000:]
     if changed or course.preparation_digest(run.root) != run.prepared:
         outcome.flags.append(PREPARATION_CHANGED)

@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from .runtime import TRAINED_MODEL, OneLineError
+from .runtime import GRADING_ENV, TRAINED_MODEL, OneLineError
 
 __all__ = ["TorchDecoderLayer", "LearnedPositionalEncoding", "get_layers", "LayerLoadError",
            "ToyCaptioner", "BigramCaptioner", "with_model", "with_bigram", "with_sampler", "with_attention", "follows_module",
@@ -200,7 +200,7 @@ def get_layers(choice: str = "torch", folder=None, verbose: bool = False):
         return TorchDecoderLayer, LearnedPositionalEncoding
     if choice != "mine":
         raise ValueError(f'layers must be "mine" or "torch", not {choice!r}')
-    if os.environ.get("NBGRADER_EXECUTION") and not _mine_while_grading:
+    if os.environ.get(GRADING_ENV) and not _mine_while_grading:
         if verbose:
             print('grading run: using the PyTorch-backed layers (LAYERS = "torch")')
         return TorchDecoderLayer, LearnedPositionalEncoding
@@ -367,7 +367,7 @@ def trained_captioner(model_class, decode, path=TRAINED_MODEL, layers_folder=Non
         if model_class is None or decode is None:
             raise TypeError("CaptioningTransformer or greedy_decode is None: finish notebook 04 (the model) and "
                             "run the cells that define them first")
-        grading = bool(os.environ.get("NBGRADER_EXECUTION"))
+        grading = bool(os.environ.get(GRADING_ENV))
         if grading and not Path(path).is_file():
             raise FileNotFoundError(f"no trained model was handed in: {path} (saved by notebook 05's training cell) "
                                     "belongs in your submission, in a runs/ folder next to the notebooks")

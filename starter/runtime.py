@@ -29,8 +29,11 @@ import shutil
 import sys
 from pathlib import Path
 
+from data.common import DATA_ENV
+
 KIT_ROOT = Path(__file__).resolve().parent.parent
-NOTEBOOKS_ENV = "COURSE_NOTEBOOKS_DIR"
+NOTEBOOKS_ENV = "COURSE_NOTEBOOKS_DIR"  # the environment variable naming the course folder
+GRADING_ENV = "NBGRADER_EXECUTION"  # set (by nbgrader, and by the kit's sandbox) while a notebook is graded
 MODEL_NOTEBOOK = "04_captioning_data_and_model.ipynb"  # the data pipeline, CaptioningTransformer and its loss
 TRAINING_NOTEBOOK = "05_training_and_evaluation.ipynb"  # training, greedy_decode, evaluate_captions
 TRAINED_MODEL = "runs/captioning_transformer.pt"  # where notebook 05 saves its model, in the course folder
@@ -81,7 +84,7 @@ def start_notebook(use_drive: bool = True, course_dir: str = "attention-course")
         os.chdir(folder)
         os.environ[NOTEBOOKS_ENV] = str(folder)
         # the datasets too, so that a new runtime (notebook 06 after 05) does not build them again
-        os.environ.setdefault("COURSE_DATA_DIR", str(folder / "data"))
+        os.environ.setdefault(DATA_ENV, str(folder / "data"))
         print(f"course folder (Google Drive): {folder}")
         saves = colab_saves_folder()
         saved_apart = _course_copies(saves) if saves != folder.resolve() else []

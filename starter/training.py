@@ -27,13 +27,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .runtime import OneLineError, missing_checkpoint
+from .runtime import GRADING_ENV, OneLineError, missing_checkpoint
 
 __all__ = ["GRADING", "pick_device", "seed_everything", "train", "TrainConfig", "TrainingPieces", "FitConfig",
            "TrainingPlan", "save_checkpoint", "load_checkpoint",
            "overfit_small_batch", "count_parameters"]
 
-GRADING = bool(os.environ.get("NBGRADER_EXECUTION"))
+GRADING = bool(os.environ.get(GRADING_ENV))
 
 
 def _device_name(device) -> str:

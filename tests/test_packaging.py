@@ -160,3 +160,33 @@ def test_every_link_between_the_documents_reaches_its_file_and_heading():
                 if anchor not in headings:
                     broken.append(f"{doc.name}: {target} (no such heading)")
     assert not broken, broken
+
+
+ENV_NAME = re.compile(r"(COURSE|NBGRADER)_[A-Z_]+")
+
+
+def test_each_environment_variable_of_the_kit_is_named_in_one_place():
+    """A variable the kit reads or sets (`COURSE_*`, nbgrader's `NBGRADER_EXECUTION`) is spelled as a string once,
+    in a module-level constant that everything else imports; the sandbox's standalone runner, which imports
+    nothing of the kit, keeps a copy that must equal the constant."""
+    from starter import compare
+
+    spelled: dict[str, list[str]] = {}
+    defined: dict[str, str] = {}
+    for folder in ("grading", "starter", "data", "benchmarks"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            tree = ast.parse(path.read_text())
+            constants = {id(node.value) for node in tree.body if isinstance(node, ast.Assign)}
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Constant) and isinstance(node.value, str) and ENV_NAME.fullmatch(node.value):
+                    where = f"{path.relative_to(ROOT)}:{node.lineno}"
+                    spelled.setdefault(node.value, []).append(where)
+                    if id(node) in constants:
+                        defined.setdefault(node.value, where)
+    assert "NBGRADER_EXECUTION" in spelled and "COURSE_DATA_DIR" in spelled  # the scan sees them
+    runner_copy = [w for w in spelled.get(compare.RESULTS_ENV, []) if w.startswith("grading/sandbox_runner.py")]
+    assert len(runner_copy) == 1, f"grading/sandbox_runner.py should keep its copy of {compare.RESULTS_ENV}"
+    twice = {name: places for name, places in spelled.items()
+             if len([p for p in places if p not in runner_copy]) != 1 or name not in defined}
+    assert not twice, ("spelled more than once, or not as a module's constant (import the constant instead): "
+                       + "; ".join(f"{n} at {', '.join(p)}" for n, p in sorted(twice.items())))

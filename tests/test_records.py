@@ -8,7 +8,7 @@ from dataclasses import asdict
 import pytest
 
 from grading.judge import CaseResult, CellResult, NotebookRecord
-from grading.outcome import StudentOutcome, joined, read_outcome, read_outcomes, write_outcome
+from grading.outcome import Status, StudentOutcome, joined, read_outcome, read_outcomes, write_outcome
 
 
 def record(student: str, notebook: str) -> NotebookRecord:
@@ -19,12 +19,13 @@ def record(student: str, notebook: str) -> NotebookRecord:
 
 
 def test_an_outcome_reads_back_as_it_was_written(tmp_path):
-    written = StudentOutcome("alice", notebooks={"06_decoding": "06_decoding.ipynb"}, status="graded",
+    written = StudentOutcome("alice", notebooks={"06_decoding": "06_decoding.ipynb"}, status=Status.GRADED,
                              flags=["06_decoding: time limit"], seconds=3.2, name="Alice A", lms_id="77",
                              judged=[record("alice", "06_decoding")])
     path = write_outcome(tmp_path, written)
     assert path == tmp_path / "alice.json" and not list(tmp_path.glob("*.tmp"))
-    assert read_outcome(path) == written
+    assert read_outcome(path) == written and read_outcome(path).status is Status.GRADED
+    assert json.loads(path.read_text())["status"] == "graded" and f"{written.status}" == "graded"  # its value
     assert read_outcomes(tmp_path) == {"alice": written}
     assert "judged" not in written.summary() and written.summary()["flags"] == written.flags  # report.json's entry
 
@@ -37,6 +38,9 @@ def test_a_damaged_outcome_is_left_out_of_the_reports_and_read_alone_raises(tmp_
     (tmp_path / "bob.json").write_text(json.dumps(broken))
     assert set(read_outcomes(tmp_path)) == {"alice"}  # (a resumed run grades bob again)
     with pytest.raises(TypeError):
+        read_outcome(tmp_path / "bob.json")
+    (tmp_path / "bob.json").write_text(json.dumps(dict(broken, judged=[], status="grated")))  # no such status
+    with pytest.raises(ValueError, match="'grated' is not a valid Status"):
         read_outcome(tmp_path / "bob.json")
 
 
