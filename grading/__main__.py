@@ -127,14 +127,14 @@ def main(argv: list[str] | None = None) -> int:
 def _from_class_results(args, command: str, write) -> bool:
     """`write(results)`: the class's results of the run in `args.out` (its outcomes, the gradebook's points
     now), holding the course folder while it reads and writes. True, after one line on stderr, if it could not."""
-    from .course import DEFAULT_COURSE, CourseLockError, hold, sqlite_url
+    from .course import DEFAULT_COURSE, GRADEBOOK_FILE, CourseLockError, hold, sqlite_url
     from .results import read_class_results
 
     if not (args.out / "outcomes").is_dir():
         print(f"error: {args.out} holds no graded run (no outcomes/): run autograde first", file=sys.stderr)
         return True
     course_dir = args.course or DEFAULT_COURSE
-    db_url = args.db or (sqlite_url(course_dir) if (course_dir / "gradebook.db").is_file() else None)
+    db_url = args.db or (sqlite_url(course_dir) if (course_dir / GRADEBOOK_FILE).is_file() else None)
     if db_url is None:  # the points are the gradebook's: without it there are none
         print(f"error: no gradebook in {course_dir}: give the run's --course or --db", file=sys.stderr)
         return True

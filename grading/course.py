@@ -76,9 +76,12 @@ class NbgraderError(RuntimeError):
 DEFAULT_COURSE = notebooks.ROOT / "grading" / "work" / "course"  # the course folder when none is given
 
 
+GRADEBOOK_FILE = "gradebook.db"  # the SQLite gradebook, in the course folder
+
+
 def sqlite_url(root: Path) -> str:
     """The gradebook's URL when the course folder `root` keeps it, as SQLite (one writer: one worker)."""
-    return f"sqlite:///{root / 'gradebook.db'}"
+    return f"sqlite:///{root / GRADEBOOK_FILE}"
 
 
 def write_config(root: Path, db_url: str | None = None) -> None:
