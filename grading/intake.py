@@ -9,7 +9,7 @@ Submissions are only read.
 
 Students are found as an LMS export lays them out (`handins`): a folder per student (any name: Moodle's
 `First Last_<id>_assignsubmission_file[_]` gives the name and the participant id), or the flat files of
-Canvas (`lastfirst_<id>_<submission>_<file>`) or of Moodle without folders; a flat file whose name reads as
+Canvas (`lastfirst_<user id>_<attachment id>_<file>`) or of Moodle without folders; a flat file whose name reads as
 more than one student's is nobody's (each of them gets a row that says so, for a person to decide). Each is
 graded under an id that is safe as a folder and gradebook name (`student_id`); the reports show the name as
 given. One student's ignored files are noted one by one up to MAX_FILES_NOTED of a kind, then counted.
@@ -34,7 +34,7 @@ import nbformat
 from . import notebooks
 from .host_bounds import Bound, PastBound, run_bounded
 from .notebooks import ASSIGNMENT
-from .outcome import StudentOutcome
+from .outcome import Status, StudentOutcome
 from .scan import is_student_code
 from .submission import read_any, rebuild
 
@@ -87,8 +87,11 @@ def shown(name: str) -> str:
 MOODLE_FOLDER = re.compile(r"(?P<name>.+)_(?P<lms_id>\d+)_assignsubmission_[a-z]+_?", re.S)
 MOODLE_FIELDS = re.compile(r"(?=(_(?P<lms_id>\d+)_assignsubmission_[a-z]+_))")  # at every place they could be
 # Canvas: `<lastfirst>_<user id>_<attachment id>_<file>` (`<lastfirst>_LATE_...` when late); the name is the part
-# before the first `_` (Canvas keeps none in it), so a name cannot hold the fields that follow it: one reading
-CANVAS_FILE = re.compile(r"(?P<name>[^_]+)_(?:(?P<late>late)_)?(?P<lms_id>\d+)_\d+_(?P<file>.+)", re.S | re.I)
+# before the first `_` (Canvas keeps none in it), so a name cannot hold the fields that follow it: one reading.
+# The attachment id is the id of the file the student handed in: Canvas's re-upload of feedback files matches a
+# file to a submission by it (grading.lms_export), so a notebook taken from such a file keeps that name.
+CANVAS_FILE = re.compile(r"(?P<name>[^_]+)_(?:(?P<late>late)_)?(?P<lms_id>\d+)_(?P<attachment_id>\d+)_(?P<file>.+)",
+                         re.S | re.I)
 LATE_NOTE = "handed in late (the export marks it LATE)"  # the note of a late student (grading.lms_export reads it)
 
 
@@ -104,16 +107,26 @@ def lms_readings(entry: str, folder: bool) -> list[Reading]:
     """Every way an entry of the class folder's name reads as a student's: one for a folder (a Moodle folder
     `First Last_<id>_assignsubmission_file[_]` is First Last's, any other folder the student of that name); for a
     file, one per split of its name as a flat export writes it (Moodle's `First Last_<id>_assignsubmission_file_<file>`,
-    Canvas's `lastfirst_<id>_<submission>_<file>`), none for a loose file, several for a name nobody can own."""
+    Canvas's `lastfirst_<user id>_<attachment id>_<file>`), none for a loose file, several for a name nobody
+    can own."""
     if folder:
         m = MOODLE_FOLDER.fullmatch(entry)
         return [Reading(m["name"], m["lms_id"], "", False) if m else Reading(entry, "", "", False)]
     found = [Reading(entry[:m.start()], m["lms_id"], entry[m.end(1):], False) for m in MOODLE_FIELDS.finditer(entry)
              if m.start() > 0 and m.end(1) < len(entry)]
+    canvas = _canvas_reading(entry)
+    return found + [canvas] if canvas else found
+
+
+def _canvas_reading(entry: str) -> Reading | None:
     m = CANVAS_FILE.fullmatch(entry)
-    if m:
-        found.append(Reading(m["name"], m["lms_id"], m["file"], bool(m["late"])))
-    return found
+    return Reading(m["name"], m["lms_id"], m["file"], bool(m["late"])) if m else None
+
+
+def canvas_ids(name: str) -> tuple[str, str] | None:
+    """(user id, attachment id) of a file named as Canvas's download names it, else None."""
+    m = CANVAS_FILE.fullmatch(name)
+    return (m["lms_id"], m["attachment_id"]) if m else None
 
 
 @dataclass
@@ -126,6 +139,7 @@ class Handin:
     entries: list[str] = field(default_factory=list)  # the class folder's names of those (zip members refused too)
     late: bool = False
     disputed: list[str] = field(default_factory=list)  # files whose names read as this student's and another's
+    from_canvas: set[Path] = field(default_factory=set)  # loose files named as Canvas's download names them
 
     @property
     def key(self) -> str:
@@ -164,6 +178,8 @@ def handins(folder: Path, refused: dict[str, bool]) -> tuple[list[Handin], list[
                 handin.folders.append(path)
             else:
                 handin.files.append((path, reading.file))
+                if _canvas_reading(entry) == reading:
+                    handin.from_canvas.add(path)
     return list(found.values()), loose
 
 
@@ -410,7 +426,8 @@ def _collect(handin: Handin, known: dict[str, str], result: StudentOutcome, dest
             result.notes.append(f"{rel}: not graded: {too_large}")
             continue
         result.notes += [f"{rel}: {note}" for note in repairs + rebuilt.notes]
-        result.notebooks[stem] = str(rel)
+        # a file of Canvas's download is recorded by its name there, which holds its attachment id
+        result.notebooks[stem] = chosen.name if chosen in handin.from_canvas else str(rel)
     _keep_checkpoint(checkpoints, result, dest, ignored)
 
 
@@ -464,10 +481,10 @@ def stage_student(root: Path, handin: Handin, known: dict[str, str], student: st
         shutil.rmtree(submitted, ignore_errors=True)  # nothing half-staged is graded
         with contextlib.suppress(OSError):
             submitted.parent.rmdir()  # the student's folder, if nothing else is in it
-        return StudentOutcome(student=result.student, status="failed", notes=result.notes + [f"refused: {why}"],
+        return StudentOutcome(student=result.student, status=Status.FAILED, notes=result.notes + [f"refused: {why}"],
                              name=result.name, lms_id=result.lms_id)
     if not result.notebooks:
-        result.status = "no notebooks"
+        result.status = Status.NO_NOTEBOOKS
         result.notes.append("no notebook of this assignment in the folder: nothing to grade (0)")
     return result
 
@@ -538,7 +555,7 @@ def intake(submissions: Path, root: Path, students: list[str] | None = None) -> 
                 disputed = Ignored()
                 for file in handin.disputed:
                     disputed.add(file, DISPUTED)
-                results.append(StudentOutcome(student=student, status="failed", notes=disputed.notes() + [note],
+                results.append(StudentOutcome(student=student, status=Status.FAILED, notes=disputed.notes() + [note],
                                              flags=[DISPUTED_FLAG] if handin.disputed else [],
                                              name=shown(handin.name), lms_id=handin.lms_id))
                 continue

@@ -17,8 +17,10 @@ Moodle (OUT/moodle/):
   `Feedback comments` is the comments plugin's editor field (never the first column: next() skips index 0).
   `Last modified (grade)` goes through strtotime(): process_import_grades() (locallib.php) skips a grade that
   changed in Moodle more than 60 s after it, unless "Allow updating records modified more recently in Moodle"
-  is ticked; an empty grade, or one above the assignment's maximum, is skipped. UTF-8 without a BOM
-  (parsecsv() loads it as 'utf-8', 'comma'; headers are compared exactly).
+  is ticked; an empty grade, or one above the assignment's maximum, is skipped. `Maximum grade` is the course's
+  whole maximum (test cells and written answers) or 100 with --percent; a grade above it (extra credit given in
+  formgrader) is left empty and the student listed in `not_exported.csv`, never written for Moodle to skip.
+  UTF-8 without a BOM (parsecsv() loads it as 'utf-8', 'comma'; headers are compared exactly).
 - `feedback_files.zip`, for "Upload multiple feedback files in a zip": one folder per student named
   `<Full Name>_<participant id>_assignsubmission_file_` as mod/assign/feedback/file/importziplib.php
   (`is_valid_filename_for_import`) reads it: the folder name is split at its first four `_` (explode('_', ..., 5)),
@@ -31,8 +33,13 @@ Canvas (OUT/canvas/):
   SIS columns and Section), a row whose first cell matches /Points Possible/, then one row per student matched by
   `ID` (the Canvas user id of the download's file names). The assignment's header is `Name (id)` as Canvas
   exports it (`--assignment`; Assignment.title_and_id), or a title it matches by name.
-- `feedback/<lastfirst>_<user id>/`: each student's feedback pages. Canvas's bulk re-upload of submission files
-  was not confirmed here (see docs/lms.md): attach them in SpeedGrader, or check the format before zipping them.
+- `feedback_files.zip`, for the assignment's "Re-Upload Submissions" (Assignment#generate_comments_from_files,
+  app/models/assignment.rb): Canvas unpacks every file by its base name alone (lib/zip_extractor.rb), splits
+  the name at `_` and takes its first two all-digit parts as the user id and the attachment id, which must be
+  a file of that user's submission (infer_comment_context_from_filename). So each feedback page is at the zip's
+  root as `<lastfirst>_<user id>_<attachment id>_<page>`, the attachment id of the notebook's file as the
+  student handed it in (intake keeps the download's name of it). A student with pages but no attachment id
+  (a submission not from Canvas's download) keeps their grade in the CSV and is listed in `not_exported.csv`.
 - `students.csv`: who was exported with their late flag (the import CSV has no column for it: any column after
   Section is read as an assignment).
 """
@@ -45,7 +52,7 @@ import zipfile
 from datetime import datetime, timezone
 from pathlib import Path
 
-from .intake import LATE_NOTE
+from .intake import LATE_NOTE, canvas_ids
 from .notebooks import ASSIGNMENT
 from .results import ClassResults, StudentResult
 from .spreadsheet import write_csv
@@ -85,6 +92,11 @@ def exported(results: ClassResults) -> tuple[list[StudentResult], list[tuple[Stu
         raise ExportError("two students share an LMS id, refusing to export: " + "; ".join(
             f"{i}: {', '.join(repr(s.outcome.name or s.student) for s in ss)}" for i, ss in sorted(shared.items())))
     return [ss[0] for ss in with_id.values()], missing
+
+
+def maximum(results: ClassResults, percent: bool) -> float:
+    """The grade's maximum: the course's points (test cells and written answers), or 100 for a percentage."""
+    return 100.0 if percent else results.max_total()
 
 
 def grade(results: ClassResults, s: StudentResult, percent: bool) -> float | str:
@@ -128,6 +140,14 @@ def _fresh(folder: Path) -> Path:
     return folder
 
 
+def write_zip(path: Path, members: list[tuple[Path, str]]) -> Path:
+    """A zip of (file, its name in the zip), written whole even when there is nothing to put in it."""
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+        for file, name in members:
+            zf.write(file, name)
+    return path
+
+
 def write_not_exported(dest: Path, missing: list[tuple[StudentResult, str]]) -> Path:
     return write_csv(dest / NOT_EXPORTED, [["id", "name", "status", "grade", "reason"]] + [
         [s.student, _name(s), s.outcome.status, round(s.total(), 4) if s.graded else "", why] for s, why in missing])
@@ -148,18 +168,44 @@ def export_moodle(out: Path, results: ClassResults, percent: bool = False, now: 
     students.sort(key=lambda s: int(s.outcome.lms_id) if s.outcome.lms_id.isdigit() else 0)
     # strtotime() reads ISO 8601; the import keeps a grade changed in Moodle after this time (locallib.php)
     stamp = (now or datetime.now(timezone.utc)).replace(microsecond=0).isoformat()
-    top = 100.0 if percent else results.max_total()
+    top = maximum(results, percent)
+
+    def cell(s: StudentResult) -> float | str:
+        g = grade(results, s, percent)
+        if isinstance(g, float) and g > top:  # Moodle's import would skip it unsaid: the student is listed instead
+            missing.append((s, f"grade {g:g} is above the maximum {top:g}, which Moodle's import skips: "
+                               "not written (give the grade by hand)"))
+            return ""
+        return g
+
     rows = [MOODLE_HEADER] + [
         [PARTICIPANT + s.outcome.lms_id, _name(s), ("Graded" if s.graded else "Not graded") + (", late" if late(s) else ""),
-         grade(results, s, percent), top, stamp, html.escape(summary(results, s), quote=False)] for s in students]
+         cell(s), top, stamp, html.escape(summary(results, s), quote=False)] for s in students]
     paths = [write_csv(dest / "grading_worksheet.csv", rows)]
-    with zipfile.ZipFile(dest / "feedback_files.zip", "w", zipfile.ZIP_DEFLATED) as zf:
-        for s in students:
-            for page in _pages(out, s):
-                zf.write(page, f"{moodle_folder(_name(s), s.outcome.lms_id)}/{page.name}")
-    paths.append(dest / "feedback_files.zip")
+    pages = [(page, f"{moodle_folder(_name(s), s.outcome.lms_id)}/{page.name}") for s in students
+             for page in _pages(out, s)]
+    paths.append(write_zip(dest / "feedback_files.zip", pages))
     paths.append(write_not_exported(dest, missing))
     return paths
+
+
+def canvas_file(name: str, user_id: str, attachment_id: str, page: str) -> str:
+    """A feedback page's name as Canvas's re-upload reads it: `<lastfirst>_<user id>_<attachment id>_<page>`.
+    Canvas takes the first two all-digit parts between `_` as the ids, so the name part keeps letters, digits
+    and `-` only, and is never all digits."""
+    lastfirst = re.sub(r"[^0-9A-Za-z-]+", "", name)
+    return f"{lastfirst if lastfirst and not lastfirst.isdigit() else 'student'}_{user_id}_{attachment_id}_{page}"
+
+
+def canvas_attachments(s: StudentResult) -> dict[str, str]:
+    """{notebook: the Canvas attachment id of the file it was graded from}, read from the name intake kept of a
+    file of Canvas's download; a file of another user's id (a name that only looks like Canvas's) is none."""
+    found = {}
+    for stem, graded_as in s.outcome.notebooks.items():
+        ids = canvas_ids(Path(graded_as).name)
+        if ids and ids[0] == s.outcome.lms_id:
+            found[stem] = ids[1]
+    return found
 
 
 def export_canvas(out: Path, results: ClassResults, percent: bool = False, assignment: str = ASSIGNMENT) -> list[Path]:
@@ -174,14 +220,19 @@ def export_canvas(out: Path, results: ClassResults, percent: bool = False, assig
     rows: list[list] = [CANVAS_HEADER + [assignment], [POINTS_POSSIBLE, "", "", "", "", results.max_total()]]
     rows += [[_name(s), s.outcome.lms_id, "", "", "", cell(s)] for s in students]
     paths = [write_csv(dest / "gradebook_import.csv", rows)]
-    feedback = dest / "feedback"
+    pages: list[tuple[Path, str]] = []
     for s in students:
+        attachments, unmatched = canvas_attachments(s), []
         for page in _pages(out, s):
-            folder = feedback / f"{re.sub(r'[^0-9A-Za-z-]+', '', _name(s)) or 'student'}_{s.outcome.lms_id}"
-            folder.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(page, folder / page.name)
-    if feedback.is_dir():
-        paths.append(feedback)
+            if page.stem in attachments:
+                pages.append((page, canvas_file(_name(s), s.outcome.lms_id, attachments[page.stem], page.name)))
+            else:
+                unmatched.append(page.stem)
+        if unmatched:
+            missing.append((s, f"feedback of {', '.join(unmatched)} not in feedback_files.zip: no Canvas attachment "
+                               "id (the file was not named as Canvas's download names it); the grade is in "
+                               "gradebook_import.csv, attach the pages in SpeedGrader"))
+    paths.append(write_zip(dest / "feedback_files.zip", pages))
     paths.append(write_csv(dest / "students.csv", [["ID", "Student", "id", "status", "grade", "late", "summary"]] + [
         [s.outcome.lms_id, _name(s), s.student, s.outcome.status, cell(s), "yes" if late(s) else "", summary(results, s)]
         for s in students]))

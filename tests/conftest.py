@@ -52,6 +52,16 @@ def hidden_references(monkeypatch):
 SOLUTION_STEMS = [p.stem for p in nbs.solution_notebooks()]
 
 
+@pytest.fixture(scope="module")
+def blank_gradebook(request, tmp_path_factory) -> Path:
+    """The assignment's gradebook after the judge scored the graded students of the requesting test module: its
+    `_outcomes()`, each cell of its notebook `NB` (tests/support/gradebooks.py)."""
+    from support.gradebooks import judged_gradebook
+
+    module = request.module
+    return judged_gradebook(tmp_path_factory.mktemp("gradebook") / "gradebook.db", module._outcomes(), module.NB)
+
+
 @pytest.fixture(scope="session")
 def trained_model_file(tmp_path_factory) -> Path:
     """Notebook 05's model as a student who finished it hands it in (the solution's, layers from notebooks

@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import json
 import shutil
-from pathlib import Path
 
 import pytest
-from support.gradebooks import judged_gradebook
 
 from grading import notebooks as nbs
 from grading.judge import CaseResult, CellResult, NotebookRecord
@@ -40,14 +38,8 @@ def _outcome(student: str, failing: str | None = None) -> StudentOutcome:
                           judged=[record])
 
 
-def _outcomes() -> list[StudentOutcome]:
+def _outcomes() -> list[StudentOutcome]:  # conftest's blank_gradebook scores these (and NB)
     return [_outcome("alice"), _outcome("bob", failing=TASK)]
-
-
-@pytest.fixture(scope="module")
-def blank_gradebook(tmp_path_factory) -> Path:
-    """The assignment's gradebook after the judge scored the graded students (each cell of notebook 01)."""
-    return judged_gradebook(tmp_path_factory.mktemp("gradebook") / "gradebook.db", _outcomes(), NB)
 
 
 @pytest.fixture

@@ -7,7 +7,10 @@ The readers below re-implement the importers' parsing (docs/lms.md names the sou
 - Moodle's feedback zip (mod/assign/feedback/file/importziplib.php, is_valid_filename_for_import()): each path
   part split at its first four `_`, [1] a numeric participant id, [2]/[3] a plugin;
 - Canvas's gradebook import (app/models/gradebook_importer.rb): Student/ID/SIS User ID/SIS Login ID/Section,
-  a /Points Possible/ row, students matched by ID.
+  a /Points Possible/ row, students matched by ID;
+- Canvas's re-upload of feedback files (app/models/assignment.rb, generate_comments_from_files() and
+  infer_comment_context_from_filename(); lib/zip_extractor.rb): each file by its base name, split at `_`, its
+  first two all-digit parts the user id and the attachment id.
 
 The nbgrader exporter plugin (grading/lms_export_plugin.py) writes the same files.
 
@@ -25,7 +28,6 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-from support.gradebooks import judged_gradebook
 
 from grading import notebooks as nbs
 from grading.intake import LATE_NOTE
@@ -81,6 +83,33 @@ def moodle_zip_import(path: Path, participants: set[str]) -> dict[str, list[str]
     return matched
 
 
+def canvas_reupload(path: Path) -> dict[str, set[str]]:
+    r"""{user id: {attachment ids}} of the files Canvas's "Re-Upload Submissions" attaches as comments, by its rules:
+    ZipExtractor#unzip_files extracts every file under its base name alone into one folder (File.split(name).last:
+    two files of one base name would overwrite each other); infer_comment_context_from_filename() splits the base
+    name at `_`, takes the first two parts matching /^\d+$/ as user_id and attachment_id, and drops the attachment
+    when the last part matches /^link/ or the name /^\._/ (Ruby: ^ and $ at line ends, \d ASCII). A file without
+    both is ignored; the rest (the attachment being one of that user's submission) is checked by the caller."""
+    found: dict[str, set[str]] = {}
+    with zipfile.ZipFile(path) as zf:
+        names = [m.rsplit("/", 1)[-1] for m in zf.namelist() if not m.endswith("/")]
+    assert len(names) == len(set(names)), f"two files of one base name: one would overwrite the other {names}"
+    for filename in names:
+        ids = canvas_comment_ids(filename)
+        if ids:
+            found.setdefault(ids[0], set()).add(ids[1])
+    return found
+
+
+def canvas_comment_ids(filename: str) -> tuple[str, str] | None:
+    """(user id, attachment id) as infer_comment_context_from_filename() reads a base name; None: ignored."""
+    parts = filename.split("_")
+    ids = [part for part in parts if re.search(r"^\d+$", part, re.M | re.A)][:2]
+    if re.search("^link", parts[-1], re.M) or re.search(r"^\._", filename, re.M) or len(ids) < 2:
+        return None
+    return ids[0], ids[1]
+
+
 def canvas_import(path: Path) -> tuple[list[str], list[str], dict[str, dict]]:
     """(assignment headers, points possible, {user id: {name, grades}}) as GradebookImporter parses the CSV."""
     rows = list(csv.reader(path.read_text(encoding="utf-8").splitlines()))
@@ -103,7 +132,7 @@ def canvas_import(path: Path) -> tuple[list[str], list[str], dict[str, dict]]:
 # -- a run made by hand ------------------------------------------------------------------------------------
 
 def _outcome(student: str, name: str, lms_id: str, status: str = "graded", failing: str | None = None,
-             notes: list[str] | None = None) -> StudentOutcome:
+             notes: list[str] | None = None, graded_as: str = f"{NB}.ipynb") -> StudentOutcome:
     cells = []
     for stem, task, points in nbs.graded_columns():
         if stem == NB:
@@ -111,25 +140,23 @@ def _outcome(student: str, name: str, lms_id: str, status: str = "graded", faili
             case = CaseResult(f"{task}-hidden", "hidden case 1", False, ok, "" if ok else "raises", "" if ok else "x")
             cells.append(CellResult(task, points if ok else 0.0, points, [case]))
     judged = [NotebookRecord(student, NB, "finished", "", True, 1.0, [], cells)] if status == "graded" else []
-    return StudentOutcome(student, notebooks={NB: f"{NB}.ipynb"}, status=status, name=name, lms_id=lms_id,
+    return StudentOutcome(student, notebooks={NB: graded_as}, status=status, name=name, lms_id=lms_id,
                           notes=list(notes or []), error="boom" if status == "failed" else "", judged=judged)
 
 
-def _outcomes() -> list[StudentOutcome]:
-    return [_outcome("alice", ACCENTED, "101", notes=[LATE_NOTE]),
-            _outcome("bob", "Bob Jones", "102", failing=TASK),
+def _outcomes() -> list[StudentOutcome]:  # conftest's blank_gradebook scores these (and NB)
+    # alice and bob handed in the files of a Canvas download (intake keeps that name: it holds the attachment id)
+    return [_outcome("alice", ACCENTED, "101", notes=[LATE_NOTE], graded_as=f"obrienzoe_LATE_101_5001_{NB}.ipynb"),
+            _outcome("bob", "Bob Jones", "102", failing=TASK, graded_as=f"jonesbob_102_5002_{NB}-1.ipynb"),
             _outcome("carol", "Carol King", "103", status="failed"),
             _outcome("dave", "dave", "")]  # a folder of his own name: no LMS id
 
 
+COURSE_POINTS = sum(p for *_, p in nbs.graded_columns() + nbs.written_columns())
+
+
 def _nb01_points() -> float:
     return sum(p for stem, _, p in nbs.graded_columns() if stem == NB)
-
-
-@pytest.fixture(scope="module")
-def blank_gradebook(tmp_path_factory) -> Path:
-    """The assignment's gradebook after the judge scored the graded students (each cell of notebook 01)."""
-    return judged_gradebook(tmp_path_factory.mktemp("gradebook") / "gradebook.db", _outcomes(), NB)
 
 
 @pytest.fixture
@@ -181,7 +208,7 @@ def test_moodle_worksheet_and_feedback_zip_read_back(run, capsys):
     assert grades["101"]["row"]["Full name"] == ACCENTED, "the name survives accents, quotes and commas"
     assert "late" in grades["101"]["feedback"] and "late" in grades["101"]["row"]["Status"]
     assert "late" not in grades["102"]["feedback"]
-    assert float(grades["101"]["row"]["Maximum grade"]) == sum(p for *_, p in nbs.graded_columns() + nbs.written_columns())
+    assert float(grades["101"]["row"]["Maximum grade"]) == COURSE_POINTS == 102, "test cells and written answers"
     assert all("\n" not in g["feedback"] for g in grades.values())
     assert abs((datetime.now(grades["101"]["modified"].tzinfo) - grades["101"]["modified"]).total_seconds()) < 120
 
@@ -223,14 +250,59 @@ def test_canvas_gradebook_csv_reads_back(run, capsys):
     with open(run["out"] / "canvas" / "students.csv", newline="", encoding="utf-8") as f:
         late = {r["ID"]: r["late"] for r in csv.DictReader(f)}
     assert late == {"101": "yes", "102": "", "103": ""}
-    assert sorted(p.parent.name.rsplit("_", 1)[1] for p in (run["out"] / "canvas" / "feedback").glob("*/*.html")) \
-        == ["101", "102"]
     assert "dave" in (run["out"] / "canvas" / "not_exported.csv").read_text(encoding="utf-8")
+    reupload = run["out"] / "canvas" / "feedback_files.zip"
+    assert canvas_reupload(reupload) == {"101": {"5001"}, "102": {"5002"}}, "the ids intake kept of their files"
+    with zipfile.ZipFile(reupload) as zf:
+        assert b"alice" in zf.read(f"ZoZoOBrienJrx_101_5001_{NB}.html") and len(zf.namelist()) == 2
 
     _export(run, "canvas", "--percent")
     _, _, students = canvas_import(run["out"] / "canvas" / "gradebook_import.csv")
     assert students["101"]["grades"] == [f"{round(100 * _nb01_points() / total, 2):g}%"]
     assert students["103"]["grades"] == [""]
+
+
+def test_a_canvas_student_without_an_attachment_id_keeps_the_grade_and_is_listed(run):
+    """Bob's notebook was not a file of Canvas's download (no attachment id in its name): his grade is imported,
+    his page cannot be re-uploaded, and not_exported.csv says so."""
+    from grading.outcome import write_outcome
+
+    write_outcome(run["out"] / "outcomes", _outcome("bob", "Bob Jones", "102", failing=TASK))
+    _export(run, "canvas")
+    dest = run["out"] / "canvas"
+    _, _, students = canvas_import(dest / "gradebook_import.csv")
+    assert float(students["102"]["grades"][0]) == _bob_points()
+    assert canvas_reupload(dest / "feedback_files.zip") == {"101": {"5001"}}
+    with open(dest / "not_exported.csv", newline="", encoding="utf-8") as f:
+        missing = {r["id"]: r for r in csv.DictReader(f)}
+    assert set(missing) == {"bob", "dave"}, missing
+    assert "no Canvas attachment id" in missing["bob"]["reason"] and NB in missing["bob"]["reason"]
+    assert float(missing["bob"]["grade"]) == _bob_points()
+
+
+def _give_extra_credit(db_url: str, student: str, task: str, points: float) -> None:
+    from nbgrader.api import Gradebook
+
+    with Gradebook(db_url) as gb:
+        gb.find_grade(task, NB, nbs.ASSIGNMENT, student).extra_credit = points
+        gb.db.commit()
+
+
+def test_a_grade_above_moodles_maximum_is_not_written(run):
+    """Moodle's import skips a grade above the assignment's maximum: with extra credit from formgrader alice is
+    over it, so her grade is left empty (Moodle leaves it alone) and not_exported.csv names her and why."""
+    _give_extra_credit(run["db_url"], "alice", TASK, COURSE_POINTS)
+    for extra, top in (((), COURSE_POINTS), (("--percent",), 100.0)):
+        _export(run, "moodle", *extra)
+        dest = run["out"] / "moodle"
+        grades = moodle_import(dest / "grading_worksheet.csv")
+        assert {float(g["row"]["Maximum grade"]) for g in grades.values()} == {top}
+        assert grades["101"]["grade"] is None, "a grade above the maximum is written"
+        assert all(g["grade"] is None or g["grade"] <= top for g in grades.values())
+        assert grades["102"]["grade"] is not None
+        with open(dest / "not_exported.csv", newline="", encoding="utf-8") as f:
+            missing = {r["id"]: r["reason"] for r in csv.DictReader(f)}
+        assert set(missing) == {"alice", "dave"} and f"above the maximum {top:g}" in missing["alice"], missing
 
 
 def test_two_students_with_one_id_are_refused(run, capsys):
@@ -288,6 +360,26 @@ def test_canvas_round_trip(canvas_run, grading_db):
     assert all(float(s["grades"][0]) == _nb01_points() for s in students.values())
     with open(dest / "students.csv", newline="", encoding="utf-8") as f:
         assert {r["ID"]: r["late"] for r in csv.DictReader(f)} == {"12345": "", "678": "yes"}
+
+    # the feedback pages come back to the files the students handed in: the ids of the export's own names
+    from test_lms_exports import CANVAS
+
+    from grading.intake import canvas_ids
+    from grading.outcome import read_outcomes
+
+    handed_in: dict[str, set[str]] = {}
+    for members in CANVAS.values():
+        for name in members:
+            ids = canvas_comment_ids(name)
+            if name.endswith(".ipynb") and ids:
+                handed_in.setdefault(ids[0], set()).add(ids[1])
+    kept: dict[str, set[str]] = {}
+    for outcome in read_outcomes(canvas_run["out"] / "outcomes").values():
+        for graded_as in outcome.notebooks.values():
+            user, attachment = canvas_ids(graded_as) or ("", "")
+            kept.setdefault(user, set()).add(attachment)
+    assert handed_in == {"12345": {"67890"}, "678": {"999"}}
+    assert canvas_reupload(dest / "feedback_files.zip") == kept == handed_in
 
 
 def test_the_nbgrader_exporter_writes_the_same_files(run):
