@@ -54,6 +54,7 @@ from pathlib import Path
 
 from .intake import LATE_NOTE, canvas_ids
 from .notebooks import ASSIGNMENT
+from .outcome import Status
 from .results import ClassResults, StudentResult
 from .spreadsheet import write_csv
 
@@ -115,7 +116,7 @@ def summary(results: ClassResults, s: StudentResult) -> str:
         parts = [f"{s.total():g} of {results.max_total():g} points (autograded)"]
         if s.pending:
             parts.append(f"{s.pending:g} points of written answers still to be graded")
-    elif s.outcome.status == "no notebooks":
+    elif s.outcome.status == Status.NO_NOTEBOOKS:
         parts = ["not graded: no notebook of the assignment was found in the submission"]
     else:
         parts = ["not graded: automatic grading failed, your instructor will grade it"]
