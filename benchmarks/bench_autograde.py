@@ -8,11 +8,14 @@ with one bug in notebook 01), and notebook 05's trained model. In one run, on th
   its own Execute step (student code in the grader's kernel, checks judged in there);
 - the kit, 1 worker (SQLite, as plain nbgrader), then 1 and 2 workers on one PostgreSQL gradebook (if
   its binaries are installed), so that the speed-up compares worker counts and nothing else.
-Prints seconds per submission for each, the kit/plain ratio, the speed-up of 2 workers over 1, and a
-projection for 500 submissions on 16 cores. First, a control: the engine alone (grading/engine.py) with
-a stand-in task of fixed pure-Python work, 1 and 2 workers, with Dask's default background work and
-with the engine's (`engine.QUIET`), so that what the engine itself costs is measured apart from
-grading. The kit's seconds per submission come two ways: the run's wall time over the class (the
+Before any figure that compares them, it checks that the comparison is real: every student graded on
+every side (nbgrader's API results say `success` for autograde and feedback; the kit's outcomes say
+"graded") and the same points per student and notebook on every side (each side's own gradebook);
+otherwise it stops (SystemExit) naming the student and what each side gave. Then it prints seconds per
+submission for each, the kit/plain ratio, the speed-up of 2 workers over 1, and a projection for 500
+submissions on 16 cores. First, a control: the engine alone (grading/engine.py) with a stand-in task
+of fixed pure-Python work, 1 and 2 workers, with Dask's default background work and with the engine's
+(`engine.QUIET`), so that what the engine itself costs is measured apart from grading. The kit's seconds per submission come two ways: the run's wall time over the class (the
 cluster's start-up and each worker's first sandbox shared by few students), and the steady state a
 large class sees, the mean time inside the worker of the students graded in a sandbox kept warm from
 the worker's previous student.
@@ -48,66 +51,116 @@ c.Execute.timeout = 30
 """
 
 
-def make_class(folder: Path, n: int) -> list[str]:
-    """n submissions of every notebook and notebook 05's trained model (trained once, as the notebook does)."""
-    stems = [p.stem for p in notebooks.solution_notebooks()]
-    checkpoint = notebooks.trained_checkpoint(folder.parent / "trained.pt")
+def make_class(folder: Path, n: int, stems: list[str] | None = None) -> list[str]:
+    """n submissions of the notebooks `stems` (default: every notebook) and, where notebook 05 is one of them,
+    its trained model (trained once, as the notebook does)."""
+    stems = stems or [p.stem for p in notebooks.solution_notebooks()]
+    beside = {f for stem in stems for f in notebooks.FILES_BESIDE.get(stem, [])}
+    checkpoint = (notebooks.trained_checkpoint(folder.parent / "trained.pt")
+                  if notebooks.TRAINED_CHECKPOINT in beside else None)
     for i in range(n):
+        student = folder / f"student{i:03d}"
         for stem in stems:
             overrides = BUG if (i % 2 and stem.startswith("01")) else None
-            path = folder / f"student{i:03d}" / f"{stem}.ipynb"
+            path = student / f"{stem}.ipynb"
             path.parent.mkdir(parents=True, exist_ok=True)
             nbformat.write(filled_submission(stem, overrides), str(path))
-        (folder / f"student{i:03d}" / "runs").mkdir()
-        shutil.copy(checkpoint, folder / f"student{i:03d}" / notebooks.TRAINED_CHECKPOINT)
+        if checkpoint is not None:
+            (student / "runs").mkdir()
+            shutil.copy(checkpoint, student / notebooks.TRAINED_CHECKPOINT)
     return [f"student{i:03d}" for i in range(n)]
 
 
-def plain_nbgrader(subs: Path, tmp: Path, students: list[str], agg: bool = False) -> float:
-    """Seconds per submission of nbgrader's own autograde + feedback (no sandbox, no judge). Its kernels draw
-    the figures as Jupyter does (the inline backend), unless `agg`: then, like the kit's sandbox, Agg (no
-    figure becomes an output)."""
+Points = dict[str, dict[str, float]]  # student -> notebook -> points in the gradebook
+
+
+def gradebook_points(db_url: str, students: list[str]) -> Points:
+    """Each student's points per notebook, as the gradebook at `db_url` holds them (what nbgrader's reports and
+    formgrader show)."""
+    from nbgrader.api import Gradebook
+
+    with Gradebook(db_url) as gb:
+        return {s: {nb.name: float(nb.score) for nb in gb.find_submission(notebooks.ASSIGNMENT, s).notebooks}
+                for s in students}
+
+
+def same_points(plain: Points, kit_points: Points, name: str) -> None:
+    """Stop unless the kit's run `name` gave every student what plain nbgrader gave, notebook by notebook."""
+    for student in plain:
+        mine, theirs = kit_points.get(student, {}), plain[student]
+        if mine != theirs:
+            notebooks_apart = {nb: (theirs.get(nb), mine.get(nb)) for nb in sorted(theirs.keys() | mine.keys())
+                               if theirs.get(nb) != mine.get(nb)}
+            raise SystemExit(f"{student}: plain nbgrader gave {sum(theirs.values()):g} points, the kit ({name}) "
+                             f"{sum(mine.values()):g}; per notebook (plain, kit): {notebooks_apart}")
+
+
+def plain_api(root: Path):
+    """nbgrader's API made from the course's nbgrader_config.py as it reads now. Not `course.api(root)`: that
+    one was made (and kept) when the course was prepared, with the kit's steps, which refuse to run outside
+    the kit's autograde, so a "plain" run through it would grade nobody."""
+    from nbgrader.apps import NbGraderAPI
+    from nbgrader.coursedir import CourseDirectory
+    from traitlets.config.loader import PyFileConfigLoader
+
+    config = PyFileConfigLoader("nbgrader_config.py", path=str(root)).load_config()
+    coursedir = CourseDirectory(config=config)
+    coursedir.root = str(root)
+    return NbGraderAPI(coursedir, config=config)
+
+
+def plain_nbgrader(subs: Path, tmp: Path, students: list[str], agg: bool = False) -> tuple[float, Points]:
+    """(seconds per submission, points) of nbgrader's own autograde + feedback (no sandbox, no judge). Its
+    kernels draw the figures as Jupyter does (the inline backend), unless `agg`: then, like the kit's sandbox,
+    Agg (no figure becomes an output). Stops (SystemExit) at the first student nbgrader did not grade."""
     root = tmp / "course-plain"
     course.prepare_grading_course(root)
     with open(root / "nbgrader_config.py", "a") as f:
         f.write(PLAIN)
     for student in students:
         shutil.copytree(subs / student, root / "submitted" / student / notebooks.ASSIGNMENT)
-    os.environ["COURSE_HIDDEN_REFERENCES"] = str(notebooks.HIDDEN_REFERENCES)  # checks judge in the kernel
-    backend = os.environ.pop("MPLBACKEND", None)  # the kernels inherit this process's environment
-    if agg:
-        os.environ["MPLBACKEND"] = "Agg"
-    api = course.api(root)
-    start = time.perf_counter()
-    for student in students:
-        api.autograde(notebooks.ASSIGNMENT, student, force=True, create=True)
-        api.generate_feedback(notebooks.ASSIGNMENT, student, force=True)
-    seconds = (time.perf_counter() - start) / len(students)
-    del os.environ["COURSE_HIDDEN_REFERENCES"]
-    os.environ.pop("MPLBACKEND", None)
-    if backend is not None:
-        os.environ["MPLBACKEND"] = backend
-    return seconds
+    api = plain_api(root)
+    if api.config.Autograde.autograde_preprocessors[0] != "nbgrader.preprocessors.Execute":
+        raise SystemExit(f"plain nbgrader would not run its own Execute: {api.config.Autograde.autograde_preprocessors}")
+    with mock.patch.dict(os.environ):  # the kernels inherit this process's environment; restored on leaving
+        os.environ["COURSE_HIDDEN_REFERENCES"] = str(notebooks.HIDDEN_REFERENCES)  # checks judge in the kernel
+        os.environ.pop("MPLBACKEND", None)
+        if agg:
+            os.environ["MPLBACKEND"] = "Agg"
+        start = time.perf_counter()
+        for student in students:
+            for step, result in (("autograde", api.autograde(notebooks.ASSIGNMENT, student, force=True, create=True)),
+                                 ("feedback", api.generate_feedback(notebooks.ASSIGNMENT, student, force=True))):
+                if not result.get("success"):
+                    raise SystemExit(f"plain nbgrader's {step} failed for {student}: {course.last_error(result)}")
+        seconds = (time.perf_counter() - start) / len(students)
+    return seconds, gradebook_points(course.sqlite_url(root), students)
 
 
-def kit(subs: Path, tmp: Path, name: str, n: int, db_url=None, workers=1) -> tuple[float, float, float]:
+def kit(subs: Path, tmp: Path, name: str, n: int, db_url=None, workers=1) -> tuple[float, float, float, Points]:
     """(wall seconds per submission, start-up of the cluster and report included; mean seconds one student
-    takes inside its worker; the same for the students graded in a warm sandbox, the steady state)."""
+    takes inside its worker; the same for the students graded in a warm sandbox, the steady state; the points
+    in its gradebook). Stops (SystemExit) if a student was not graded."""
     root = tmp / f"course-{name}"
     course.prepare_grading_course(root, db_url)  # timed apart: done once per run, not per submission
     start = time.perf_counter()
     results = autograde(subs, tmp / f"out-{name}", course_dir=root, db_url=db_url, settings=Settings(workers=workers))
     total = time.perf_counter() - start
-    bad = [r.student for r in results if r.status != "graded"]
-    if bad:
-        raise SystemExit(f"{name}: not graded: {bad}")
+    bad = {r.student: r.error or r.status for r in results if r.status != "graded"}
+    if bad or len(results) != n:
+        raise SystemExit(f"kit ({name}): {len(results)} students found of {n}; not graded: {bad}")
+    points = gradebook_points(db_url or course.sqlite_url(root), [r.student for r in results])
     warm = [r.seconds for r in results if r.sandboxes_started == 0]
     sandbox = sum(rec.seconds for r in results for rec in r.judged) / n
     inside = sum(r.seconds for r in results) / n
     steady = sum(warm) / len(warm) if warm else inside
     print(f"  {name}: {inside:.1f} s per student inside its worker, of which {sandbox:.1f} s in the sandbox (its "
           f"start and the notebooks' own cells); {steady:.1f} s for the {len(warm)} graded in a warm sandbox")
-    return total / n, inside, steady
+    return total / n, inside, steady, points
+
+
+def class_points(points: Points) -> str:
+    return ", ".join(f"{sum(p.values()):g}" for p in points.values())
 
 
 def stand_in(student: str) -> dict:
@@ -149,22 +202,26 @@ def main() -> None:
         print(f"{n} submissions x {len(notebooks.solution_notebooks())} notebooks, {os.cpu_count()} cores")
         print(f"the engine alone, {n} stand-in tasks of fixed pure-Python work (no sandbox, no nbgrader):")
         engine_alone(tmp, n)
-        plain = plain_nbgrader(tmp / "subs", tmp, students, args.plain_agg)
+        plain, plain_points = plain_nbgrader(tmp / "subs", tmp, students, args.plain_agg)
         print(f"plain nbgrader autograde + feedback: {plain:6.1f} s per submission "
-              f"({'Agg: no figures drawn' if args.plain_agg else 'figures drawn inline, as in Jupyter'})")
-        one, _, steady = kit(tmp / "subs", tmp, "1worker", n)
+              f"({'Agg: no figures drawn' if args.plain_agg else 'figures drawn inline, as in Jupyter'}); "
+              f"{n}/{n} graded, points {class_points(plain_points)}")
+        one, _, steady, points = kit(tmp / "subs", tmp, "1worker", n)
+        same_points(plain_points, points, "1worker")  # before any ratio: both sides graded the same
         print(f"kit, 1 worker (SQLite):             {one:6.1f} s per submission, start-up included "
               f"(kit / plain nbgrader = {one / plain:.2f}); {steady:.1f} s per submission in the steady state "
-              f"(kit / plain nbgrader = {steady / plain:.2f})")
+              f"(kit / plain nbgrader = {steady / plain:.2f}); {n}/{n} graded, the same points as plain nbgrader")
         if not postgres.available():
             print("PostgreSQL not available: the 1 vs 2 workers comparison is skipped")
             return
         with postgres.server() as url:  # both on the same gradebook, so only the worker count differs
-            one_pg, inside_one, steady_one = kit(tmp / "subs", tmp, "1worker-pg", n, url, workers=1)
+            one_pg, inside_one, steady_one, points = kit(tmp / "subs", tmp, "1worker-pg", n, url, workers=1)
+            same_points(plain_points, points, "1worker-pg")
             print(f"kit, 1 worker (PostgreSQL):         {one_pg:6.1f} s per submission ({inside_one:.1f} s per "
                   "student inside the worker)")
         with postgres.server() as url:
-            two, inside_two, steady_two = kit(tmp / "subs", tmp, "2workers", n, url, workers=2)
+            two, inside_two, steady_two, points = kit(tmp / "subs", tmp, "2workers", n, url, workers=2)
+            same_points(plain_points, points, "2workers")
         print(f"kit, 2 workers (PostgreSQL):        {two:6.1f} s per submission ({inside_two:.1f} s per "
               "student inside a worker)")
         efficiency = one_pg / two / 2

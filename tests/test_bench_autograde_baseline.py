@@ -1,0 +1,66 @@
+"""The grading benchmark's plain-nbgrader baseline grades for real.
+
+`benchmarks/bench_autograde.py` compares the kit with plain nbgrader; that ratio means something only if
+plain nbgrader ran its own steps and graded every student. A tiny class (two students, notebook 01 only,
+the second with a bug in `causal_mask`) goes through the benchmark's own functions both ways: every
+student graded on both sides, and the same, nonzero points per student and notebook, with the bug costing
+points on both. Should plain nbgrader run the kit's steps again (they refuse outside the kit's autograde),
+its side fails here.
+"""
+from __future__ import annotations
+
+import importlib.util
+import sys
+
+import pytest
+from conftest import ROOT
+
+NB01 = "01_scaled_dot_product_attention"
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("bench_autograde", ROOT / "benchmarks" / "bench_autograde.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    yield module
+    sys.modules.pop(spec.name, None)
+
+
+@pytest.fixture(scope="module")
+def both_ways(bench, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("bench")
+    students = bench.make_class(tmp / "subs", 2, [NB01])
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("CUDA_VISIBLE_DEVICES", "")  # CPU only, in the kernels and sandboxes too
+        _, plain = bench.plain_nbgrader(tmp / "subs", tmp, students, agg=True)
+        _, _, _, kit = bench.kit(tmp / "subs", tmp, "1worker", len(students))
+    return students, plain, kit
+
+
+def test_plain_nbgrader_grades_every_student_with_points(both_ways):
+    students, plain, _ = both_ways
+    assert set(plain) == set(students)
+    assert all(plain[s][NB01] > 0 for s in students), plain
+    # the bug in causal_mask costs the second student points, as the check in nbgrader's kernel judges it
+    assert plain["student001"][NB01] < plain["student000"][NB01], plain
+
+
+def test_both_sides_give_the_same_points(bench, both_ways):
+    _, plain, kit = both_ways
+    assert kit == plain
+    bench.same_points(plain, kit, "1worker")  # the benchmark's own check agrees
+
+
+def test_the_check_stops_on_different_points(bench, both_ways):
+    _, plain, _ = both_ways
+    off = {s: {nb: p + (1 if s == "student001" and nb == NB01 else 0) for nb, p in points.items()}
+           for s, points in plain.items()}
+    with pytest.raises(SystemExit, match="student001: plain nbgrader gave"):
+        bench.same_points(plain, off, "1worker")
+
+
+def test_the_class_is_notebook_01_only(both_ways):
+    students, plain, _ = both_ways
+    assert {nb for s in students for nb, p in plain[s].items() if p} == {NB01}
