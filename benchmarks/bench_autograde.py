@@ -39,6 +39,7 @@ from grading import local_postgres as postgres
 from grading.autograde import autograde
 from grading.notebooks import filled_submission
 from grading.settings import Settings
+from starter.compare import HIDDEN_ENV
 
 BUG = {"causal_mask": "def causal_mask(T, device=None):\n    return torch.ones(T, T, dtype=torch.bool).tril(-1)\n"}
 PLAIN = """
@@ -123,7 +124,7 @@ def plain_nbgrader(subs: Path, tmp: Path, students: list[str], agg: bool = False
     if api.config.Autograde.autograde_preprocessors[0] != "nbgrader.preprocessors.Execute":
         raise SystemExit(f"plain nbgrader would not run its own Execute: {api.config.Autograde.autograde_preprocessors}")
     with mock.patch.dict(os.environ):  # the kernels inherit this process's environment; restored on leaving
-        os.environ["COURSE_HIDDEN_REFERENCES"] = str(notebooks.HIDDEN_REFERENCES)  # checks judge in the kernel
+        os.environ[HIDDEN_ENV] = str(notebooks.HIDDEN_REFERENCES)  # checks judge in the kernel
         os.environ.pop("MPLBACKEND", None)
         if agg:
             os.environ["MPLBACKEND"] = "Agg"
