@@ -24,7 +24,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import platform
 import shutil
+import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -37,6 +39,7 @@ import nbformat
 from grading import course, engine, notebooks
 from grading import local_postgres as postgres
 from grading.autograde import autograde
+from grading.execute import README, replace_block
 from grading.notebooks import filled_submission
 from grading.settings import Settings
 from starter.compare import HIDDEN_ENV
@@ -190,12 +193,40 @@ def engine_alone(tmp: Path, n: int) -> None:
               f"{100 * share1:.1f} % of its time alone, {100 * share2:.1f} % side by side")
 
 
+# the README's paragraph on grading speed, between these two lines, is written by a run of this benchmark
+SPEED = ("<!-- grading speed: written by `python benchmarks/bench_autograde.py --readme`; do not edit by hand -->",
+         "<!-- end of grading speed -->")
+
+
+def commit() -> str:
+    """The commit measured, and whether the tree differed from it."""
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    changed = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True,
+                             text=True).stdout.strip()
+    return f"{head or 'an unknown commit'}{' with uncommitted changes' if changed else ''}"
+
+
+def speed_paragraph(n: int, plain: float, one: float, speedup: float | None, measured: str) -> str:
+    """The README's paragraph on grading speed, from one run of this benchmark."""
+    workers = (f" With two workers (PostgreSQL) the class was graded {speedup:.2f} times as fast as with one (wall time, "
+               "start-up included)." if speedup is not None else " (PostgreSQL was not installed: no 2-worker figure.)")
+    return (f"**Speed.** Measured by `python benchmarks/bench_autograde.py --students {n} --readme` on {measured}: plain "
+            f"nbgrader's autograde and feedback took {plain:.1f} s per submission, the kit {one:.1f} s (sandbox and "
+            f"judge, 1 worker, start-up included), {one / plain:.2f} times plain nbgrader's time; both graded the same "
+            f"{n} submissions of all {len(notebooks.solution_notebooks())} notebooks to the same points.{workers} "
+            "How it is measured and what each change brought: "
+            "[docs/benchmarks.md](docs/benchmarks.md#grading-a-class).")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--students", type=int, default=6)
     parser.add_argument("--plain-agg", action="store_true",
                         help="plain nbgrader's kernels without figures (Agg), as in the kit's sandbox")
+    parser.add_argument("--readme", action="store_true",
+                        help="write the README's paragraph on grading speed from this run (once every check passed)")
     args = parser.parse_args()
+    measured = f"{time.strftime('%Y-%m-%d')}, commit {commit()} ({os.cpu_count()} CPU cores, {platform.machine()})"
     n = args.students
     with tempfile.TemporaryDirectory() as t:
         tmp = Path(t)
@@ -214,6 +245,8 @@ def main() -> None:
               f"(kit / plain nbgrader = {steady / plain:.2f}); {n}/{n} graded, the same points as plain nbgrader")
         if not postgres.available():
             print("PostgreSQL not available: the 1 vs 2 workers comparison is skipped")
+            if args.readme and not args.plain_agg:
+                replace_block(README, SPEED, speed_paragraph(n, plain, one, None, measured), "grading speed")
             return
         with postgres.server() as url:  # both on the same gradebook, so only the worker count differs
             one_pg, inside_one, steady_one, points = kit(tmp / "subs", tmp, "1worker-pg", n, url, workers=1)
@@ -232,6 +265,9 @@ def main() -> None:
               f"alone, {steady_two:.1f} s with two side by side)")
         print(f"projection, 500 submissions on 16 cores with 16 workers: "
               f"{500 * one_pg / (16 * efficiency) / 60:.1f} min (the wall efficiency assumed to hold)")
+        if args.readme and not args.plain_agg:  # the README quotes plain nbgrader as Jupyter runs it (figures drawn)
+            replace_block(README, SPEED, speed_paragraph(n, plain, one, one_pg / two, measured), "grading speed")
+            print(f"wrote the README's paragraph on grading speed ({README})")
 
 
 if __name__ == "__main__":

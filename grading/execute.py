@@ -388,7 +388,7 @@ def run_figures(results: list[dict], date: str | None = None, machine: str | Non
                 wall: float | None = None) -> str:
     """The README's block of run figures: per notebook its points, run time, tests passed and key numbers, and
     the estimated student time; the whole run's wall time (`wall`, default the notebooks' sum)."""
-    lines = [RUN_FIGURES[0], "",
+    lines = ["",
              f"Measured by `python3 kit.py run` on {date or time.strftime('%Y-%m-%d')} ({machine or _machine()}): each "
              "solution notebook run top to bottom in a fresh kernel, on the default data; \"all\" is the whole run's wall "
              "time (each kernel starts, and imports torch, while the notebook before runs, which takes about 1 s "
@@ -404,16 +404,22 @@ def run_figures(results: list[dict], date: str | None = None, machine: str | Non
                      f"{format_numbers(r['numbers'])} | {student_hours(notebooks.SOLUTIONS / (r['name'] + '.ipynb')):.2f} h |")
     total = sum(r["seconds"] for r in results) if wall is None else wall
     lines.append(f"| all | {sum(points.values())} | {total:.0f} s | | | |")
-    return "\n".join([*lines, "", RUN_FIGURES[1]])
+    return "\n".join([*lines, ""])
+
+
+def replace_block(readme: Path, markers: tuple[str, str], block: str, what: str) -> None:
+    """Replace the README's generated block between its `markers` lines (kept) with `block` (without them)."""
+    text = readme.read_text(encoding="utf-8")
+    start, end = text.find(markers[0]), text.find(markers[1])
+    if start < 0 or end < start:
+        raise ValueError(f"{readme} has no block of {what} (its first and last lines: {markers})")
+    readme.write_text(text[:start] + "\n".join([markers[0], block, markers[1]]) + text[end + len(markers[1]):],
+                      encoding="utf-8")
 
 
 def write_run_figures(results: list[dict], readme: Path = README, wall: float | None = None) -> None:
     """Replace the README's block of run figures with those of `results`."""
-    text = readme.read_text(encoding="utf-8")
-    start, end = text.find(RUN_FIGURES[0]), text.find(RUN_FIGURES[1])
-    if start < 0 or end < start:
-        raise ValueError(f"{readme} has no block of run figures (its first and last lines: {RUN_FIGURES})")
-    readme.write_text(text[:start] + run_figures(results, wall=wall) + text[end + len(RUN_FIGURES[1]):], encoding="utf-8")
+    replace_block(readme, RUN_FIGURES, run_figures(results, wall=wall), "run figures")
 
 
 def execute_all(names: list[str] | None = None, out: Path | None = None, figures: Path | None = None,

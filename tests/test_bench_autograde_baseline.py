@@ -64,3 +64,23 @@ def test_the_check_stops_on_different_points(bench, both_ways):
 def test_the_class_is_notebook_01_only(both_ways):
     students, plain, _ = both_ways
     assert {nb for s in students for nb, p in plain[s].items() if p} == {NB01}
+
+
+def test_the_readme_speed_paragraph_is_a_run_of_the_benchmark(bench, tmp_path):
+    """The README's paragraph on grading speed sits between the benchmark's marker lines, names the command that
+    wrote it and a commit that exists; the benchmark replaces it there and only there."""
+    import subprocess
+
+    text = (ROOT / "README.md").read_text()
+    start, end = text.index(bench.SPEED[0]), text.index(bench.SPEED[1])
+    block = text[start + len(bench.SPEED[0]):end]
+    assert "python benchmarks/bench_autograde.py" in block and "--readme" in block, block
+    (commit,) = [w.strip(",") for w in block.split() if len(w.strip(",")) >= 7 and
+                 all(c in "0123456789abcdef" for c in w.strip(","))][:1]
+    assert subprocess.run(["git", "cat-file", "-e", f"{commit}^{{commit}}"], cwd=ROOT).returncode == 0, commit
+    readme = tmp_path / "README.md"
+    readme.write_text(f"before\n{bench.SPEED[0]}\nold\n{bench.SPEED[1]}\nafter\n")
+    bench.replace_block(readme, bench.SPEED, bench.speed_paragraph(3, 90.0, 30.0, 1.9, "today"), "grading speed")
+    new = readme.read_text()
+    assert new.startswith(f"before\n{bench.SPEED[0]}\n") and new.endswith(f"{bench.SPEED[1]}\nafter\n")
+    assert "old" not in new and "30.0 s" in new and "0.33 times" in new and "1.90 times as fast" in new
