@@ -235,6 +235,9 @@ def _sandbox_env(data_dir: Path | None, isolate: bool, scratch: Path) -> dict:
            "PYTHONWARNINGS": "ignore", "PYDEVD_DISABLE_FILE_VALIDATION": "1", GRADING_ENV: "autograde"}
     if data_dir is not None:
         env[DATA_ENV] = "/tmp/data" if isolate else str(data_dir)
+    # the kit that grades (its starter/ and data/, mounted at the same paths in the sandbox) before any copy the
+    # interpreter's environment names: an editable install of another checkout is not mounted there
+    env["PYTHONPATH"] = str(notebooks.ROOT)
     return env
 
 
@@ -378,7 +381,6 @@ class Session:
             argv = runner
             if self.case_inputs is not None:
                 env[CASE_INPUTS_ENV] = str(self.case_inputs)
-            env["PYTHONPATH"] = str(notebooks.ROOT)
         procs = self._stack.enter_context(_cgroup(self.limits))
         self._stderr = self._stack.enter_context(tempfile.TemporaryFile())
         try:

@@ -85,6 +85,19 @@ def hidden_cases_not_run(rec: NotebookRecord) -> str | None:
             "grade again before trusting this score")
 
 
+def no_case_ran(rec: NotebookRecord) -> str | None:
+    """Why a notebook's score is not to be trusted when its sandbox run finished and yet no case ran in any of its
+    test cells, public or hidden: the checks could not run (the kit not importable in the sandbox, or code that
+    stopped them), or every answer is missing (a name the test cell uses never defined). None when a case ran."""
+    if rec.sandbox != "finished" or not rec.cells:
+        return None
+    if any(k.diagnosis != NOT_RUN for c in rec.cells for k in c.cases):
+        return None
+    return (f"{rec.notebook}: no case ran in any of its {len(rec.cells)} test cells, though the notebook ran to the "
+            "end: the checks could not run (the kit's starter not importable in the sandbox, or code that stopped "
+            "them) or no answer is defined; look at the notebook before trusting this score")
+
+
 def review_flags(root: Path, student: str, judged: list[NotebookRecord]) -> list[str]:
     """What an instructor should look at: sandbox runs that did not finish, unreadable results,
     hidden cases that did not run where public ones did, grading without the sandbox, and code that
@@ -95,7 +108,7 @@ def review_flags(root: Path, student: str, judged: list[NotebookRecord]) -> list
             flags.append(f"{rec.notebook}: graded without the sandbox (--no-sandbox)")
         if rec.sandbox != "finished":
             flags.append(f"{rec.notebook}: {rec.sandbox}: {rec.sandbox_message}"[:300])
-        not_run = hidden_cases_not_run(rec)
+        not_run = hidden_cases_not_run(rec) or no_case_ran(rec)
         if not_run:
             flags.append(not_run)
         flags += [f"{rec.notebook}: {p}" for p in rec.problems[:3]]

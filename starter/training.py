@@ -11,7 +11,7 @@ and the overfit-a-small-batch sanity check.
 
 ``loss_fn(model, features, captions) -> scalar tensor`` is whatever computes the training loss of one
 batch (in notebook 05, your ``teacher_forcing_loss`` of notebook 04). ``GRADING`` is True while nbgrader runs the
-notebook (``NBGRADER_EXECUTION`` set): notebooks use it to train a tiny budget only.
+notebook (``NBGRADER_EXECUTION`` set): notebooks use it to skip training, which no grade depends on.
 """
 from __future__ import annotations
 

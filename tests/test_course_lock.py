@@ -172,13 +172,27 @@ def _record(sandbox: str, public_ran: bool, hidden_ran: list[bool]) -> NotebookR
 @pytest.mark.parametrize(("sandbox", "public_ran", "hidden_ran", "flagged"), [
     ("finished", True, [False, False], True),   # the symptom: the hidden inputs were not there
     ("finished", True, [True, False], False),   # one hidden case ran: the inputs were there
-    ("finished", False, [False, False], False),  # nothing ran: the student's notebook stopped the checks
+    ("finished", False, [False, False], False),  # nothing ran: flagged as such (the test below)
     ("time limit", True, [False, False], False),  # flagged as a time limit instead
 ])
 def test_hidden_cases_that_did_not_run_where_public_ones_did_are_flagged(tmp_path, sandbox, public_ran,
                                                                          hidden_ran, flagged):
     flags = review_flags(tmp_path, "s", [_record(sandbox, public_ran, hidden_ran)])
     assert any(f.startswith(f"{NB}: {HIDDEN_NOT_RUN}") and "test_causal_mask" in f for f in flags) == flagged, flags
+
+
+@pytest.mark.parametrize(("sandbox", "public_ran", "hidden_ran", "flagged"), [
+    ("finished", False, [False, False], True),   # nothing ran: the kit not importable there, or the checks stopped
+    ("finished", True, [False, False], False),   # the public case ran (the other flag says the rest)
+    ("finished", False, [True, False], False),   # a hidden case ran
+    ("time limit", False, [False, False], False),  # flagged as a time limit instead
+])
+def test_a_finished_notebook_in_which_no_case_ran_is_flagged_not_a_silent_zero(tmp_path, sandbox, public_ran,
+                                                                              hidden_ran, flagged):
+    """A sandbox that cannot import the kit's checks (an editable install of another checkout, say) leaves every
+    test cell with no case run: its 0 is flagged for a person, as is a notebook whose code stopped the checks."""
+    flags = review_flags(tmp_path, "s", [_record(sandbox, public_ran, hidden_ran)])
+    assert any(f.startswith(f"{NB}: no case ran in any of its 1 test cells") for f in flags) == flagged, flags
 
 
 def test_case_inputs_removed_mid_run_flag_the_student_instead_of_a_silent_zero(tmp_path):

@@ -70,6 +70,8 @@ ALLOWED: list[Allowed] = [
             "invented attention weights that illustrate the definition (they sum to 1), not a run"),
     Allowed("05_training_and_evaluation", ("0.243", "0.250", "0.391", "1.312", "131.2"), "reports BLEU-4",
             "figures quoted from the cited papers (Xu et al. 2015; Cornia et al. 2020), not this kit's run"),
+    Allowed("05_training_and_evaluation", ("10",), "it is scaled by 10",
+            "CIDEr's definition (CIDEr-D is 10 times the mean TF-IDF cosine similarity), not a run"),
     Allowed("06_decoding", ("0.6", "0.4", "0.55", "0.45", "0.9", "0.1"), "A stand-in model whose next word",
             "the worked example's toy probabilities: a definition of the example (WORKED_EXAMPLE)"),
     *[Allowed("06_decoding", (score,), "", "a sum of natural logs of the worked example's toy probabilities, "

@@ -10,7 +10,7 @@
 #
 # Then your model is trained on `shapes` (about a minute on a laptop CPU), saved, graded on new scenes, and an experiment measures what attention over the regions buys. Notebook 06 goes on with the same model: other decoders, the kinds of mistakes it makes, and what the causal mask is for.
 #
-# Given: the driver that calls your loop (`starter.training.train`: device moves, a progress bar with the time left, a time budget used only while grading), the metric implementations (BLEU, CIDEr, ROUGE-L from `pycocoevalcap`, in `starter/metrics.py`) and the plots. The kit has no version of these pieces: while one does not pass its public check yet, the notebook says so in one line and skips what needs it (training, the scores).
+# Given: the driver that calls your loop (`starter.training.train`: device moves, a progress bar with the time left), the metric implementations (BLEU, CIDEr, ROUGE-L from `pycocoevalcap`, in `starter/metrics.py`) and the plots. The kit has no version of these pieces: while one does not pass its public check yet, the notebook says so in one line and skips what needs it (training, the scores).
 #
 # **What you need from notebook 04.** Section 1 loads your `build_vocab`, `encode_captions`, `CaptionFeatures`, `collate_captions`, `CaptioningTransformer`, `caption_loss`, `teacher_forcing_loss` and `make_optimizer` from your `04_captioning_data_and_model.ipynb` (its set-up and answer cells only: no plots, no test cells), found next to this notebook (on Colab: in the course folder or in `My Drive/Colab Notebooks`). A data piece that does not pass its public check yet is replaced by the dataset's stored data (vocabulary, encoded captions, batches), with one line saying so; without a working model, loss and optimiser, nothing is trained. The graded checks of this notebook run on stand-ins and do not use notebook 04, except the trained-model cell, which measures your trained model.
 #
@@ -134,7 +134,7 @@ if model_ready:
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_14", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ## 2 · Training
 #
-# A training script has five parts: the **learning-rate schedule**, the **optimiser**, the **training step** (one minibatch: forward, loss, backward, update), the **validation loss** (how the model does on data it does not train on) and the **loop** around them. The optimiser is your `make_optimizer` of notebook 04; you write the other four here. The loop draws batches from your `DataLoader`, calls your step with your optimiser and your schedule's learning rate, and measures the validation loss every so often; a `TrainingPlan` of the kit hands it the steps and shows a progress bar with the time left (and, only while the notebook is graded, keeps the run to a time budget). It runs on the GPU when there is one (`pick_device`), and it is seeded, so a run repeats on the same machine.
+# A training script has five parts: the **learning-rate schedule**, the **optimiser**, the **training step** (one minibatch: forward, loss, backward, update), the **validation loss** (how the model does on data it does not train on) and the **loop** around them. The optimiser is your `make_optimizer` of notebook 04; you write the other four here. The loop draws batches from your `DataLoader`, calls your step with your optimiser and your schedule's learning rate, and measures the validation loss every so often; a `TrainingPlan` of the kit hands it the steps and shows a progress bar with the time left (and, given a time budget, `TrainConfig.time_limit`, keeps the run within it). It runs on the GPU when there is one (`pick_device`), and it is seeded, so a run repeats on the same machine.
 #
 # ### Task 1 · `lr_at_step(step, total_steps, warmup_steps, peak_lr)`
 #
@@ -143,7 +143,7 @@ if model_ready:
 # - warm-up, `step < warmup_steps`: $\eta = \eta_{peak} \cdot \min\left(1, \frac{step + 1}{warmup\_steps}\right)$ (the first step already moves, and step `warmup_steps - 1` is at the peak);
 # - then, with $p = \min\left(1, \frac{step - warmup\_steps}{\max(1,\ total\_steps - warmup\_steps)}\right)$: $\eta = \eta_{peak}\left(0.1 + 0.45\,(1 + \cos \pi p)\right)$, from the peak down to 10 % of it at `total_steps`, and flat after that.
 #
-# PyTorch's `torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_at_step(s, total_steps, warmup_steps, peak_lr) / peak_lr)`, stepped once per training step, applies the same rates on whole steps. Here you write the function itself, because a run on a time budget (while grading) evaluates it at fractional steps.
+# PyTorch's `torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_at_step(s, total_steps, warmup_steps, peak_lr) / peak_lr)`, stepped once per training step, applies the same rates on whole steps. Here you write the function itself, because a run on a time budget (`time_limit`) evaluates it at fractional steps.
 
 # %% nbgrader={"grade": false, "grade_id": "lr_at_step", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def lr_at_step(step, total_steps, warmup_steps, peak_lr):
@@ -266,7 +266,7 @@ check("validation/handed_over_in_eval_mode", with_batches(validation_loss))
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_fit_1", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ### Task 4 · the training loop: `fit(model, loss_fn, optimizer, loader, plan, config)`
 #
-# The loop puts the pieces together. `plan` is a `starter.training.TrainingPlan`: iterating over it gives `(step, lr)` pairs, `step` = 0, 1, 2, … (0-based) with the learning rate your schedule gives that step, until the run is over (it may end early when a time budget binds, as it does while grading, so loop over the plan rather than over a step count). `config` is a `starter.training.FitConfig`, the rest of what the loop needs, as five fields: `config.step_fn` (one training step), `config.val_fn` (the validation loss), `config.val_batches` (the fixed validation batches), `config.val_every` (how often to validate) and `config.device` (where the model is). For each `(step, lr)`:
+# The loop puts the pieces together. `plan` is a `starter.training.TrainingPlan`: iterating over it gives `(step, lr)` pairs, `step` = 0, 1, 2, … (0-based) with the learning rate your schedule gives that step, until the run is over (it may end early when a time budget binds, so loop over the plan rather than over a step count). `config` is a `starter.training.FitConfig`, the rest of what the loop needs, as five fields: `config.step_fn` (one training step), `config.val_fn` (the validation loss), `config.val_batches` (the fixed validation batches), `config.val_every` (how often to validate) and `config.device` (where the model is). For each `(step, lr)`:
 #
 # 1. take the **next batch** `(features, captions)` from `loader`. A `DataLoader` runs out at the end of an epoch: then start the next epoch with a new `iter(loader)` (a shuffling loader draws a new order for it) and carry on. Keep one iterator between steps: `next(iter(loader))` every step would start a new epoch each time;
 # 2. move the batch to `config.device` (`.to(config.device)`: the model is there, on the GPU when there is one);
@@ -399,7 +399,7 @@ if GRADING:  # the trained-model cell measures the checkpoint handed in, not one
 elif can_train:
     model = new_model()
     history = train(model, teacher_forcing_loss, train_loader, train_config, pieces, val_data=val_loader, device=device)
-    print(f"final validation loss {history['val_loss'][-1]:.3f}")
+    print(f"final validation loss {history['val_loss'][-1]:.3f} (the last of {len(history['val_loss'])} measurements)")
     save_checkpoint(CHECKPOINT, model, model_config, vocab, history=history, dataset=DATASET)
     print("saved", CHECKPOINT)
 else:
