@@ -96,9 +96,11 @@ def main(argv: list[str] | None = None) -> int:
     elif args.command == "report":
         from .report import write_outputs
 
-        # the run's outcomes with the gradebook's points now: scores given in formgrader since count
+        # the run's outcomes with the gradebook's points now: scores given in formgrader since count, in the
+        # feedback pages too (made again first, for the students whose scores changed)
         if _from_class_results(args, "report", lambda results: write_outputs(args.out, results, args.anonymise)):
             return 2
+        print(f"feedback pages: {args.out / 'feedback'} (with the gradebook's scores)")
         print(f"grades: {args.out / 'grades.csv'} (from the gradebook)")
         print(f"class report: {args.out / 'class_report.html'} (data: {args.out / 'class_report.json'})")
     elif args.command == "export":
@@ -126,8 +128,10 @@ def main(argv: list[str] | None = None) -> int:
 
 def _from_class_results(args, command: str, write) -> bool:
     """`write(results)`: the class's results of the run in `args.out` (its outcomes, the gradebook's points
-    now), holding the course folder while it reads and writes. True, after one line on stderr, if it could not."""
+    now), holding the course folder while it reads and writes, after the feedback pages in OUT are made again
+    where the gradebook changed since (`report.refresh_feedback`). True, after one line on stderr, if it could not."""
     from .course import DEFAULT_COURSE, GRADEBOOK_FILE, CourseLockError, hold, sqlite_url
+    from .report import refresh_feedback
     from .results import read_class_results
 
     if not (args.out / "outcomes").is_dir():
@@ -142,10 +146,17 @@ def _from_class_results(args, command: str, write) -> bool:
     uses_course = (args.course or not args.db) and course_dir.is_dir()
     try:
         with hold(course_dir, f"{command} {args.out}") if uses_course else contextlib.nullcontext():
-            write(read_class_results(args.out, db_url))
+            results = read_class_results(args.out, db_url)
+            # the feedback pages in OUT (which the export zips) with the gradebook's scores now, before any output
+            made, notes = refresh_feedback(args.out, course_dir if uses_course else None, results, db_url)
+            write(results)
     except (CourseLockError, ValueError) as exc:  # an export's ExportError (two students, one id) is a ValueError
         print(f"error: {exc}", file=sys.stderr)
         return True
+    if made:
+        print(f"feedback pages made again with the gradebook's scores: {len(made)} student(s)")
+    for note in notes:
+        print(f"warning: {note}", file=sys.stderr)
     return False
 
 

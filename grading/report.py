@@ -2,17 +2,24 @@
 (grading/results.py): report.json, the grades table, the class's most-failed tests and the class report.
 
 Every view is written from one `ClassResults` (the outcomes and the gradebook's points), none from another
-view; runs nothing.
+view; runs no student code. The feedback pages show the gradebook's scores too: `refresh_feedback` makes a
+student's pages again (nbgrader's generate_feedback of the autograded notebooks, `worker.feedback_pages`) when the
+gradebook changed for them since their pages were made (a person's score or comment in formgrader), before
+`python -m grading report` or `export` writes anything.
 """
 from __future__ import annotations
 
+import hashlib
 import html
 import json
 import re
 import shutil
+import warnings
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from . import class_report
+from .judge import NotebookRecord
 from .notebooks import ASSIGNMENT
 from .outcome import FOLDER, Status, StudentOutcome, joined, write_outcome
 from .results import ClassResults, class_results, read_points, write_loose_files
@@ -34,6 +41,97 @@ def copy_feedback(root: Path, out: Path, student: str, name: str = "") -> None:
         text = page.read_text(encoding="utf-8")
         (dst / page.name).write_text(TITLE.sub(lambda m: f"<title>{whose}{m.group(1)}</title>", text, count=1),
                                      encoding="utf-8")
+
+
+MADE_FROM = ".made_from"  # in OUT/feedback/<student>/: the digest of what its pages were made from (`made_from`)
+
+
+@dataclass(frozen=True)
+class JudgedStudent:
+    """A graded student as their feedback pages need them (`worker.JudgedStudent`), from the run's outcome."""
+
+    student: str
+    judged: list[NotebookRecord] = field(default_factory=list)
+
+
+def made_from(gb, outcome: StudentOutcome) -> str:
+    """A digest of what a student's feedback pages show: the gradebook's scores (the judge's, a person's, extra
+    credit), comments and late penalty of each of their notebooks, the judge's records and the name (the title)."""
+    from nbgrader.api import MissingEntry
+
+    rows: list[list] = []
+    try:
+        submission = gb.find_submission(ASSIGNMENT, outcome.student)
+    except MissingEntry:
+        submission = None
+    for nb in submission.notebooks if submission is not None else []:
+        rows.append([nb.name, nb.late_submission_penalty])
+        rows += [[nb.name, g.name, g.auto_score, g.manual_score, g.extra_credit] for g in nb.grades]
+        rows += [[nb.name, c.name, c.auto_comment, c.manual_comment] for c in nb.comments]
+    content = {"gradebook": sorted(rows, key=repr), "judged": [asdict(r) for r in outcome.judged],
+               "name": outcome.name}
+    return hashlib.sha256(json.dumps(content, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def feedback_made_from(db_url: str, outcomes: list[StudentOutcome]) -> dict[str, str]:
+    """{student: `made_from`} of each of `outcomes`, read from the gradebook once."""
+    if not outcomes:
+        return {}
+    from nbgrader.api import Gradebook
+    from sqlalchemy.exc import SAWarning
+
+    with Gradebook(db_url) as gb, warnings.catch_warnings():
+        warnings.simplefilter("ignore", SAWarning)  # nbgrader's own ORM use (grading.results.read_points)
+        return {o.student: made_from(gb, o) for o in outcomes}
+
+
+def same_gradebook(url: str, other: str) -> bool:
+    """Whether two gradebook URLs are one gradebook (SQLite files compared by their resolved paths)."""
+    sqlite = "sqlite:///"
+    if url.startswith(sqlite) and other.startswith(sqlite):
+        return Path(url[len(sqlite):]).resolve() == Path(other[len(sqlite):]).resolve()
+    return url == other
+
+
+def refresh_feedback(out: Path, root: Path | None, results: ClassResults,
+                     db_url: str) -> tuple[list[str], list[str]]:
+    """Make the feedback pages of each graded student again from the gradebook as it is now, where it changed for
+    them since their pages in OUT were made (`made_from`, kept beside them): nbgrader's generate_feedback of the
+    course folder `root`'s autograded notebooks, through the worker's (`worker.feedback_pages`, within the host's
+    bound; no student code runs), the judge's lines from the student's outcome; then the pages are copied into
+    OUT (`copy_feedback`), where `export` takes them from. Returns (the students made again, notes for the
+    instructor). No course folder (None: not held), or one whose gradebook is not `db_url`, is left alone (a note
+    says so)."""
+    graded = [s.outcome for s in results.graded]
+    digests = feedback_made_from(db_url, graded)
+    stale = [o for o in graded if not ((stamp := out / "feedback" / o.student / MADE_FROM).is_file()
+                                       and stamp.read_text() == digests[o.student])]
+    if not stale:
+        return [], []
+    if root is None or not (root / "nbgrader_config.py").is_file():
+        return [], [f"feedback pages not made again: {root} is not a course folder (give the run's --course); "
+                    f"those of {len(stale)} student(s) in {out / 'feedback'} may show scores older than the gradebook's"]
+    from . import course, worker
+
+    api = course.api(root.resolve())
+    if not same_gradebook(api.coursedir.db_url, db_url):
+        return [], [f"feedback pages not made again: the course folder {root} keeps its grades in "
+                    f"{api.coursedir.db_url}, not {db_url} (give the run's --course); those of {len(stale)} "
+                    f"student(s) in {out / 'feedback'} may show scores older than the gradebook's"]
+    made, notes = [], []
+    for o in stale:
+        pages = root / "feedback" / o.student / ASSIGNMENT
+        if not (root / "autograded" / o.student / ASSIGNMENT).is_dir():
+            notes.append(f"{o.student}: feedback pages not made again: no autograded notebooks in {root}")
+            continue
+        for page in pages.glob("*.html") if pages.is_dir() else []:  # a failed attempt must not leave old scores
+            page.unlink()
+        notes += [f"{o.student}: {note}" for note in worker.feedback_pages(api, JudgedStudent(o.student, o.judged))]
+        copy_feedback(root, out, o.student, o.name)
+        if any(pages.glob("*.html")):
+            (out / "feedback" / o.student / MADE_FROM).write_text(digests[o.student])
+            made.append(o.student)
+    return made, notes
 
 
 MAX_ROW = "(max points)"  # the first row's student: the points of each column
@@ -121,11 +219,15 @@ def report(out: Path, root: Path, results: list[StudentOutcome], graded: dict[st
     for stale in folder.glob("*.json") if folder.is_dir() else []:  # another run's students: not this run's
         if stale.stem not in students:
             stale.unlink()
+    graded_now = [o for o in outcomes if o.status == Status.GRADED]
+    digests = feedback_made_from(db_url, graded_now)  # the pages were just made from the gradebook as it is
     for o in outcomes:
         if o.status == Status.GRADED:
             copy_feedback(root, out, o.student, o.name)
+            if (out / "feedback" / o.student).is_dir():
+                (out / "feedback" / o.student / MADE_FROM).write_text(digests[o.student])
         write_outcome(folder, o)
-    points = read_points(db_url, [o.student for o in outcomes if o.status == Status.GRADED])
+    points = read_points(db_url, [o.student for o in graded_now])
     write_outputs(out, class_results(outcomes, points, loose))
     return outcomes
 

@@ -24,9 +24,10 @@ from __future__ import annotations
 import html
 import time
 import traceback
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import cast
+from typing import Protocol, cast
 
 from nbgrader import utils as nbgrader_utils
 from nbgrader.converters import Autograde, GenerateFeedback
@@ -146,11 +147,23 @@ class StudentGrading:
     judged: list[NotebookRecord] = field(default_factory=list)
 
 
+class JudgedStudent(Protocol):
+    """What the feedback pages of a student need: who, and the judge's records of their notebooks. A
+    StudentGrading during a run; `grading.report` makes the pages again from a run's outcome (no sandbox)."""
+
+    @property
+    def student(self) -> str: ...
+
+    @property
+    def judged(self) -> Sequence[NotebookRecord]: ...
+
+
 class StudentFeedback(GenerateFeedback):
     """nbgrader's generate_feedback of one student, whose RedactHiddenTests step gets the student's grading (its test
-    cells show the judge's lines from `judged`)."""
+    cells show the judge's lines from `judged`). Its GetGrades step reads the scores from the gradebook as it is
+    when it runs, a person's included."""
 
-    def __init__(self, grading: StudentGrading, **kwargs) -> None:
+    def __init__(self, grading: JudgedStudent, **kwargs) -> None:
         super().__init__(**kwargs)
         self.grading = grading
 
@@ -161,7 +174,7 @@ class StudentFeedback(GenerateFeedback):
         super().convert_notebooks()
 
 
-def generate_feedback(api, grading: StudentGrading, plain: bool) -> dict:
+def generate_feedback(api, grading: JudgedStudent, plain: bool) -> dict:
     """nbgrader's generate_feedback of the student (what `NbGraderAPI.generate_feedback` does, with StudentFeedback),
     its code as plain text if `plain`: its result (success, error, log)."""
     config = Config()
@@ -175,7 +188,7 @@ def generate_feedback(api, grading: StudentGrading, plain: bool) -> dict:
         return nbgrader_utils.capture_log(app)
 
 
-def _feedback(api, grading: StudentGrading, plain: bool) -> dict:
+def _feedback(api, grading: JudgedStudent, plain: bool) -> dict:
     """The feedback pages (run in the bounded child); a MemoryError that nbgrader caught is raised again."""
     result = generate_feedback(api, grading, plain)
     if not result.get("success") and "MemoryError" in f"{result.get('error')}{result.get('log')}":
@@ -183,9 +196,11 @@ def _feedback(api, grading: StudentGrading, plain: bool) -> dict:
     return result
 
 
-def feedback_pages(api, grading: StudentGrading) -> list[str]:
-    """Make the student's feedback pages, in a child process within FEEDBACK_BOUND; past it, again with the
-    code as plain text (highlighting is what a large notebook costs most). Returns the notes for the outcome."""
+def feedback_pages(api, grading: JudgedStudent) -> list[str]:
+    """Make the student's feedback pages (the course folder's feedback/<student>/<assignment>/), in a child process
+    within FEEDBACK_BOUND; past it, again with the code as plain text (highlighting is what a large notebook costs
+    most). Returns the notes for the outcome. Runs no student code (it converts the autograded notebooks): the
+    worker calls it after autograde, `grading.report.refresh_feedback` after a person graded in formgrader."""
     notes = []
     try:
         result = run_bounded(lambda: _feedback(api, grading, plain=False), FEEDBACK_BOUND)
