@@ -43,7 +43,8 @@ def copy_feedback(root: Path, out: Path, student: str, name: str = "") -> None:
                                      encoding="utf-8")
 
 
-MADE_FROM = ".made_from"  # in OUT/feedback/<student>/: the digest of what its pages were made from (`made_from`)
+# in OUT, beside feedback/ (which holds HTML pages only): {student: the digest of what their pages were made from}
+MADE_FROM = "feedback_made_from.json"
 
 
 @dataclass(frozen=True)
@@ -85,6 +86,23 @@ def feedback_made_from(db_url: str, outcomes: list[StudentOutcome]) -> dict[str,
         return {o.student: made_from(gb, o) for o in outcomes}
 
 
+def read_made_from(out: Path) -> dict[str, str]:
+    """{student: `made_from` of their pages in OUT}; an unreadable record is none (the pages are made again)."""
+    try:
+        made = json.loads((out / MADE_FROM).read_text())
+    except (OSError, ValueError):
+        return {}
+    return {k: v for k, v in made.items() if isinstance(v, str)} if isinstance(made, dict) else {}
+
+
+def write_made_from(out: Path, made: dict[str, str]) -> Path:
+    path, tmp = out / MADE_FROM, out / f"{MADE_FROM}.tmp"
+    out.mkdir(parents=True, exist_ok=True)
+    tmp.write_text(json.dumps(dict(sorted(made.items())), indent=1))
+    tmp.replace(path)
+    return path
+
+
 def same_gradebook(url: str, other: str) -> bool:
     """Whether two gradebook URLs are one gradebook (SQLite files compared by their resolved paths)."""
     sqlite = "sqlite:///"
@@ -96,21 +114,21 @@ def same_gradebook(url: str, other: str) -> bool:
 def refresh_feedback(out: Path, root: Path | None, results: ClassResults,
                      db_url: str) -> tuple[list[str], list[str]]:
     """Make the feedback pages of each graded student again from the gradebook as it is now, where it changed for
-    them since their pages in OUT were made (`made_from`, kept beside them): nbgrader's generate_feedback of the
-    course folder `root`'s autograded notebooks, through the worker's (`worker.feedback_pages`, within the host's
-    bound; no student code runs), the judge's lines from the student's outcome; then the pages are copied into
-    OUT (`copy_feedback`), where `export` takes them from. Returns (the students made again, notes for the
-    instructor). No course folder (None: not held), or one whose gradebook is not `db_url`, is left alone (a note
-    says so)."""
+    them since their pages in OUT were made (`made_from`, kept in OUT/feedback_made_from.json): nbgrader's
+    generate_feedback of the course folder `root`'s autograded notebooks, through the worker's
+    (`worker.feedback_pages`, within the host's bound; no student code runs), the judge's lines from the student's
+    outcome; then the pages are copied into OUT (`copy_feedback`), where `export` takes them from. Returns (the
+    students made again, notes for the instructor). No course folder (None: not held), or one whose gradebook is
+    not `db_url`, is left alone (a note says so)."""
     graded = [s.outcome for s in results.graded]
-    digests = feedback_made_from(db_url, graded)
-    stale = [o for o in graded if not ((stamp := out / "feedback" / o.student / MADE_FROM).is_file()
-                                       and stamp.read_text() == digests[o.student])]
+    digests, recorded = feedback_made_from(db_url, graded), read_made_from(out)
+    stale = [o for o in graded if recorded.get(o.student) != digests[o.student]]
     if not stale:
         return [], []
     if root is None or not (root / "nbgrader_config.py").is_file():
         return [], [f"feedback pages not made again: {root} is not a course folder (give the run's --course); "
-                    f"those of {len(stale)} student(s) in {out / 'feedback'} may show scores older than the gradebook's"]
+                    f"those of {len(stale)} student(s) in {out / 'feedback'} may show scores older than the "
+                    "gradebook's"]
     from . import course, worker
 
     api = course.api(root.resolve())
@@ -126,11 +144,13 @@ def refresh_feedback(out: Path, root: Path | None, results: ClassResults,
             continue
         for page in pages.glob("*.html") if pages.is_dir() else []:  # a failed attempt must not leave old scores
             page.unlink()
+        recorded.pop(o.student, None)
         notes += [f"{o.student}: {note}" for note in worker.feedback_pages(api, JudgedStudent(o.student, o.judged))]
         copy_feedback(root, out, o.student, o.name)
         if any(pages.glob("*.html")):
-            (out / "feedback" / o.student / MADE_FROM).write_text(digests[o.student])
+            recorded[o.student] = digests[o.student]
             made.append(o.student)
+        write_made_from(out, recorded)  # after each student: an interrupted refresh keeps what it made
     return made, notes
 
 
@@ -224,9 +244,9 @@ def report(out: Path, root: Path, results: list[StudentOutcome], graded: dict[st
     for o in outcomes:
         if o.status == Status.GRADED:
             copy_feedback(root, out, o.student, o.name)
-            if (out / "feedback" / o.student).is_dir():
-                (out / "feedback" / o.student / MADE_FROM).write_text(digests[o.student])
         write_outcome(folder, o)
+    write_made_from(out, {o.student: digests[o.student] for o in graded_now
+                          if (out / "feedback" / o.student).is_dir()})
     points = read_points(db_url, [o.student for o in graded_now])
     write_outputs(out, class_results(outcomes, points, loose))
     return outcomes

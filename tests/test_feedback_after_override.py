@@ -94,6 +94,7 @@ def test_scores_given_in_formgrader_reach_the_feedback_page_and_the_lms_zip(grad
     _assert_judges_lines_only(page)
     row = {r["id"]: r for r in read_csv(out / "grades.csv")[1:]}[student]
     assert float(row["total"]) == 11.5, row  # the page and the grades table agree
+    assert {p.suffix for p in (out / "feedback").rglob("*") if p.is_file()} == {".html"}, "only pages in feedback/"
     course_page = graded["course"] / "feedback" / student / nbs.ASSIGNMENT / f"{NB}.html"
     assert _score(course_page.read_text(encoding="utf-8"), TEST_CELL) == "1.5 / 3.0", "the course folder's page"
 
