@@ -86,6 +86,9 @@ def shown(name: str) -> str:
 # handing in `01.ipynb` reads as Alice's `x_2002_assignsubmission_file_01.ipynb` too) is nobody's: refused for review.
 MOODLE_FOLDER = re.compile(r"(?P<name>.+)_(?P<lms_id>\d+)_assignsubmission_[a-z]+_?", re.S)
 MOODLE_FIELDS = re.compile(r"(?=(_(?P<lms_id>\d+)_assignsubmission_[a-z]+_))")  # at every place they could be
+# Which LMS's names an id was read from (StudentOutcome.lms): the ids of one mean nothing to the other. MIXED: a
+# student whose name and id are in both (an id neither export can trust)
+MOODLE, CANVAS, MIXED = "moodle", "canvas", "moodle and canvas"
 # Canvas: `<lastfirst>_<user id>_<attachment id>_<file>` (`<lastfirst>_LATE_...` when late); the name is the part
 # before the first `_` (Canvas keeps none in it), so a name cannot hold the fields that follow it: one reading.
 # The attachment id is the id of the file the student handed in: Canvas's re-upload of feedback files matches a
@@ -123,6 +126,14 @@ def _canvas_reading(entry: str) -> Reading | None:
     return Reading(m["name"], m["lms_id"], m["file"], bool(m["late"])) if m else None
 
 
+def reading_lms(entry: str, reading: Reading) -> str:
+    """Whose names `reading` of the class folder's `entry` was read from: CANVAS, MOODLE (a folder, or a flat
+    file's split at Moodle's fields), "" for a reading without an id."""
+    if not reading.lms_id:
+        return ""
+    return CANVAS if _canvas_reading(entry) == reading else MOODLE
+
+
 def canvas_ids(name: str) -> tuple[str, str] | None:
     """(user id, attachment id) of a file named as Canvas's download names it, else None."""
     m = CANVAS_FILE.fullmatch(name)
@@ -134,6 +145,7 @@ class Handin:
     """One student's part of a class folder: their folders and loose files, under their name as given."""
     name: str
     lms_id: str = ""
+    lms: str = ""  # whose names lms_id was read from (MOODLE, CANVAS); both: MIXED, an id the export gives neither
     folders: list[Path] = field(default_factory=list)
     files: list[tuple[Path, str]] = field(default_factory=list)  # a loose file, and the name it was handed in as
     entries: list[str] = field(default_factory=list)  # the class folder's names of those (zip members refused too)
@@ -163,8 +175,12 @@ def handins(folder: Path, refused: dict[str, bool]) -> tuple[list[Handin], list[
             continue
         owners = []
         for reading in readings:
-            handin = Handin(reading.name, reading.lms_id)
-            owners.append(found.setdefault(handin.key, handin))
+            lms = reading_lms(entry, reading)
+            new = Handin(reading.name, reading.lms_id, lms)
+            handin = found.setdefault(new.key, new)
+            if handin.lms != lms:  # one name and id in Moodle's names and Canvas's: whose id is it?
+                handin.lms = MIXED
+            owners.append(handin)
             owners[-1].entries.append(entry)
         if len(owners) > 1:  # every student it could be gets a row; none gets the file
             whose = " or ".join(f"{shown(r.name)} ({r.lms_id})" for r in readings)
@@ -468,7 +484,7 @@ def _keep_checkpoint(found: list[tuple[Path, Path]], result: StudentOutcome, des
 
 def stage_student(root: Path, handin: Handin, known: dict[str, str], student: str) -> StudentOutcome:
     """Copy one student's gradable notebooks into the course's submitted/`student` folder."""
-    result = StudentOutcome(student=student, name=shown(handin.name), lms_id=handin.lms_id)
+    result = StudentOutcome(student=student, name=shown(handin.name), lms_id=handin.lms_id, lms=handin.lms)
     if handin.late:
         result.notes.append(LATE_NOTE)
     submitted = root / "submitted" / result.student / ASSIGNMENT
@@ -482,10 +498,10 @@ def stage_student(root: Path, handin: Handin, known: dict[str, str], student: st
         with contextlib.suppress(OSError):
             submitted.parent.rmdir()  # the student's folder, if nothing else is in it
         return StudentOutcome(student=result.student, status=Status.FAILED, notes=result.notes + [f"refused: {why}"],
-                             name=result.name, lms_id=result.lms_id)
+                             name=result.name, lms_id=result.lms_id, lms=result.lms)
     if not result.notebooks:
         result.status = Status.NO_NOTEBOOKS
-        result.notes.append("no notebook of this assignment in the folder: nothing to grade (0)")
+        result.notes.append("no notebook of this assignment in the folder: nothing to grade (no grade given, not 0)")
     return result
 
 
@@ -557,7 +573,7 @@ def intake(submissions: Path, root: Path, students: list[str] | None = None) -> 
                     disputed.add(file, DISPUTED)
                 results.append(StudentOutcome(student=student, status=Status.FAILED, notes=disputed.notes() + [note],
                                              flags=[DISPUTED_FLAG] if handin.disputed else [],
-                                             name=shown(handin.name), lms_id=handin.lms_id))
+                                             name=shown(handin.name), lms_id=handin.lms_id, lms=handin.lms))
                 continue
             outcome = stage_student(root, handin, known, student)
             if handin.disputed:

@@ -3,10 +3,12 @@
 Written from one `ClassResults` (grading/results.py), built by `read_class_results`: the run's outcomes in OUT
 and the gradebook's points at export time, so a score a person gave in formgrader since the run is exported.
 Who each student is comes from intake alone (the outcome's `name` and `lms_id`, read from the export's file
-names): a student without an LMS id is listed in `not_exported.csv` with the reason, never dropped, and two
-students with one id refuse the export (`ExportError`). A student whose grading failed (or who handed in no
-notebook) is exported with an empty grade, which both importers leave alone, never 0. Each file is read by the
-LMS's own importer; docs/lms.md describes the formats and the source each follows.
+names, and `lms`, whose names they were): a student without an LMS id, or with the other LMS's id (a Moodle
+participant id is no Canvas user id, nor the reverse: it may be someone else's), is listed in `not_exported.csv`
+with the reason, never dropped nor written under that id, and two students with one id refuse the export
+(`ExportError`). A student whose grading failed (or who handed in no notebook) is exported with an empty grade,
+never 0: Moodle's import skips an empty grade, Canvas's clears a score already in its gradebook (docs/lms.md).
+Each file is read by the LMS's own importer; docs/lms.md describes the formats and the source each follows.
 
 Moodle (OUT/moodle/):
 - `grading_worksheet.csv`, the offline grading worksheet as mod/assign/feedback/offline/importgradeslib.php
@@ -52,7 +54,7 @@ import zipfile
 from datetime import datetime, timezone
 from pathlib import Path
 
-from .intake import LATE_NOTE, canvas_ids
+from .intake import CANVAS, LATE_NOTE, MOODLE, canvas_ids
 from .notebooks import ASSIGNMENT
 from .outcome import Status
 from .results import ClassResults, StudentResult
@@ -77,13 +79,34 @@ def late(student: StudentResult) -> bool:
     return LATE_NOTE in student.outcome.notes
 
 
-def exported(results: ClassResults) -> tuple[list[StudentResult], list[tuple[StudentResult, str]]]:
-    """The students with an LMS id, and those without one with the reason. Two students with one id refuse the
-    export: an LMS would give both the grade of whichever row it read last."""
+# why an id read from one LMS's names is not written into the other's files: (read from, exported to) -> reason
+FOREIGN_ID = {(MOODLE, CANVAS): "participant id from a Moodle export, not a Canvas user id",
+              (CANVAS, MOODLE): "user id from a Canvas export, not a Moodle participant id"}
+
+
+def foreign_id(s: StudentResult, to: str) -> str | None:
+    """Why the student's LMS id is not one of `to`'s (read from the other LMS's names), else None. An outcome
+    that does not say whose id it is (`lms` "": written before it was recorded) is taken as it is."""
+    lms = s.outcome.lms
+    if lms in ("", to):
+        return None
+    if (lms, to) in FOREIGN_ID:
+        return (f"{FOREIGN_ID[(lms, to)]}: not written, it may be another student's (export --to {lms}, or give "
+                "the grade by hand)")
+    return (f"id {s.outcome.lms_id} read from both Moodle's and Canvas's file names, not known to be a "
+            f"{to.capitalize()} id: not written (give the grade by hand)")
+
+
+def exported(results: ClassResults, to: str) -> tuple[list[StudentResult], list[tuple[StudentResult, str]]]:
+    """The students with an LMS id of `to`, and the others with the reason: no id, or the other LMS's id. Two
+    students with one id refuse the export: an LMS would give both the grade of whichever row it read last."""
     with_id: dict[str, list[StudentResult]] = {}
     missing = []
     for s in results.students:
-        if s.outcome.lms_id:
+        why = foreign_id(s, to)
+        if why:
+            missing.append((s, why))
+        elif s.outcome.lms_id:
             with_id.setdefault(s.outcome.lms_id, []).append(s)
         else:
             missing.append((s, "no LMS id: the submission's name is not one an LMS export writes "
@@ -113,7 +136,9 @@ def grade(results: ClassResults, s: StudentResult, percent: bool) -> float | str
 def summary(results: ClassResults, s: StudentResult) -> str:
     """One line for the student: their points (or why there are none), late, written answers awaiting a grade."""
     if s.graded:
-        parts = [f"{s.total():g} of {results.max_total():g} points (autograded)"]
+        by_hand = any(t.by_hand or t.column.written and t.points is not None for t in s.tasks)
+        how = "autograded and graded by hand" if by_hand else "autograded"  # a written answer, or a score overridden
+        parts = [f"{s.total():g} of {results.max_total():g} points ({how})"]
         if s.pending:
             parts.append(f"{s.pending:g} points of written answers still to be graded")
     elif s.outcome.status == Status.NO_NOTEBOOKS:
@@ -164,7 +189,7 @@ def moodle_folder(name: str, lms_id: str) -> str:
 
 
 def export_moodle(out: Path, results: ClassResults, percent: bool = False, now: datetime | None = None) -> list[Path]:
-    students, missing = exported(results)  # before anything is written: a refused class leaves no files
+    students, missing = exported(results, MOODLE)  # before anything is written: a refused class leaves no files
     dest = _fresh(out / "moodle")
     students.sort(key=lambda s: int(s.outcome.lms_id) if s.outcome.lms_id.isdigit() else 0)
     # strtotime() reads ISO 8601; the import keeps a grade changed in Moodle after this time (locallib.php)
@@ -210,7 +235,7 @@ def canvas_attachments(s: StudentResult) -> dict[str, str]:
 
 
 def export_canvas(out: Path, results: ClassResults, percent: bool = False, assignment: str = ASSIGNMENT) -> list[Path]:
-    students, missing = exported(results)
+    students, missing = exported(results, CANVAS)
     dest = _fresh(out / "canvas")
     students.sort(key=lambda s: (_name(s).casefold(), s.outcome.lms_id))
 

@@ -45,6 +45,9 @@ class StudentOutcome:
     seconds: float = 0.0  # spent grading the student
     name: str = ""  # the student's name as the export gives it (the id if empty)
     lms_id: str = ""  # the LMS's participant id, where the export gives one
+    # which LMS's export `lms_id` was read from: "moodle" (a participant id, from Moodle's names), "canvas" (a user
+    # id, from Canvas's); "" where not known (no id, or an outcome written before this was recorded)
+    lms: str = ""
     error: str = ""  # why grading failed (Status.FAILED)
     traceback: str = ""  # where, when grading raised
     sandboxes_started: int = 0  # 0: graded in a sandbox kept warm from the worker's previous student
@@ -72,7 +75,7 @@ def joined(intake: StudentOutcome, graded: StudentOutcome | None) -> StudentOutc
         student=intake.student, notebooks=intake.notebooks, status=Status.FAILED if failed else Status.GRADED,
         notes=intake.notes + graded.notes + ([graded.error or "unknown error"] if failed else []),
         flags=intake.flags + graded.flags, seconds=graded.seconds, name=intake.name, lms_id=intake.lms_id,
-        error=graded.error, traceback=graded.traceback, sandboxes_started=graded.sandboxes_started,
+        lms=intake.lms, error=graded.error, traceback=graded.traceback, sandboxes_started=graded.sandboxes_started,
         judged=graded.judged)
 
 

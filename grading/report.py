@@ -177,18 +177,23 @@ def write_grades(out: Path, results: ClassResults) -> Path:
     """`grades.csv`: one row per student with every test cell's and written question's score, per-notebook
     and overall totals, and the points of written questions still awaiting a person's grade. `student` is
     the name as the export gave it, `lms_id` the LMS's participant id (if the export gives one), `id` the
-    id graded under (the gradebook's, the name of the student's feedback folder)."""
+    id graded under (the gradebook's, the name of the student's feedback folder). A student not graded (no
+    notebook handed in, or grading failed) has empty points, not 0, as the LMS export writes them. Points are
+    written as floats (`0.0`, never `0`)."""
     cols, stems = results.columns, results.notebooks
     header = ["student", "lms_id", "id", "status"] + [c.name for c in cols] + [f"{s}:total" for s in stems]
     header += ["total", "max_total", "written_pending", "review", "notes"]
-    written_max = sum(c.max_points for c in cols if c.written)
+    written_max = float(sum(c.max_points for c in cols if c.written))
     rows: list[list] = [[MAX_ROW, "", "", ""] + [c.max_points for c in cols] + [results.max_total(s) for s in stems]
                         + [results.max_total(), results.max_total(), written_max, "", ""]]
     for s in sorted(results.students, key=lambda s: ((s.outcome.name or s.student).casefold(), s.student)):
         o = s.outcome
-        rows.append([o.name or o.student, o.lms_id, o.student, o.status]
-                    + ["" if t.points is None else t.points for t in s.tasks] + [s.total(nb) for nb in stems]
-                    + [s.total(), results.max_total(), s.pending, fitted(o.flags, o.student),
+        points: list = [""] * (len(s.tasks) + len(stems) + 1)  # not graded is not 0: empty, as the export writes it
+        if s.graded:
+            points = (["" if t.points is None else float(t.points) for t in s.tasks]
+                      + [float(s.total(nb)) for nb in stems] + [float(s.total())])
+        rows.append([o.name or o.student, o.lms_id, o.student, o.status] + points
+                    + [results.max_total(), float(s.pending) if s.graded else "", fitted(o.flags, o.student),
                        fitted(o.notes, o.student)])
     return write_csv(out / "grades.csv", [header] + rows)  # no cell a spreadsheet would run (grading.spreadsheet)
 

@@ -132,7 +132,7 @@ def canvas_import(path: Path) -> tuple[list[str], list[str], dict[str, dict]]:
 # -- a run made by hand ------------------------------------------------------------------------------------
 
 def _outcome(student: str, name: str, lms_id: str, status: str = "graded", failing: str | None = None,
-             notes: list[str] | None = None, graded_as: str = f"{NB}.ipynb") -> StudentOutcome:
+             notes: list[str] | None = None, graded_as: str = f"{NB}.ipynb", lms: str = "") -> StudentOutcome:
     cells = []
     for stem, task, points in nbs.graded_columns():
         if stem == NB:
@@ -140,7 +140,7 @@ def _outcome(student: str, name: str, lms_id: str, status: str = "graded", faili
             case = CaseResult(f"{task}-hidden", "hidden case 1", False, ok, "" if ok else "raises", "" if ok else "x")
             cells.append(CellResult(task, points if ok else 0.0, points, [case]))
     judged = [NotebookRecord(student, NB, "finished", "", True, 1.0, [], cells)] if status == "graded" else []
-    return StudentOutcome(student, notebooks={NB: graded_as}, status=status, name=name, lms_id=lms_id,
+    return StudentOutcome(student, notebooks={NB: graded_as}, status=status, name=name, lms_id=lms_id, lms=lms,
                           notes=list(notes or []), error="boom" if status == "failed" else "", judged=judged)
 
 
@@ -231,6 +231,8 @@ def test_an_override_in_the_gradebook_is_exported(run):
     _export(run, "moodle")
     grades = moodle_import(run["out"] / "moodle" / "grading_worksheet.csv")
     assert grades["102"]["grade"] == _bob_points() + 2.0
+    assert "(autograded and graded by hand)" in grades["102"]["feedback"], "a person's score is not the grader's"
+    assert "(autograded)" in grades["101"]["feedback"]
     _export(run, "canvas")
     _, _, students = canvas_import(run["out"] / "canvas" / "gradebook_import.csv")
     assert float(students["102"]["grades"][0]) == _bob_points() + 2.0
@@ -318,6 +320,108 @@ def test_two_students_with_one_id_are_refused(run, capsys):
     assert not (run["out"] / "canvas").exists() and not (run["out"] / "moodle").exists()
 
 
+def test_an_id_from_the_other_lms_is_never_written_as_an_id(run):
+    """A Moodle participant id is no Canvas user id, nor the reverse: the number may be someone else's. alice and
+    bob came from Canvas's download, carol from Moodle's with participant id 101, the number of alice's Canvas
+    user id: each LMS's files hold only the ids read from its own names, and not_exported.csv lists the others."""
+    from grading.outcome import write_outcome
+
+    outcomes = run["out"] / "outcomes"
+    write_outcome(outcomes, _outcome("alice", ACCENTED, "101", notes=[LATE_NOTE], lms="canvas",
+                                     graded_as=f"obrienzoe_LATE_101_5001_{NB}.ipynb"))
+    write_outcome(outcomes, _outcome("bob", "Bob Jones", "102", failing=TASK, lms="canvas",
+                                     graded_as=f"jonesbob_102_5002_{NB}-1.ipynb"))
+    write_outcome(outcomes, _outcome("carol", "Carol King", "101", status="failed", lms="moodle"))
+
+    def not_exported(to: str) -> dict[str, str]:
+        with open(run["out"] / to / "not_exported.csv", newline="", encoding="utf-8") as f:
+            return {r["id"]: r["reason"] for r in csv.DictReader(f)}
+
+    _export(run, "canvas")
+    _, _, students = canvas_import(run["out"] / "canvas" / "gradebook_import.csv")
+    assert {i: s["name"] for i, s in students.items()} == {"101": ACCENTED, "102": "Bob Jones"}
+    assert float(students["101"]["grades"][0]) == _nb01_points(), "alice's grade, not carol's"
+    with open(run["out"] / "canvas" / "students.csv", newline="", encoding="utf-8") as f:
+        assert sorted(r["id"] for r in csv.DictReader(f)) == ["alice", "bob"]
+    assert canvas_reupload(run["out"] / "canvas" / "feedback_files.zip") == {"101": {"5001"}, "102": {"5002"}}
+    missing = not_exported("canvas")
+    assert set(missing) == {"carol", "dave"}, missing
+    assert "participant id from a Moodle export, not a Canvas user id" in missing["carol"]
+
+    _export(run, "moodle")
+    grades = moodle_import(run["out"] / "moodle" / "grading_worksheet.csv")
+    assert set(grades) == {"101"} and grades["101"]["row"]["Full name"] == "Carol King"
+    assert grades["101"]["grade"] is None, "carol's grading failed: not alice's grade"
+    assert moodle_zip_import(run["out"] / "moodle" / "feedback_files.zip", {"101", "102"}) == {}, "no page of alice"
+    missing = not_exported("moodle")
+    assert set(missing) == {"alice", "bob", "dave"}, missing
+    assert all("user id from a Canvas export, not a Moodle participant id" in missing[s] for s in ("alice", "bob"))
+
+
+def test_an_id_read_from_both_lmss_names_is_written_for_neither(run):
+    from grading.outcome import write_outcome
+
+    write_outcome(run["out"] / "outcomes", _outcome("bob", "Bob Jones", "102", failing=TASK, lms="moodle and canvas"))
+    for to in ("moodle", "canvas"):
+        _export(run, to)
+        with open(run["out"] / to / "not_exported.csv", newline="", encoding="utf-8") as f:
+            missing = {r["id"]: r["reason"] for r in csv.DictReader(f)}
+        assert "read from both Moodle's and Canvas's file names" in missing["bob"], missing
+
+
+def test_intake_records_which_lms_each_id_was_read_from(tmp_path):
+    """Moodle's folders and flat files give participant ids, Canvas's files user ids; a folder of a name alone
+    gives none. The outcome keeps which, the run's join keeps it, and an outcome written before reads as ""."""
+    import json
+    from dataclasses import asdict
+
+    from conftest import filled_submission, write_nb
+
+    from grading.intake import intake
+    from grading.outcome import joined
+
+    subs = tmp_path / "class"
+    write_nb(filled_submission(NB), subs / "Ann Lee_2001_assignsubmission_file" / f"{NB}.ipynb")
+    write_nb(filled_submission(NB), subs / f"Bo Yu_2002_assignsubmission_file_{NB}.ipynb")
+    write_nb(filled_submission(NB), subs / f"smithjohn_LATE_12345_67890_{NB}.ipynb")
+    write_nb(filled_submission(NB), subs / "dave" / f"{NB}.ipynb")
+    results = {r.name: r for r in intake(subs, tmp_path / "course")[0]}
+    assert {n: (r.lms_id, r.lms) for n, r in results.items()} == {
+        "Ann Lee": ("2001", "moodle"), "Bo Yu": ("2002", "moodle"), "smithjohn": ("12345", "canvas"),
+        "dave": ("", "")}, {n: r.notes for n, r in results.items()}
+    ann = results["Ann Lee"]
+    assert joined(ann, StudentOutcome(ann.student, status="graded")).lms == "moodle"
+    old = {k: v for k, v in asdict(ann).items() if k != "lms"}  # an outcome file of a run before the field
+    assert StudentOutcome.from_dict(json.loads(json.dumps(old))).lms == ""
+
+
+def test_grades_csv_leaves_a_student_not_graded_empty_and_writes_points_as_floats(tmp_path):
+    """A student with no notebook (or whose grading failed) has no points: empty cells, not 0.0, as the export
+    leaves their grade empty. A graded student with no written answer pending has 0.0 pending, as every other
+    points cell is written (never 0)."""
+    from grading.report import write_grades
+    from grading.results import class_results
+
+    written = {(stem, task): points for stem, task, points in nbs.written_columns()}
+    outcomes = [_outcome("alice", "Alice", "1"), _outcome("bob", "Bob", "2"),
+                _outcome("erin", "Erin", "3", status="no notebooks"), _outcome("carol", "Carol", "4", status="failed")]
+    tests = {(stem, task): points for stem, task, points in nbs.graded_columns() if stem == NB}
+    results = class_results(outcomes, {"alice": {**tests, **written}, "bob": dict(tests)})
+    path = write_grades(tmp_path, results)
+    with open(path, newline="", encoding="utf-8") as f:
+        rows = {r[2]: r for r in csv.reader(f)}
+    header = rows.pop("id")
+    cell = {student: dict(zip(header, row)) for student, row in rows.items()}
+    for student in ("erin", "carol"):
+        points = [c for c in header if ":" in c or c in ("total", "written_pending")]
+        assert {cell[student][c] for c in points} == {""}, cell[student]
+        assert cell[student]["max_total"] == str(results.max_total())
+    assert cell["alice"]["written_pending"] == "0.0"
+    assert float(cell["alice"]["total"]) == sum(tests.values()) + sum(written.values())
+    assert float(cell["bob"]["written_pending"]) == sum(written.values()) and "." in cell["bob"]["written_pending"]
+    assert cell["bob"][f"{NB}:total"] == str(float(sum(tests.values())))
+
+
 # -- round trips: an LMS's export, graded, exported back ---------------------------------------------------
 
 @pytest.fixture(scope="module")
@@ -351,6 +455,13 @@ def test_moodle_round_trip(moodle_run, grading_db):
         assert row["row"]["Full name"].lstrip("'") == given[lms_id]  # a formula-like name is quoted, as grades.csv
     assert set(moodle_zip_import(dest / "feedback_files.zip", set(grades))) == set(given)
 
+    # the instructor's slip, --to canvas: Moodle's participant ids are no Canvas user ids, none is written
+    dest = _export_graded(moodle_run, "canvas", grading_db)
+    assert canvas_import(dest / "gradebook_import.csv")[2] == {} and canvas_reupload(dest / "feedback_files.zip") == {}
+    with open(dest / "not_exported.csv", newline="", encoding="utf-8") as f:
+        reasons = [r["reason"] for r in csv.DictReader(f)]
+    assert len(reasons) == len(given) and all("participant id from a Moodle export" in r for r in reasons), reasons
+
 
 def test_canvas_round_trip(canvas_run, grading_db):
     dest = _export_graded(canvas_run, "canvas", grading_db)
@@ -380,6 +491,15 @@ def test_canvas_round_trip(canvas_run, grading_db):
             kept.setdefault(user, set()).add(attachment)
     assert handed_in == {"12345": {"67890"}, "678": {"999"}}
     assert canvas_reupload(dest / "feedback_files.zip") == kept == handed_in
+
+    # the instructor's slip, --to moodle: Canvas's user ids are no Moodle participant ids, none is written
+    dest = _export_graded(canvas_run, "moodle", grading_db)
+    assert moodle_import(dest / "grading_worksheet.csv") == {}
+    with zipfile.ZipFile(dest / "feedback_files.zip") as zf:
+        assert zf.namelist() == []
+    with open(dest / "not_exported.csv", newline="", encoding="utf-8") as f:
+        reasons = [r["reason"] for r in csv.DictReader(f)]
+    assert len(reasons) == len(given) and all("user id from a Canvas export" in r for r in reasons), reasons
 
 
 def test_the_nbgrader_exporter_writes_the_same_files(run):

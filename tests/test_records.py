@@ -20,7 +20,7 @@ def record(student: str, notebook: str) -> NotebookRecord:
 
 def test_an_outcome_reads_back_as_it_was_written(tmp_path):
     written = StudentOutcome("alice", notebooks={"06_decoding": "06_decoding.ipynb"}, status=Status.GRADED,
-                             flags=["06_decoding: time limit"], seconds=3.2, name="Alice A", lms_id="77",
+                             flags=["06_decoding: time limit"], seconds=3.2, name="Alice A", lms_id="77", lms="moodle",
                              judged=[record("alice", "06_decoding")])
     path = write_outcome(tmp_path, written)
     assert path == tmp_path / "alice.json" and not list(tmp_path.glob("*.tmp"))
@@ -28,6 +28,17 @@ def test_an_outcome_reads_back_as_it_was_written(tmp_path):
     assert json.loads(path.read_text())["status"] == "graded" and f"{written.status}" == "graded"  # its value
     assert read_outcomes(tmp_path) == {"alice": written}
     assert "judged" not in written.summary() and written.summary()["flags"] == written.flags  # report.json's entry
+    assert written.summary()["lms"] == "moodle"  # whose id lms_id is: a Moodle participant id
+
+
+def test_an_outcome_written_before_the_lms_was_recorded_reads_as_not_known(tmp_path):
+    """An outcome file without `lms` (a run before it was recorded) reads back with lms "": the export takes its
+    id as it is."""
+    old = asdict(StudentOutcome("alice", status=Status.GRADED, name="Alice", lms_id="77"))
+    del old["lms"]
+    (tmp_path / "alice.json").write_text(json.dumps(old))
+    outcome = read_outcome(tmp_path / "alice.json")
+    assert (outcome.lms_id, outcome.lms) == ("77", "")
 
 
 def test_a_damaged_outcome_is_left_out_of_the_reports_and_read_alone_raises(tmp_path):
@@ -45,15 +56,17 @@ def test_a_damaged_outcome_is_left_out_of_the_reports_and_read_alone_raises(tmp_
 
 
 def test_intake_and_grading_join_into_one_outcome():
-    intake = StudentOutcome("alice", notebooks={"06_decoding": "x.ipynb"}, notes=["late"], name="Alice", lms_id="7")
+    intake = StudentOutcome("alice", notebooks={"06_decoding": "x.ipynb"}, notes=["late"], name="Alice", lms_id="7",
+                            lms="canvas")
     graded = StudentOutcome("alice", status="graded", flags=["look"], seconds=2.0, sandboxes_started=1,
                             judged=[record("alice", "06_decoding")])
     both = joined(intake, graded)
     assert (both.status, both.notes, both.flags, both.name, both.notebooks, both.seconds) == (
         "graded", ["late"], ["look"], "Alice", {"06_decoding": "x.ipynb"}, 2.0)
+    assert (both.lms_id, both.lms) == ("7", "canvas")  # who the student is, and whose id that is: intake's
     assert both.judged == graded.judged and both.sandboxes_started == 1
     failed = joined(intake, StudentOutcome("alice", status="failed", error="the worker died"))
-    assert failed.status == "failed" and failed.notes == ["late", "the worker died"]
+    assert failed.status == "failed" and failed.notes == ["late", "the worker died"] and failed.lms == "canvas"
     assert joined(intake, None) is intake  # not graded (no notebooks, or refused at intake)
     assert asdict(read_back(both)) == asdict(both)
 
