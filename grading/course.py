@@ -61,7 +61,7 @@ c.Autograde.autograde_preprocessors = [
 ]
 # Feedback: grades, the student's code and outputs, the judge's lines; never hidden sources or names.
 c.GenerateFeedback.preprocessors = [
-    "nbgrader.preprocessors.GetGrades",
+    "grading.feedback.GetGradesNotYet",
     "grading.feedback.RedactHiddenTests",
     "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
 ]

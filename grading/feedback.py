@@ -21,7 +21,7 @@ import latex2mathml.converter
 import nbformat
 from nbconvert.exporters import HTMLExporter, TemplateExporter
 from nbconvert.filters.markdown_mistune import IPythonRenderer, MarkdownWithMath
-from nbgrader.preprocessors import NbGraderPreprocessor
+from nbgrader.preprocessors import GetGrades, NbGraderPreprocessor
 from traitlets import Unicode, default
 
 from starter.compare import case_names
@@ -96,6 +96,22 @@ def lines_without_record(text: str) -> list[str]:
 
 def _stream(text: str):
     return nbformat.v4.new_output("stream", name="stdout", text=text)
+
+
+NOT_GRADED_YET = "not graded yet"  # a score the page shows for a cell nobody has graded (nbgrader's shows 0.0)
+
+
+class GetGradesNotYet(GetGrades):
+    """nbgrader's GetGrades, except that a cell with neither an automatic nor a person's score (a written answer
+    before formgrader) gets NaN, which the page shows as NOT_GRADED_YET (FeedbackHTMLExporter): not a 0 it never
+    got. The notebook's total is nbgrader's (the scores given so far)."""
+
+    def _get_score(self, cell, resources):
+        grade = self.gradebook.find_grade(cell.metadata["nbgrader"]["grade_id"], self.notebook_id, self.assignment_id,
+                                          self.student_id)
+        ungraded = grade.manual_score is None and grade.auto_score is None
+        cell.metadata.nbgrader["score"] = float("nan") if ungraded else grade.score
+        cell.metadata.nbgrader["points"] = grade.max_score
 
 
 class RedactHiddenTests(NbGraderPreprocessor):
@@ -307,5 +323,6 @@ class FeedbackHTMLExporter(HTMLExporter):
         self.register_filter("filter_data_type", WidgetsDataTypeFilter(
             notebook_metadata=self._nb_metadata, parent=self, resources=resources))
         page, resources = TemplateExporter.from_notebook_node(self, nb, resources, **kw)
+        page = page.replace("Score: nan / ", f"Score: {NOT_GRADED_YET} / ")  # the template's `| float | round(2)` of NaN
         page = IMG_WITHOUT_ALT.sub('<img alt="No description has been provided for this image"', defuse_urls(page))
         return self_contained(FOCUSABLE.sub(r'\1 tabindex="0"', page)), resources

@@ -80,7 +80,7 @@ def test_scores_given_in_formgrader_reach_the_feedback_page_and_the_lms_zip(grad
     out, course, student, db_url = graded["out"], str(graded["course"]), graded["student"], graded["db_url"]
     page_file = out / "feedback" / student / f"{NB}.html"
     before = page_file.read_text(encoding="utf-8")
-    assert (_score(before, TEST_CELL), _score(before, WRITTEN), _total(before)) == ("3.0 / 3.0", "0.0 / 2.0",
+    assert (_score(before, TEST_CELL), _score(before, WRITTEN), _total(before)) == ("3.0 / 3.0", "not graded yet / 2.0",
                                                                                      "11.0 / 15.0")
 
     _give(db_url, student, TEST_CELL, 1.5)  # an override of the judge's points
