@@ -87,8 +87,8 @@ def main() -> None:
         if done.returncode != 0:
             raise SystemExit(f"autograde failed in {tree}:\n{done.stdout[-3000:]}{done.stderr[-3000:]}")
         graded = done.stdout.strip().splitlines()[-1].split(";")[0]
-        points = sum(float(row["total"]) for row in csv.DictReader(open(run / "out" / "grades.csv"))
-                     if row["student"] != "(max points)")
+        points = sum(float(row["total"] or 0) for row in csv.DictReader(open(run / "out" / "grades.csv"))
+                     if row["student"] != "(max points)")  # a student not graded has empty points
         return seconds, f"{graded}, {points:g} points in all"
 
     alternate(args.before, args.rounds, grade, f"grading {args.students} students")
