@@ -15,11 +15,10 @@ import json
 import re
 import shutil
 import warnings
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 
 from . import class_report
-from .judge import NotebookRecord
 from .notebooks import ASSIGNMENT
 from .outcome import FOLDER, Status, StudentOutcome, joined, write_outcome
 from .results import ClassResults, class_results, read_points, write_loose_files
@@ -45,14 +44,6 @@ def copy_feedback(root: Path, out: Path, student: str, name: str = "") -> None:
 
 # in OUT, beside feedback/ (which holds HTML pages only): {student: the digest of what their pages were made from}
 MADE_FROM = "feedback_made_from.json"
-
-
-@dataclass(frozen=True)
-class JudgedStudent:
-    """A graded student as their feedback pages need them (`worker.JudgedStudent`), from the run's outcome."""
-
-    student: str
-    judged: list[NotebookRecord] = field(default_factory=list)
 
 
 def made_from(gb, outcome: StudentOutcome) -> str:
@@ -145,7 +136,7 @@ def refresh_feedback(out: Path, root: Path | None, results: ClassResults,
         for page in pages.glob("*.html") if pages.is_dir() else []:  # a failed attempt must not leave old scores
             page.unlink()
         recorded.pop(o.student, None)
-        notes += [f"{o.student}: {note}" for note in worker.feedback_pages(api, JudgedStudent(o.student, o.judged))]
+        notes += [f"{o.student}: {note}" for note in worker.feedback_pages(api, o)]  # the outcome: student, judged
         copy_feedback(root, out, o.student, o.name)
         if any(pages.glob("*.html")):
             recorded[o.student] = digests[o.student]
