@@ -136,7 +136,10 @@ def grade(results: ClassResults, s: StudentResult, percent: bool) -> float | str
 def summary(results: ClassResults, s: StudentResult) -> str:
     """One line for the student: their points (or why there are none), late, written answers awaiting a grade."""
     if s.graded:
-        by_hand = any(t.by_hand or t.column.written and t.points is not None for t in s.tasks)
+        # a person's score: a test cell's changed, or a written answer's given (a notebook not handed in has its
+        # written answers at 0 without anyone grading them)
+        by_hand = any(t.by_hand or t.column.written and t.points is not None and t.column.notebook in s.outcome.notebooks
+                      for t in s.tasks)
         how = "autograded and graded by hand" if by_hand else "autograded"  # a written answer, or a score overridden
         parts = [f"{s.total():g} of {results.max_total():g} points ({how})"]
         if s.pending:
