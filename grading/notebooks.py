@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import functools
 import re
+import types
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -80,8 +81,41 @@ def definitions_source(nb) -> str:
             continue
         tags = cell.get("metadata", {}).get("tags", [])
         if "setup" in tags or is_solution(cell):
-            parts.append(cell.source)
+            parts.append(without_magics(cell.source))
     return "\n\n".join(parts)
+
+
+def without_magics(source: str) -> str:
+    """A code cell's Python: without IPython magics and shell lines (a `%%writefile` cell's code is Python too),
+    as `starter.notebook_loader` runs a student's cells."""
+    return "\n".join(ln for ln in source.splitlines() if not ln.lstrip().startswith(("%", "!")))
+
+
+WRITEFILE = re.compile(r"^%%writefile(\s+-a)?\s+(\S+)\s*$")
+
+
+def written_files(nb) -> dict[str, str]:
+    """The files a notebook's `%%writefile NAME` (and `%%writefile -a NAME`) cells write, in cell order: file name ->
+    its content, as running the cells top to bottom leaves it."""
+    files: dict[str, str] = {}
+    for cell in nb.cells:
+        first, _, rest = cell.source.partition("\n")
+        match = WRITEFILE.match(first.strip()) if cell.cell_type == "code" else None
+        if match:
+            files[match.group(2)] = (files.get(match.group(2), "") if match.group(1) else "") + rest + "\n"
+    return files
+
+
+@functools.cache
+def solution_scripts(stem: str) -> dict[str, types.SimpleNamespace]:
+    """The scripts solution notebook `stem` writes, each run as a module (its main does not run): file name ->
+    namespace, as `starter.scripts.load_script` gives a student's."""
+    out = {}
+    for name, source in written_files(read(SOLUTIONS / f"{stem}.ipynb")).items():
+        namespace: dict = {"__name__": Path(name).stem}
+        exec(compile(strip_solution_markers(source), name, "exec"), namespace)
+        out[name] = types.SimpleNamespace(**namespace)
+    return out
 
 
 def execute_definitions(path: Path) -> dict:

@@ -35,7 +35,10 @@ TEXT_SUFFIXES = {".ipynb", ".py", ".md", ".toml", ".txt", ".yml"}
 # Paths a mention may name although the copy does not hold them: what a student's own runs make there
 # (notebook 05's checkpoints, the datasets built on first use). Everything else named must ship.
 STUDENT_MADE = {"runs", TRAINED_MODEL, checkpoint_file("coco-grid"), checkpoint_file("coco-fc7"), "data/cache",
-                f"notebooks/{TRAINED_MODEL}"}  # a local copy's course folder is notebooks/
+                f"notebooks/{TRAINED_MODEL}",  # a local copy's course folder is notebooks/
+                # what notebook 05's scripts write: the training log, its evaluation, and the resume trial's runs
+                TRAINED_MODEL.replace(".pt", ".csv"), TRAINED_MODEL.replace(".pt", ".json"), "runs/resume_check",
+                "runs/resume_check/one_go.pt", "runs/resume_check/resumed.pt"}
 README = """# Attention and Transformers: student notebooks
 
 Open the notebooks in order, on Google Colab (the badges; the first cell of each notebook installs
@@ -78,9 +81,11 @@ Hand in **the seven notebooks and notebook 05's trained model**:
   by its number);
 - `runs/captioning_transformer.pt`, with that file name, in a `runs/` folder or next to the notebooks.
   One test cell of notebook 05 (3 points) grades the model in that file on scenes nobody has seen; the
-  grader does not train your model again, so without the file those points are lost.
+  grader does not train your model again, so without the file those points are lost. Your training
+  script saves it there (`train_captioner.py`, which notebook 05 has you write).
 
-The end of each notebook says the same.
+The scripts themselves need not be handed in: they are in notebook 05's cells, and the grader writes them
+again from there. The end of each notebook says the same.
 """
 
 

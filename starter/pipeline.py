@@ -309,13 +309,14 @@ class _EpochLoader:
 
 
 class _FixedPlan:
-    """A stand-in TrainingPlan: yields (step, lr) for the stored rates, no clock and no progress bar."""
+    """A stand-in TrainingPlan: yields (step, lr) for the stored rates, steps from `start` on (a resumed run's
+    part), no clock and no progress bar."""
 
-    def __init__(self, lrs):
-        self.lrs = list(lrs)
+    def __init__(self, lrs, start=0):
+        self.lrs, self.start = list(lrs), int(start)
 
     def __iter__(self):
-        return iter(enumerate(self.lrs))
+        return iter(enumerate(self.lrs, start=self.start))
 
     def __len__(self):
         return len(self.lrs)
@@ -347,13 +348,14 @@ def _weights_probe(model, loss_fn, batches):
 def with_loader(fit, model_class=ToyCaptioner):
     """``fit(model, loss_fn, optimizer, loader, plan, config)`` (a `starter.training.FitConfig`) on a
     ``model_class`` with the stored weights: the loader's batches are cut from the first rows of (features,
-    captions) at `sizes`, the validation batch is the remaining rows, the plan yields `lrs`; stand-ins for the
+    captions) at `sizes`, the validation batch is the remaining rows, the plan yields `lrs` from step `start` on;
+    stand-ins for the
     step and the validation loss that only mark the weights and read them (so the check tests your loop
     alone). Returns (the history's steps, losses, rates, validation steps and losses, and every parameter
     afterwards)."""
     from .training import HISTORY_KEYS, FitConfig
 
-    def run(self, features, captions, sizes, lrs, val_every):
+    def run(self, features, captions, sizes, lrs, val_every, start=0):
         _require(fit)
         bounds = np.cumsum([0, *sizes])
         loader = _EpochLoader([(features[a:b], captions[a:b]) for a, b in zip(bounds[:-1], bounds[1:])])
@@ -363,7 +365,7 @@ def with_loader(fit, model_class=ToyCaptioner):
 
         config = FitConfig(step_fn=_marking_step, val_fn=_weights_probe, val_batches=val_batches, val_every=val_every,
                            device=torch.device("cpu"))
-        history = fit(self.model, _toy_loss, opt, loader, _FixedPlan(lrs), config)
+        history = fit(self.model, _toy_loss, opt, loader, _FixedPlan(lrs, start), config)
         if not isinstance(history, dict) or not all(k in history for k in HISTORY_KEYS):
             raise TypeError(f"fit must return the history: a dict with the keys {', '.join(HISTORY_KEYS)}")
         dtype = features.dtype

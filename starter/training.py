@@ -145,24 +145,33 @@ class TrainingPlan:
     initialisation): time used counts from its end, as a fraction of the budget left then. As long as the
     machine keeps pace, nothing changes: the same steps and rates as without `time_limit`.
 
+    A part of a run: `start` and `stop` (0-based, `stop` excluded) give only the steps start, ..., stop - 1 of
+    the run's `steps`, at the rates of the whole run's schedule (a script that trains in rounds, or resumes).
+
     After the loop: `done` (steps taken), `shortened` (True if the budget ended the run early), `seconds`.
     `show(**values)` puts values (a loss, say) next to the bar.
     """
 
     def __init__(self, steps: int, lr_fn, warmup: int, peak_lr: float, time_limit: float | None = None,
-                 progress: bool = True):
+                 progress: bool = True, start: int = 0, stop: int | None = None):
         if time_limit is not None and not time_limit > 0:
             raise ValueError(f"time_limit must be a positive number of seconds or None, not {time_limit}")
         if steps < 1:
             raise ValueError(f"steps must be at least 1, not {steps}")
+        stop = steps if stop is None else stop
+        if not 0 <= start <= stop <= steps:
+            raise ValueError(f"the steps {start} to {stop} are not within the run's {steps} steps")
+        if time_limit is not None and (start, stop) != (0, steps):
+            raise ValueError("a time budget is for a whole run, not for a part of it")
         self.steps, self.lr_fn, self.warmup, self.peak_lr = steps, lr_fn, warmup, peak_lr
+        self.start, self.stop = start, stop
         self.time_limit, self.progress = time_limit, progress
         self.done, self.shortened, self.seconds = 0, False, 0.0
         self._values: dict = {}
         self._bar = None
 
     def __len__(self) -> int:
-        return self.steps
+        return self.stop - self.start
 
     def show(self, **values) -> None:
         self._values.update({k: f"{v:.3f}" if isinstance(v, float) else v for k, v in values.items()})
@@ -173,11 +182,12 @@ class TrainingPlan:
         from tqdm.auto import tqdm
 
         steps, time_limit = self.steps, self.time_limit
-        self._bar = bar = tqdm(total=steps, desc="training", disable=not self.progress, mininterval=1.0)
+        self._bar = bar = tqdm(total=self.stop, initial=self.start, desc="training", disable=not self.progress,
+                               mininterval=1.0)
         t0 = _clock()
         startup = 0.0  # seconds taken by the first step
         try:
-            for step in range(steps):  # `step` steps are done
+            for step in range(self.start, self.stop):  # `step` steps are done
                 # the schedule's step: `step` itself, or, when time used is ahead of it, that fraction of `steps`
                 sched_step = step
                 if time_limit is not None and step >= 1:
@@ -194,7 +204,7 @@ class TrainingPlan:
                     break
         finally:
             self.seconds = _clock() - t0
-            self.shortened = self.done < steps
+            self.shortened = self.done < self.stop - self.start
             if self.shortened and self.done:  # a complete schedule: show a full bar (not a red, short one)
                 bar.total = self.done
                 widget = getattr(bar, "container", None)  # tqdm.notebook's widgets: (label, bar, text)

@@ -668,13 +668,13 @@ def _fit_with(batches="fresh_epochs", val_at="end_of_every"):
 
         for (step, lr), (features, captions) in zip(steps, epochs()):
             history["loss"].append(step_fn(model, loss_fn, optimizer, features.to(device), captions.to(device), lr))
-            history["step"].append(len(history["loss"]))
+            history["step"].append(step + 1)
             history["lr"].append(lr)
             if (step if val_at == "start_of_every" else step + 1) % val_every == 0:
                 history["val_step"].append(step + 1)
                 history["val_loss"].append(val_fn(model, loss_fn, val_batches))
         if history["val_step"][-1:] != history["step"][-1:]:
-            history["val_step"].append(len(history["step"]))
+            history["val_step"].append(history["step"][-1])
             history["val_loss"].append(val_fn(model, loss_fn, val_batches))
         return history
     return fit
@@ -827,6 +827,7 @@ def test_fit_references_match_a_hand_written_run(name):
     n = len(kw["sizes"])
     val_f, val_c = feats[bounds[-1]:], caps[bounds[-1]:]
     losses, val_steps, val_losses = [], [], []
+    start = kw.get("start", 0)  # a resumed run's part: the steps are counted from the run's start
     with torch.no_grad():
         for s, lr in enumerate(kw["lrs"]):
             b = (s % n + s // n) % n  # position s % n of epoch s // n, which starts at batch (s // n) % n
@@ -834,11 +835,11 @@ def test_fit_references_match_a_hand_written_run(name):
             losses.append(_toy_loss(model, f, c).item())
             for p in params:
                 p.copy_(0.9 * p + lr * (f.mean() + c.double().mean() / 100))
-            done = s + 1
-            if done % kw["val_every"] == 0 or done == len(kw["lrs"]):
+            done = start + s + 1
+            if done % kw["val_every"] == 0 or s + 1 == len(kw["lrs"]):
                 val_losses.append(float(sum(p.sum() for p in params) + val_f.sum() + val_c.double().sum() / 100))
                 val_steps.append(done)
-    np.testing.assert_array_equal(case.expected["steps"], np.arange(1, len(kw["lrs"]) + 1))
+    np.testing.assert_array_equal(case.expected["steps"], np.arange(start + 1, start + len(kw["lrs"]) + 1))
     np.testing.assert_allclose(case.expected["lrs"], kw["lrs"], rtol=1e-7)  # stored as float32
     np.testing.assert_allclose(case.expected["losses"], losses, rtol=1e-5, err_msg=name)
     np.testing.assert_array_equal(case.expected["val_steps"], val_steps)

@@ -95,7 +95,7 @@ def _answer_kinds(nb) -> dict[str, bool]:
     kinds = {}
     for cell in nb.cells:
         if cell.cell_type == "code" and nbs.is_solution(cell):
-            for node in ast.parse(cell.source).body:
+            for node in ast.parse(nbs.without_magics(cell.source)).body:
                 if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
                     kinds[node.name] = isinstance(node, ast.ClassDef)
     return kinds
@@ -113,7 +113,7 @@ def graded_tasks() -> list[Task]:
             meta = nbs.nbgrader_meta(cell)
             key = f"{path.name[:2]}.{meta['grade_id']}"
             cases = []
-            for call in ast.walk(ast.parse(cell.source)):
+            for call in ast.walk(ast.parse(nbs.without_magics(cell.source))):
                 if not (isinstance(call, ast.Call) and getattr(call.func, "id", None) == "check"):
                     continue
                 name, target = call.args[0].value, call.args[1]
@@ -123,7 +123,8 @@ def graded_tasks() -> list[Task]:
                                     else (target.func.id, [a.id for a in target.args]))
                 if len(answers) != 1:  # the trained-model cases: they grade a checkpoint, not a function
                     continue
-                cases.append(HiddenCase(key, name, adapter, answers[0], kinds[answers[0]]))
+                # a script's cases take the module the test cell loaded (train_script), not an answer cell's name
+                cases.append(HiddenCase(key, name, adapter, answers[0], kinds.get(answers[0], False)))
             if cases:  # (a cell of trained-model cases only has none left)
                 tasks.append(Task(key, meta["grade_id"], float(meta.get("points", 0)), cell.source, tuple(cases)))
     return tasks
@@ -388,15 +389,19 @@ def answer_functions() -> dict[str, ast.FunctionDef]:
         for cell in nbs.read(path).cells:
             if cell.cell_type != "code" or not nbs.is_solution(cell):
                 continue
-            lines = cell.source.splitlines()
-            defs = [n for n in ast.walk(ast.parse(cell.source)) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+            source = nbs.without_magics(cell.source)  # a %%writefile cell's first line
+            lines = source.splitlines()
+            defs = [n for n in ast.walk(ast.parse(source)) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
             begins = [i for i, line in enumerate(lines) if _BEGIN.match(line)]
             for begin in begins:
                 end = next(j for j in range(begin + 1, len(lines)) if _END.match(lines[j]))
-                owner = min((d for d in defs if d.lineno <= begin < d.end_lineno), key=lambda d: d.end_lineno - d.lineno)
+                grade_id = nbs.nbgrader_meta(cell)["grade_id"]
+                owners = [d for d in defs if d.lineno <= begin < d.end_lineno]
+                if not owners:  # a block at the top of a module (a script's): it is one unit, named by its cell
+                    owners = ast.parse(f"def {grade_id}():\n    pass").body
+                owner = min(owners, key=lambda d: d.end_lineno - d.lineno)
                 fn = copy.deepcopy(owner)
                 fn.body = ast.parse(textwrap.dedent("\n".join(lines[begin + 1:end]))).body
-                grade_id = nbs.nbgrader_meta(cell)["grade_id"]
                 name = grade_id if owner.name == grade_id else f"{grade_id}.{owner.name}"
                 found[f"{path.name[:2]}.{name}"] = _without_docstrings(ast.Module([fn], [])).body[0]
     return found

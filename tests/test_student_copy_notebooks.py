@@ -104,7 +104,8 @@ def given_units(notebook_dir: Path) -> dict[str, Unit]:
             meta = nbs.nbgrader_meta(cell)
             if cell.cell_type != "code" or meta.get("solution") or meta.get("grade"):
                 continue
-            found.update(units_of_cell(cell.source, f"{path.name[:2]}.{meta.get('grade_id', f'cell{i}')}."))
+            found.update(units_of_cell(nbs.without_magics(cell.source),
+                                       f"{path.name[:2]}.{meta.get('grade_id', f'cell{i}')}."))
     return found
 
 

@@ -35,6 +35,7 @@ from starter.runtime import start_notebook
 COURSE_FOLDER = start_notebook(use_drive=USE_DRIVE, course_dir=COURSE_DIR)
 
 # %% nbgrader={"grade": false, "grade_id": "code_03", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["setup"]
+import json
 import math
 import os
 import re
@@ -60,8 +61,9 @@ from starter.notebook_loader import load_or_none
 from starter.pipeline import yours_if_it_passes
 from starter.plotting import plot_losses, show_attention, show_captions
 from starter.runtime import checkpoint_file
+from starter.scripts import load_script, read_checkpoint, read_log, run_command
 from starter.training import (GRADING, TrainConfig, TrainingPieces, count_parameters, load_checkpoint,
-                              overfit_small_batch, pick_device, save_checkpoint, seed_everything, train)
+                              overfit_small_batch, pick_device, seed_everything, train)
 
 torch.manual_seed(0)
 
@@ -216,7 +218,7 @@ def train_step(model, loss_fn, optimizer, features, captions, lr, grad_clip=1.0)
     ### END SOLUTION
 
 
-# %% nbgrader={"grade": true, "grade_id": "test_train_step", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
+# %% nbgrader={"grade": true, "grade_id": "test_train_step", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
 from starter.checks import check
 from starter.pipeline import with_optimizer
 check("step/adamw", with_optimizer(train_step))
@@ -264,26 +266,49 @@ check("validation/handed_over_in_eval_mode", with_batches(validation_loss))
 ### END HIDDEN TESTS
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_fit_1", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# ### The training script, `train_captioner.py`
+#
+# Training runs in a script, as it does wherever deep learning is done: a file you start from a terminal (`python train_captioner.py --steps 700`) or from a notebook (`!python …`), with its settings on the command line, which writes a **checkpoint** it can go on from and a **log** of every step. A run that dies (a closed laptop, a Colab runtime that times out, a GPU job that hits its time limit) goes on with `--resume`, and on the same machine it ends exactly where it would have ended without the interruption.
+#
+# You write it in two cells: the first (`%%writefile train_captioner.py`) starts the file with the training loop `fit` (Task 4), the second (`%%writefile -a`, *append*) adds the command line and the checkpoints (Task 5). Run both whenever you change either (the first starts the file over). The script takes everything that is not its own work from an `Experiment` (`starter/scripts.py`): the dataset, your pieces of notebooks 04 and 05 (loaded from your **saved** notebooks, like notebook 06 loads them: save this notebook before you run the script), the device, a plan of steps and the training batches.
+#
 # ### Task 4 · the training loop: `fit(model, loss_fn, optimizer, loader, plan, config)`
 #
-# The loop puts the pieces together. `plan` is a `starter.training.TrainingPlan`: iterating over it gives `(step, lr)` pairs, `step` = 0, 1, 2, … (0-based) with the learning rate your schedule gives that step, until the run is over (it may end early when a time budget binds, so loop over the plan rather than over a step count). `config` is a `starter.training.FitConfig`, the rest of what the loop needs, as five fields: `config.step_fn` (one training step), `config.val_fn` (the validation loss), `config.val_batches` (the fixed validation batches), `config.val_every` (how often to validate) and `config.device` (where the model is). For each `(step, lr)`:
+# The loop puts the pieces together. `plan` is a `starter.training.TrainingPlan`: iterating over it gives `(step, lr)` pairs, `step` = the 0-based number of the step (0, 1, 2, … for a new run; a resumed run starts later) with the learning rate your schedule gives that step, until the run or the part of it is over (it may end early when a time budget binds, so loop over the plan rather than over a step count). `config` is a `starter.training.FitConfig`, the rest of what the loop needs, as five fields: `config.step_fn` (one training step), `config.val_fn` (the validation loss), `config.val_batches` (the fixed validation batches), `config.val_every` (how often to validate) and `config.device` (where the model is). For each `(step, lr)`:
 #
 # 1. take the **next batch** `(features, captions)` from `loader`. A `DataLoader` runs out at the end of an epoch: then start the next epoch with a new `iter(loader)` (a shuffling loader draws a new order for it) and carry on. Keep one iterator between steps: `next(iter(loader))` every step would start a new epoch each time;
 # 2. move the batch to `config.device` (`.to(config.device)`: the model is there, on the GPU when there is one);
-# 3. `loss = config.step_fn(model, loss_fn, optimizer, features, captions, lr)`: your `train_step`, with `grad_clip` already set by the kit's `train`, which calls your `fit`;
-# 4. record the step in `history`: `history["step"]` the number of steps done (`step + 1`), `history["loss"]` the loss, `history["lr"]` the rate;
+# 3. `loss = config.step_fn(model, loss_fn, optimizer, features, captions, lr)`: your `train_step`;
+# 4. record the step in `history`: `history["step"]` the number of steps done (`step + 1`: counted from the start of the run, so a resumed plan's first record is not 1), `history["loss"]` the loss, `history["lr"]` the rate;
 # 5. every `config.val_every` steps (when `(step + 1) % config.val_every == 0`) append `step + 1` to `history["val_step"]` and `config.val_fn(model, loss_fn, config.val_batches)` (your `validation_loss`) to `history["val_loss"]`. The validation batches are only measured, never trained on: the validation loss is useful only as long as the model has not seen them.
 #
 # After the loop, if the last step did not end with a validation, measure once more, so the curve ends where training ended. Return `history`, a dict of five lists with the keys `"step"`, `"loss"`, `"lr"`, `"val_step"`, `"val_loss"`.
 
 # %% nbgrader={"grade": false, "grade_id": "fit", "locked": false, "schema_version": 3, "solution": true, "task": false}
+# %%writefile train_captioner.py
+"""Train the captioning Transformer of notebooks 04-05; a run stopped at any point goes on with --resume.
+
+    python train_captioner.py                           # shapes: 700 steps into runs/captioning_transformer.pt
+    python train_captioner.py --steps 300               # ... 300 steps, then
+    python train_captioner.py --steps 700 --resume      # ... the rest: the weights of 700 steps in one run
+"""
+import argparse
+import csv
+import sys
+from pathlib import Path
+
+import torch
+
+from starter.scripts import CheckpointError, Experiment, FitConfig, read_checkpoint, run_script, save_checkpoint
+
+
 def fit(model, loss_fn, optimizer, loader, plan, config):
     """Train `model` for the steps of `plan` on batches from `loader`, epoch after epoch.
 
     Args:
         model, loss_fn, optimizer: as for train_step.
         loader: an iterable of (features (B, R, D), captions (B, T)) batches, one epoch per pass (a DataLoader).
-        plan: yields (step, lr) pairs: step 0, 1, 2, ... and its learning rate.
+        plan: yields (step, lr) pairs: the 0-based step and its learning rate.
         config: a FitConfig with
             step_fn(model, loss_fn, optimizer, features, captions, lr) -> loss (float): one training step;
             val_fn(model, loss_fn, batches) -> float: the validation loss;
@@ -316,28 +341,189 @@ def fit(model, loss_fn, optimizer, loader, plan, config):
     return history
 
 
-# %% nbgrader={"grade": true, "grade_id": "test_fit", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
+# %% nbgrader={"grade": true, "grade_id": "test_fit", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
 from starter.checks import check
 from starter.pipeline import with_loader
+from starter.scripts import load_script
+fit = load_script("train_captioner.py", "fit")   # the file the cell above wrote, as a module, without running it
 check("fit/basic", with_loader(fit))
 ### BEGIN HIDDEN TESTS
 check("fit/whole_epochs", with_loader(fit))
 check("fit/validate_once", with_loader(fit))
 check("fit/every_step", with_loader(fit))
+check("fit/resumed_plan", with_loader(fit))
 ### END HIDDEN TESTS
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_fit_2", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # *How this check works:* `with_loader(fit)` runs your loop for a few steps on a tiny stand-in model with stored weights, with a stand-in loader (three or so batches per epoch, in an order that changes each epoch, as a shuffling loader's does) and a stand-in plan of stored learning rates, and with stand-ins for the step and the validation loss that do not train: the step returns the batch's loss and moves every weight by an amount that depends on the batch and the rate, the validation reads the weights. It compares the history and the weights afterwards with the stored ones, so it tests your loop alone (which batches, in which order, at which rates, validated when), whatever your `train_step` does.
+#
+# ### Task 5 · the script's command line and checkpoints: `parse_args(argv=None)` and `main(argv=None, experiment=None)`
+#
+# **The command line.** `parse_args(argv)` reads these options with `argparse` (`argv`: a list of strings, or `None` for the script's own command line) and returns them as `argparse`'s namespace. The defaults are the `shapes` settings:
+#
+# | option | default | what it sets |
+# |---|---|---|
+# | `--data` | `shapes` | the dataset (`starter.data.load_dataset`'s names) |
+# | `--checkpoint` | `runs/captioning_transformer.pt` | the checkpoint; the log is the same path with `.csv` in place of `.pt` |
+# | `--steps` | `700` | the run's number of steps, at least 1 |
+# | `--batch-size` | `64` | captions per batch, at least 1 |
+# | `--lr` | `0.002` | the peak learning rate, above 0 |
+# | `--warmup` | `50` | the schedule's warm-up steps, 0 or more |
+# | `--weight-decay` | `0.01` | 0 or more |
+# | `--d-model`, `--heads`, `--layers` | `64`, `4`, `2` | the model's size, each at least 1; `--d-model` a multiple of `--heads` |
+# | `--dropout` | `0.0` | at least 0 and below 1 |
+# | `--save-every` | `100` | steps between two checkpoints (and validations), at least 1 |
+# | `--stop-at` | none | end the run after the first checkpoint at or after this step, at least 1: an interruption you choose (the schedule stays that of `--steps`), from which `--resume` goes on |
+# | `--seed` | `0` | the seed of the weights and of the order of the batches |
+# | `--device` | `auto` | `auto` (a GPU when there is one), `cpu`, `cuda` or `mps` |
+# | `--resume` | off | go on from the checkpoint instead of starting over |
+#
+# A value out of range, an unknown option or one that is not a number stops the script with a non-zero exit status and, as its last line on the error output, the script's name, `error:` and what is wrong: `parser.error("--steps must be at least 1")` does all that (`train_captioner.py: error: --steps must be at least 1`, after `argparse`'s usage lines, which is fine), as does `argparse` itself for an unknown option or a `type=int` that fails. No traceback. Every other error of the script ends the same way: `sys.exit(f"train_captioner.py: error: {what}")` writes that line and exits with status 1.
+#
+# **The run.** `main(argv=None, experiment=None)`:
+#
+# 1. reads the options, and takes the experiment it is given, or `Experiment.open(args.data, device=args.device)` when it is `None` (the checks give a stand-in: use only `experiment`'s attributes and methods named here, never your notebook's variables);
+# 2. makes the model and the optimiser: `size = dict(d_model=…, num_heads=…, num_layers=…, dim_feedforward=4 * d_model, dropout=…)`, `model = experiment.new_model(size, seed=args.seed)` and `experiment.make_optimizer(model, args.lr, args.weight_decay)`;
+# 3. **without `--resume`** starts at step 0 and writes a new log (its header `step,loss,lr,val_loss`), replacing any earlier one. **With `--resume`** it reads the checkpoint (`read_checkpoint(path)`, which raises a `CheckpointError` naming the file for a missing or damaged one: then stop with one line, as above, before writing anything), puts back everything a run carries from one step to the next (run it with the options of the run it continues), and keeps the log's rows up to the checkpoint's step (a run killed after logging and before saving leaves rows beyond it). Resumed on the same machine, the weights, the log and the checkpoint must be exactly those of a run that never stopped;
+# 4. trains in **rounds** that end at the multiples of `--save-every` (and at `--steps`): each round calls your `fit` with `experiment.plan(args.steps, args.warmup, args.lr, start=…, stop=…)` (the round's steps, at the rates of the whole run's schedule), `experiment.train_batches(args.batch_size, args.seed, start=…)` (the training batches from that step on, the same ones a run that never stopped gets) and a `FitConfig` of `experiment.train_step`, `experiment.validation_loss`, `experiment.val_batches(args.batch_size)` (make them once), `val_every=args.save_every` and `experiment.device`; the loss is `experiment.loss_fn`. After each round it appends the round's steps to the log (one row per step: `step` (steps done), `loss`, `lr`, and `val_loss` where one was measured after that step, else empty), saves the checkpoint and prints one line (steps done, the last loss and validation loss);
+# 5. saves with `save_checkpoint(args.checkpoint, model, experiment.model_config(size), experiment.vocab, optimizer=…, step=…, rng=…, dataset=args.data)` (`starter.training`'s, written whole or not at all): `optimizer` is the optimiser's `state_dict()`, `step` the number of steps done, `rng` the random generator's state, `torch.get_rng_state()` (dropout draws from it; on a GPU add `cuda_rng=torch.cuda.get_rng_state()`). The trained-model mark of section 4 reads this checkpoint.
+#
+# With `--stop-at`, the run ends after the checkpoint of the first round that reaches that step. A run that is already at `--steps` does nothing more. The file ends with `if __name__ == "__main__": run_script(main)` (given): it runs `main()` and turns an error of the kit (a piece that does not pass its check yet) into one line too.
+
+# %% nbgrader={"grade": false, "grade_id": "train_script", "locked": false, "schema_version": 3, "solution": true, "task": false}
+# %%writefile -a train_captioner.py
+
+
+### BEGIN SOLUTION
+def _at_least(low, kind, below=None):
+    """An argparse type: a number of `kind` >= low (and < below)."""
+    def parse(text):
+        value = kind(text)
+        if value < low or (below is not None and value >= below):
+            raise argparse.ArgumentTypeError(f"{text} is not {'at least' if below is None else 'in'} "
+                                             f"{low if below is None else f'[{low}, {below})'}")
+        return value
+    parse.__name__ = kind.__name__
+    return parse
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(prog="train_captioner.py", description="Train the captioning Transformer.")
+    parser.add_argument("--data", default="shapes")
+    parser.add_argument("--checkpoint", type=Path, default=Path("runs/captioning_transformer.pt"))
+    parser.add_argument("--steps", type=_at_least(1, int), default=700)
+    parser.add_argument("--batch-size", type=_at_least(1, int), default=64)
+    parser.add_argument("--lr", type=float, default=2e-3)
+    parser.add_argument("--warmup", type=_at_least(0, int), default=50)
+    parser.add_argument("--weight-decay", type=_at_least(0.0, float), default=0.01)
+    parser.add_argument("--d-model", type=_at_least(1, int), default=64)
+    parser.add_argument("--heads", type=_at_least(1, int), default=4)
+    parser.add_argument("--layers", type=_at_least(1, int), default=2)
+    parser.add_argument("--dropout", type=_at_least(0.0, float, below=1.0), default=0.0)
+    parser.add_argument("--save-every", type=_at_least(1, int), default=100)
+    parser.add_argument("--stop-at", type=_at_least(1, int), default=None)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--device", choices=["auto", "cpu", "cuda", "mps"], default="auto")
+    parser.add_argument("--resume", action="store_true")
+    args = parser.parse_args(argv)
+    if not args.lr > 0:
+        parser.error(f"argument --lr: {args.lr} is not above 0")
+    if args.d_model % args.heads:
+        parser.error(f"--d-model {args.d_model} is not a multiple of --heads {args.heads}")
+    return args
+
+
+def _log_rows(history):
+    measured = dict(zip(history["val_step"], history["val_loss"]))
+    return [[step, loss, lr, measured.get(step, "")]
+            for step, loss, lr in zip(history["step"], history["loss"], history["lr"])]
+
+
+def main(argv=None, experiment=None):
+    args = parse_args(argv)
+    exp = experiment or Experiment.open(args.data, device=args.device)
+    size = dict(d_model=args.d_model, num_heads=args.heads, num_layers=args.layers,
+                dim_feedforward=4 * args.d_model, dropout=args.dropout)
+    model = exp.new_model(size, seed=args.seed)
+    optimizer = exp.make_optimizer(model, args.lr, args.weight_decay)
+    log_path = args.checkpoint.with_suffix(".csv")
+    done, rows = 0, []
+    if args.resume:
+        try:
+            saved = read_checkpoint(args.checkpoint)
+            extra = saved["extra"]
+            state = (extra["optimizer"], int(extra["step"]), extra["rng"])
+        except CheckpointError as exc:
+            sys.exit(f"train_captioner.py: error: {exc}")
+        except KeyError as exc:
+            sys.exit(f"train_captioner.py: error: {args.checkpoint} has no {exc} to resume from: it was not "
+                     "saved by this script")
+        model.load_state_dict(saved["state_dict"])
+        optimizer.load_state_dict(state[0])
+        done = state[1]
+        torch.set_rng_state(state[2])
+        if "cuda_rng" in extra and torch.cuda.is_available():
+            torch.cuda.set_rng_state(extra["cuda_rng"])
+        if log_path.is_file():
+            with open(log_path, newline="", encoding="utf-8") as f:
+                rows = [row for row in csv.reader(f)][1:]
+            rows = [row for row in rows if row and float(row[0]) <= done]
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "w", newline="", encoding="utf-8") as f:
+        csv.writer(f).writerows([["step", "loss", "lr", "val_loss"], *rows])
+    config = FitConfig(step_fn=exp.train_step, val_fn=exp.validation_loss,
+                       val_batches=exp.val_batches(args.batch_size), val_every=args.save_every, device=exp.device)
+    while done < args.steps:
+        stop = min(args.steps, (done // args.save_every + 1) * args.save_every)
+        plan = exp.plan(args.steps, args.warmup, args.lr, start=done, stop=stop)
+        history = fit(model, exp.loss_fn, optimizer, exp.train_batches(args.batch_size, args.seed, start=done), plan,
+                      config)
+        with open(log_path, "a", newline="", encoding="utf-8") as f:
+            csv.writer(f).writerows(_log_rows(history))
+        done = stop
+        extra = dict(optimizer=optimizer.state_dict(), step=done, rng=torch.get_rng_state(), dataset=args.data)
+        if torch.cuda.is_available():
+            extra["cuda_rng"] = torch.cuda.get_rng_state()
+        save_checkpoint(args.checkpoint, model, exp.model_config(size), exp.vocab, **extra)
+        print(f"step {done}/{args.steps}: loss {history['loss'][-1]:.4f}, validation loss "
+              f"{history['val_loss'][-1]:.4f}; saved {args.checkpoint}", flush=True)
+        if args.stop_at is not None and done >= args.stop_at and done < args.steps:
+            print(f"stopped at step {done} (--stop-at {args.stop_at}): --resume goes on from here")
+            return
+### END SOLUTION
+
+
+if __name__ == "__main__":
+    run_script(main)
+
+# %% nbgrader={"grade": true, "grade_id": "test_train_script", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+from starter.checks import check
+from starter.scripts import load_script, with_train_script
+train_script = load_script("train_captioner.py")   # the whole file, as a module, without running main
+check("train_script/one_run", with_train_script(train_script))
+check("train_script/resume", with_train_script(train_script))
+### BEGIN HIDDEN TESTS
+check("train_script/stopped", with_train_script(train_script))
+check("train_script/interrupted", with_train_script(train_script))
+check("train_script/resume_twice", with_train_script(train_script))
+check("train_script/resume_after_crash", with_train_script(train_script))
+check("train_script/bad_arguments", with_train_script(train_script))
+check("train_script/missing_checkpoint", with_train_script(train_script))
+check("train_script/damaged_checkpoint", with_train_script(train_script))
+### END HIDDEN TESTS
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "md_script_check", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# *How this check works:* `with_train_script(train_script)` calls your `main` with command lines (`--steps 5 --save-every 2 …`, then `--resume`, …) and a stand-in experiment: a tiny stand-in model with stored weights, a few rows of stand-in data, a made-up schedule, and a stand-in step that does not train but moves every weight by an amount that depends on the batch, the rate, a drift it keeps in the optimiser's state and a draw of torch's random generator. So a resume that loses the optimiser's state, the random state, the step of the schedule or the place in the batches ends with other weights. It compares the checkpoint's weights, the log, what the checkpoint holds and how each command line ended with the stored ones.
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_step_2", "locked": true, "schema_version": 3, "solution": false, "task": false}
-# **Settings.** One configuration per dataset. On `shapes`, a small model (2 layers, $d_{model} = 64$, 4 heads, about 0.14 M parameters) trains 700 steps; the training cell prints how long they took on your machine. It trains without dropout: 700 steps of 64 captions see each of the 9000 training captions about 5 times, too few to overfit (the validation loss still falls at the end, see the curve below), so dropout would only slow learning down (measured by the course's authors: with dropout 0.1 the same 700 steps score lower, and each step takes longer). The COCO configurations, with far more parameters per caption, keep it. The run takes all 700 steps on any machine: a slower one takes longer (the progress bar shows the time left) but trains the same steps with the same learning rates, so the trained-model mark does not depend on the machine. When nbgrader runs this notebook, `GRADING` is True and nothing trains (the overfit check, the run and section 5's comparison are skipped): the graded tests don't depend on training at all, and the trained-model cell measures the checkpoint you hand in.
+# **Settings.** The script's defaults are the `shapes` settings: a small model (2 layers, $d_{model} = 64$, 4 heads, about 0.14 M parameters) trains 700 steps; the script prints a line every 100 steps and the training cell prints how long the run took on your machine. It trains without dropout: 700 steps of 64 captions see each of the 9000 training captions about 5 times, too few to overfit (the validation loss still falls at the end, see the curve below), so dropout would only slow learning down (measured by the course's authors: with dropout 0.1 the same 700 steps score lower, and each step takes longer). The COCO settings, with far more parameters per caption, keep it (`CONFIGS` below, and section 6). The run takes all 700 steps on any machine: a slower one takes longer but trains the same steps with the same learning rates, so the trained-model mark does not depend on the machine. When nbgrader runs this notebook, `GRADING` is True and nothing trains (the overfit check, the script's runs and section 5's comparison are skipped): the graded tests don't depend on training at all, and the trained-model cell measures the checkpoint you hand in.
 #
 # **Sanity check first: overfit one small batch.** Before a long run, train a fresh model on one batch of 8 captions, as at the end of notebook 04, but now with your `train_step`: a correct step drives the loss close to zero within a few seconds. If it stalls while notebook 04's memorisation passed, look at the step (the learning rate it sets, the gradients it clears, the loss it returns).
 
 # %% nbgrader={"grade": false, "grade_id": "code_15", "locked": true, "schema_version": 3, "solution": false, "task": false}
 CONFIGS = {
-    # model: the model's constructor arguments; train: the run's settings (starter.training.TrainConfig, whose
-    # defaults give the rest: grad_clip=1.0, seed=0, validation 10 times per run on val_batches=4 fixed batches)
+    # model: the model's constructor arguments; train: a run's settings (starter.training.TrainConfig, whose defaults
+    # give the rest: grad_clip=1.0, seed=0); section 5 trains with them in this notebook, the script with its options
     "shapes": dict(model=dict(d_model=64, num_heads=4, num_layers=2, dim_feedforward=256, dropout=0.0),
                    train=TrainConfig(steps=700, batch_size=64, lr=2e-3, warmup=50, weight_decay=0.01)),
     # COCO, for a Colab GPU (section 6): sized for a T4; times and scores are whatever your run prints
@@ -363,16 +549,14 @@ model_config = dict(vocab_size=len(vocab), feature_dim=ds.feature_dim, num_regio
 
 
 def new_model(model_class=None):
-    """A freshly initialised model of this configuration (seed 0): every model of this notebook is made here."""
+    """A freshly initialised model of this configuration (seed 0): the models this notebook trains itself."""
     seed_everything(0)
     return (model_class or CaptioningTransformer)(**model_config).to(device)
 
 
-model = None   # the trained model, once section 2 has trained it
 if model_ready:
-    print(f"{count_parameters(new_model()):,} parameters; training: {train_config}")
-    print(f"the validation loss: {train_config.val_batches} fixed batches, {train_config.val_batches * batch_size} "
-          f"of the {len(val_split)} validation captions, the same at every measurement")
+    print(f"{count_parameters(new_model()):,} parameters")
+fit = load_script("train_captioner.py", "fit")
 pieces = TrainingPieces(fit=yours_if_it_passes("fit", fit, instead=untrained),
                         train_step=yours_if_it_passes("train_step", train_step, instead=untrained),
                         lr_at_step=yours_if_it_passes("lr_at_step", lr_at_step, instead=untrained),
@@ -389,19 +573,42 @@ elif model_ready and pieces.train_step is not None:
 else:
     print("no overfit check: it trains your model with your train_step")
 
+# %% [markdown] nbgrader={"grade": false, "grade_id": "md_resume_demo", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# **Resume, tried.** Before the real run, the cell below tries the script on a small run (`--steps 20` with a warm-up of 5 steps, 32 captions per batch and dropout, into `runs/resume_check/`) twice: once in one go, and once stopped at step 10 (`--stop-at 10`) and resumed. It prints whether the two checkpoints hold exactly the same weights. Save this notebook first: the script loads your pieces from the saved file. Each `!python` starts a new Python, which loads the data and your notebooks again: a few seconds each.
+
+# %% nbgrader={"grade": false, "grade_id": "code_resume_demo", "locked": true, "schema_version": 3, "solution": false, "task": false}
+if GRADING:
+    print("grading run: the scripts do not run")
+elif can_train:
+    small = "--steps 20 --warmup 5 --batch-size 32 --save-every 5 --dropout 0.1"   # dropout: the random state matters
+    ok = (run_command(f"train_captioner.py {small} --checkpoint runs/resume_check/one_go.pt")
+          and run_command(f"train_captioner.py {small} --stop-at 10 --checkpoint runs/resume_check/resumed.pt")
+          and run_command(f"train_captioner.py {small} --checkpoint runs/resume_check/resumed.pt --resume"))
+    if ok:
+        one_go, resumed = (read_checkpoint(f"runs/resume_check/{name}.pt") for name in ("one_go", "resumed"))
+        same = all(torch.equal(one_go["state_dict"][k], resumed["state_dict"][k]) for k in one_go["state_dict"])
+        print(f"20 steps in one go and 10 + 10 resumed: the same weights: {same}")
+else:
+    print("the scripts need the model and loss of notebook 04 and the training pieces above, which do not all pass yet")
+
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_17", "locked": true, "schema_version": 3, "solution": false, "task": false}
-# Now the real run, with your loader, training loop, schedule, optimiser, training step and validation loss (under a minute on a laptop CPU for `shapes`; longer on a slower machine, with the same 700 steps). It ends with one line naming the device and the time taken. The validation loss it records 10 times is measured on a sample, 4 fixed batches of validation captions (printed above): cheap enough to measure often, and the same captions every time, so that the curve moves only with the model; section 4's evaluation then scores every validation image. Re-running the cell starts over from a new model with the same seed; the model is saved to `CHECKPOINT` at the end with its configuration and **your vocabulary**, and notebooks 06 and 07 load it from there. Each dataset has its own file: `runs/captioning_transformer.pt` is the `shapes` model, the one that is graded; a COCO run saves `runs/captioning_transformer_coco-grid.pt` (or `_coco-fc7`) and never overwrites it.
+# Now the real run, with the script's defaults: your loader, training loop, schedule, optimiser, training step and validation loss (under a minute on a laptop CPU for `shapes`; longer on a slower machine, with the same 700 steps). The validation loss is measured every 100 steps on a sample, 4 fixed batches of validation captions: cheap enough to measure often, and the same captions every time, so that the curve moves only with the model; section 4's evaluation then scores every validation image. Re-running the cell starts over with the same seed. The script saves `runs/captioning_transformer.pt` with the model's configuration and **your vocabulary**, and `runs/captioning_transformer.csv`, its log; notebooks 06 and 07 load the checkpoint from there. A COCO run saves `runs/captioning_transformer_coco-grid.pt` (or `_coco-fc7`) with `--checkpoint`, and never overwrites the graded one. Interrupted (*Kernel → Interrupt*, or a runtime that died), the run goes on from its last checkpoint when you add `--resume` to the command.
 
 # %% nbgrader={"grade": false, "grade_id": "code_18", "locked": true, "schema_version": 3, "solution": false, "task": false}
 model = history = None
 if GRADING:  # the trained-model cell measures the checkpoint handed in, not one trained here
     print("grading run: not trained")
 elif can_train:
-    model = new_model()
-    history = train(model, teacher_forcing_loss, train_loader, train_config, pieces, val_data=val_loader, device=device)
-    print(f"final validation loss {history['val_loss'][-1]:.3f} (the last of {len(history['val_loss'])} measurements)")
-    save_checkpoint(CHECKPOINT, model, model_config, vocab, history=history, dataset=DATASET)
-    print("saved", CHECKPOINT)
+    t0 = time.perf_counter()
+    size = config["model"]
+    options = (f"--data {DATASET} --checkpoint {CHECKPOINT} --steps {train_config.steps} --batch-size {batch_size} "
+               f"--lr {train_config.lr} --warmup {train_config.warmup} --d-model {size['d_model']} "
+               f"--heads {size['num_heads']} --layers {size['num_layers']} --dropout {size['dropout']}")
+    if run_command(f"train_captioner.py {options}"):
+        print(f"the script took {time.perf_counter() - t0:.0f} s, start-up included")
+        history = read_log(CHECKPOINT.with_suffix(".csv"))
+        model, info = load_checkpoint(CHECKPOINT, CaptioningTransformer, device=device)
+        print(f"final validation loss {history['val_loss'][-1]:.3f} (the last of {len(history['val_loss'])} measurements)")
 else:
     print("not trained: the model and loss of notebook 04 and the training pieces above do not all pass yet")
 
@@ -421,17 +628,6 @@ if DATASET == "shapes" and history is not None:
     print(f"phrasing floor: ln 3 / {words_per_caption:.1f} words per caption = {math.log(3) / words_per_caption:.3f} nats per word; "
           f"your final validation loss: {history['val_loss'][-1]:.3f}")
 
-# %% [markdown] nbgrader={"grade": false, "grade_id": "md_20b", "locked": true, "schema_version": 3, "solution": false, "task": false}
-# A checkpoint holds the weights, the constructor arguments and the vocabulary, so a model can be rebuilt without this notebook's variables:
-
-# %% nbgrader={"grade": false, "grade_id": "code_21", "locked": true, "schema_version": 3, "solution": false, "task": false}
-if history is not None:
-    restored, info = load_checkpoint(CHECKPOINT, CaptioningTransformer, device=device)
-    features, captions = next(iter(val_loader))
-    with torch.no_grad():
-        same = torch.allclose(restored(features.to(device), captions.to(device)), model.eval()(features.to(device), captions.to(device)))
-    print("restored model gives the same logits:", same, "| vocabulary of", len(info["vocab"]), "words")
-
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_22", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ## 3 · Generating captions
@@ -442,7 +638,7 @@ if history is not None:
 #
 # Choose the most likely word at every step (`argmax`). Do it for the whole batch at once: every caption advances by one word per step; a caption that has produced `<END>` is finished, and everything after its `<END>` is `<NULL>`. Stop as soon as every caption has finished (or after `max_len` words).
 #
-# ### Task 5 · `greedy_decode(model, features, max_len, start_idx=1, end_idx=2, null_idx=0)`
+# ### Task 6 · `greedy_decode(model, features, max_len, start_idx=1, end_idx=2, null_idx=0)`
 #
 # Return a `(B, max_len)` int64 tensor of generated words, **without** the `<START>` token, with the `<END>` token kept, and `null_idx` after it (and in every position not generated because decoding stopped early). `max_len` counts every generated word, `<END>` included: a caption that has not ended after `max_len` words stops there, without `<END>`. The words you may generate: whichever the model ranks highest, or every word but `<NULL>` and `<START>` (a common practice: set their logits to `-inf` before the `argmax`); either is right, and the checks' stand-in model gives those two no probability, so both give the same captions. Create new tensors on `features.device`. Run it under `torch.no_grad()` (a decorator is fine); the model is assumed to be in eval mode already.
 
@@ -494,7 +690,7 @@ check("greedy/float64", with_model(greedy_decode))
 # BLEU-$n$ measures the overlap of $n$-grams (1 to 4 words) between the generated caption and all the reference captions of the image (precision, with a penalty for captions that are too short); BLEU-4 is the usual headline number. CIDEr weighs $n$-grams by how specific they are (TF-IDF over the references), so a correct rare word counts more than "a"; it is scaled by 10, and on `shapes` values far above 1 are normal because every scene's captions share most words. ROUGE-L is based on the longest common subsequence. All three are computed by `pycocoevalcap` (tokenised in Python, so no Java is needed) on the **validation** images, which the model never trained on.
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_eval_1", "locked": true, "schema_version": 3, "solution": false, "task": false}
-# ### Task 6 · the evaluation script: `evaluate_captions(model, decode_fn, split, vocab, max_len, batch_size=250)`
+# ### Task 7 · the evaluation: `evaluate_captions(model, decode_fn, split, vocab, max_len, batch_size=250)`
 #
 # Caption every image of `split` and score the captions against **all** the reference captions of each image:
 #
@@ -539,7 +735,7 @@ def evaluate_captions(model, decode_fn, split, vocab, max_len, batch_size=250):
     ### END SOLUTION
 
 
-# %% nbgrader={"grade": true, "grade_id": "test_evaluate_captions", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
+# %% nbgrader={"grade": true, "grade_id": "test_evaluate_captions", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
 from starter.checks import check
 from starter.pipeline import with_split
 check("evaluate/basic", with_split(evaluate_captions))
@@ -552,20 +748,109 @@ check("evaluate/unknown_words", with_split(evaluate_captions))
 ### END HIDDEN TESTS
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_eval_2", "locked": true, "schema_version": 3, "solution": false, "task": false}
-# Your evaluation of the trained model, with greedy decoding, on the validation images (all of them for `shapes`, the first 5000 for COCO). BLEU-4 alone hides failures: on `shapes` a caption with the two objects swapped still shares most of its 4-grams with the references, so the exact-match rate, the share of captions that are *fully* right, is printed too.
+# ### Task 8 · the evaluation script, `evaluate_captioner.py`
+#
+# Like training, evaluation is a script: it loads a checkpoint, captions a split and writes its scores to a file, so that a model trained anywhere (a GPU, yesterday) is measured the same way, and its numbers are kept. Write `main(argv=None, experiment=None)` in the cell below (`%%writefile evaluate_captioner.py`); `experiment` as in Task 5 (`Experiment.open(dataset, device=args.device)` when it is `None`, with `also_06=True` when `--beam` is given: notebook 06's `beam_search`, once you have written it).
+#
+# | argument | default | what it sets |
+# |---|---|---|
+# | `checkpoint` (positional, optional) | `runs/captioning_transformer.pt` | the checkpoint to evaluate |
+# | `--split` | `val` | `train` or `val` |
+# | `--images` | all | evaluate the first this many images, at least 1 |
+# | `--beam` | greedy | beam search with this beam width (at least 1) instead of greedy decoding |
+# | `--out` | the checkpoint's path with `.json` in place of `.pt` | where the metrics go |
+# | `--device` | `auto` | as in the training script |
+#
+# `main` reads the checkpoint with `read_checkpoint` (a missing or damaged one: one line and a non-zero exit status, as in Task 5, and no file written or changed), opens the experiment of the dataset the checkpoint names (`checkpoint["extra"]["dataset"]`, `shapes` when it names none), and takes the model from `experiment.model_from(checkpoint)`, the decoder from `experiment.decoder(args.beam)` (`None`: greedy), the images from `experiment.split(args.split, args.images)` and the vocabulary from `experiment.vocab_of(checkpoint)`. It scores them with `experiment.evaluate_captions(model, decoder, split, vocab, max_len=experiment.max_len)` (your Task 7) and writes a JSON file with at least `"scores"` (the dict of scores), `"images"` (how many were captioned) and `"captions"` (the generated captions, in image order); on `shapes`, add `"mistakes"`, the count of each kind of mistake (`starter.metrics.shapes_error(caption, references)`, which notebook 06 explains). It prints the scores (`format_scores`) and where it wrote them. The file ends with `if __name__ == "__main__": run_script(main)`, given.
+
+# %% nbgrader={"grade": false, "grade_id": "eval_script", "locked": false, "schema_version": 3, "solution": true, "task": false}
+# %%writefile evaluate_captioner.py
+"""Evaluate a checkpoint of train_captioner.py: python evaluate_captioner.py [CHECKPOINT] [--beam K] [--images N]"""
+import argparse
+import json
+import sys
+from collections import Counter
+from pathlib import Path
+
+from starter.metrics import format_scores, shapes_error
+from starter.scripts import CheckpointError, Experiment, read_checkpoint, run_script
+
+### BEGIN SOLUTION
+def _positive(text):
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text} is not at least 1")
+    return value
+
+
+def main(argv=None, experiment=None):
+    parser = argparse.ArgumentParser(prog="evaluate_captioner.py", description="Evaluate a captioning checkpoint.")
+    parser.add_argument("checkpoint", type=Path, nargs="?", default=Path("runs/captioning_transformer.pt"))
+    parser.add_argument("--split", choices=["train", "val"], default="val")
+    parser.add_argument("--images", type=_positive, default=None)
+    parser.add_argument("--beam", type=_positive, default=None)
+    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--device", choices=["auto", "cpu", "cuda", "mps"], default="auto")
+    args = parser.parse_args(argv)
+    try:
+        saved = read_checkpoint(args.checkpoint)
+    except CheckpointError as exc:
+        sys.exit(f"evaluate_captioner.py: error: {exc}")
+    dataset = saved["extra"].get("dataset", "shapes")
+    exp = experiment or Experiment.open(dataset, device=args.device, also_06=args.beam is not None)
+    model = exp.model_from(saved)
+    split = exp.split(args.split, args.images)
+    scores, captions = exp.evaluate_captions(model, exp.decoder(args.beam), split, exp.vocab_of(saved),
+                                             max_len=exp.max_len)
+    result = {"checkpoint": str(args.checkpoint), "dataset": dataset, "split": args.split,
+              "decoder": "greedy" if args.beam is None else f"beam search, width {args.beam}",
+              "images": len(captions), "scores": scores, "captions": captions}
+    if dataset == "shapes":
+        result["mistakes"] = dict(Counter(shapes_error(c, split.references(i)) for i, c in enumerate(captions)))
+    out = args.out or args.checkpoint.with_suffix(".json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=1), encoding="utf-8")
+    print(format_scores(scores))
+    print(f"{result['decoder']}, {len(captions)} {args.split} images; wrote {out}")
+### END SOLUTION
+
+
+if __name__ == "__main__":
+    run_script(main)
+
+# %% nbgrader={"grade": true, "grade_id": "test_eval_script", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+from starter.checks import check
+from starter.scripts import load_script, with_eval_script
+eval_script = load_script("evaluate_captioner.py")   # the file, as a module, without running main
+check("eval_script/greedy", with_eval_script(eval_script))
+check("eval_script/missing_checkpoint", with_eval_script(eval_script))
+### BEGIN HIDDEN TESTS
+check("eval_script/beam", with_eval_script(eval_script))
+check("eval_script/first_images", with_eval_script(eval_script))
+check("eval_script/damaged_checkpoint", with_eval_script(eval_script))
+check("eval_script/bad_arguments", with_eval_script(eval_script))
+### END HIDDEN TESTS
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "md_eval_run", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# *How this check works:* `with_eval_script(eval_script)` saves a checkpoint of a tiny stand-in model and calls your `main` on it with a stand-in experiment: stored captions for greedy decoding and for a beam of 3, stored references, and a stand-in evaluation (not Task 7) whose numbers tell which model, decoder, images and vocabulary it was given. It compares the JSON file's scores and image count, and how each command line ended, with the stored ones.
+#
+# Your evaluation of the trained model, with greedy decoding, on the validation images (all of them for `shapes`, the first 5000 for COCO), by the script. BLEU-4 alone hides failures: on `shapes` a caption with the two objects swapped still shares most of its 4-grams with the references, so the exact-match rate, the share of captions that are *fully* right, is printed too. Save this notebook first: the script loads your `evaluate_captions` and `greedy_decode` from the saved file.
 
 # %% nbgrader={"grade": false, "grade_id": "code_24", "locked": true, "schema_version": 3, "solution": false, "task": false}
 evaluate = yours_if_it_passes("evaluate_captions", evaluate_captions,
                               instead="no scores and no generated captions until it passes")
 eval_images = None if DATASET == "shapes" else 5000
-eval_split = val_split if eval_images is None else val_split.head(eval_images)
-generated = None
-if evaluate is not None and model is not None:
+generated = metrics = None
+if GRADING:
+    print("grading run: the scripts do not run")
+elif evaluate is not None and model is not None:
     t0 = time.perf_counter()
-    scores, generated = evaluate(model, greedy_decode, eval_split, vocab, max_len=ds.max_length - 1)
-    print(f"greedy, {len(generated)} validation images ({time.perf_counter() - t0:.1f} s):")
-    print(format_scores(scores))
-    print(f"exact match: {scores['exact_match']:.1%} of the captions equal one of their image's references")
+    command = f"evaluate_captioner.py {CHECKPOINT}" + (f" --images {eval_images}" if eval_images else "")
+    if run_command(command):
+        metrics = json.loads(CHECKPOINT.with_suffix(".json").read_text())
+        generated = metrics["captions"]
+        print(f"({time.perf_counter() - t0:.1f} s, start-up included) exact match: {metrics['scores']['exact_match']:.1%} "
+              "of the captions equal one of their image's references")
 
 # %% nbgrader={"grade": false, "grade_id": "code_25", "locked": true, "schema_version": 3, "solution": false, "task": false}
 if generated is not None:

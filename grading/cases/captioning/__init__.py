@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import torch
 
+from grading import notebooks
 from grading.cases.captioning.common import _captions, _text_captions, solutions_namespace
 from grading.cases.captioning.data import (
     CollateCase,
@@ -52,7 +53,9 @@ from grading.cases.captioning.training import (
     _optimizer_spec,
     _schedule_spec,
     _step_spec,
+    eval_script_cases,
     fit_cases,
+    train_script_cases,
     trained_cases,
     validation_cases,
 )
@@ -71,11 +74,13 @@ from starter.pipeline import (
     with_probe_words,
     with_split,
 )
+from starter.scripts import with_eval_script, with_train_script
 
 # which notebook a case belongs to, by the task its name starts with
 PREFIXES = {"04": ("features/", "vocab/", "encode/", "dataset/", "collate/", "captioner/", "loss/", "teacher/",
                    "optimizer/"),
-            "05": ("schedule/", "step/", "validation/", "fit/", "greedy/", "evaluate/", "trained/"),
+            "05": ("schedule/", "step/", "validation/", "fit/", "train_script/", "greedy/", "evaluate/", "eval_script/",
+                   "trained/"),
             "06": ("beam/", "sample/")}
 
 
@@ -203,7 +208,11 @@ def all_cases(ns) -> list[CaseSpec]:
     # the pipeline tasks' adapters (starter.pipeline), under the names their test cells show
     for fn, adapter in PIPELINE_ADAPTERS.items():
         ns[f"{adapter.__name__}({fn})"] = adapter(ns[fn])
-    return out + feature_cases(ns) + pipeline_cases(ns) + validation_cases(ns) + fit_cases(ns) + trained_cases()
+    scripts = notebooks.solution_scripts("05_training_and_evaluation")  # the scripts' cells, each file a module
+    ns["with_train_script(train_script)"] = with_train_script(scripts["train_captioner.py"])
+    ns["with_eval_script(eval_script)"] = with_eval_script(scripts["evaluate_captioner.py"])
+    return (out + feature_cases(ns) + pipeline_cases(ns) + validation_cases(ns) + fit_cases(ns) + trained_cases()
+            + train_script_cases(ns) + eval_script_cases(ns))
 PIPELINE_ADAPTERS = {"extract_grid_features": with_cnn, "build_vocab": with_probe_words,
                      "encode_captions": with_long_output, "CaptionFeatures": with_h5_file,
                      "collate_captions": with_items, "lr_at_step": over_steps, "make_optimizer": with_param_groups,
