@@ -605,8 +605,9 @@ elif can_train:
                f"--lr {train_config.lr} --warmup {train_config.warmup} --d-model {size['d_model']} "
                f"--heads {size['num_heads']} --layers {size['num_layers']} --dropout {size['dropout']}")
     if run_command(f"train_captioner.py {options}"):
-        print(f"the script took {time.perf_counter() - t0:.0f} s, start-up included")
         history = read_log(CHECKPOINT.with_suffix(".csv"))
+        print(f"training on {device}: {history['step'][-1]} steps in {time.perf_counter() - t0:.0f} s (the script, "
+              f"start-up included)\nsaved {CHECKPOINT}")
         model, info = load_checkpoint(CHECKPOINT, CaptioningTransformer, device=device)
         print(f"final validation loss {history['val_loss'][-1]:.3f} (the last of {len(history['val_loss'])} measurements)")
 else:
@@ -811,7 +812,8 @@ def main(argv=None, experiment=None):
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1), encoding="utf-8")
     print(format_scores(scores))
-    print(f"{result['decoder']}, {len(captions)} {args.split} images; wrote {out}")
+    print(f"{result['decoder']}, {len(captions)} {'validation' if args.split == 'val' else 'training'} images; "
+          f"wrote {out}")
 ### END SOLUTION
 
 
@@ -849,8 +851,8 @@ elif evaluate is not None and model is not None:
     if run_command(command):
         metrics = json.loads(CHECKPOINT.with_suffix(".json").read_text())
         generated = metrics["captions"]
-        print(f"({time.perf_counter() - t0:.1f} s, start-up included) exact match: {metrics['scores']['exact_match']:.1%} "
-              "of the captions equal one of their image's references")
+        print(f"exact match: {metrics['scores']['exact_match']:.1%} of the captions equal one of their image's "
+              f"references ({time.perf_counter() - t0:.1f} s, start-up included)")
 
 # %% nbgrader={"grade": false, "grade_id": "code_25", "locked": true, "schema_version": 3, "solution": false, "task": false}
 if generated is not None:
