@@ -56,8 +56,9 @@ INLINE_BACKEND = "module://matplotlib_inline.backend_inline"  # what ipykernel p
 _NUM = r"(\d+(?:\.\d+)?)"
 KEY_NUMBERS: dict[str, re.Pattern] = {
     # the run that made the saved checkpoint, not a side experiment's (06 trains a leaky model, saves nothing)
-    "train_steps": re.compile(r"^training on [^:]*: (\d+)(?: of (\d+))? steps in [\d.]+ s\b.*\n(?:.*\n)??saved ",
+    "train_steps": re.compile(r"^training on [^:]*: (\d+)(?: of (\d+))? steps in ([\d.]+) s\b.*\n(?:.*\n)??saved ",
                               re.M),
+    "eval_seconds": re.compile(r"^exact match: [\d.]+% of the captions .*\(([\d.]+) s, start-up included\)", re.M),
     "eval_images": re.compile(r"^greedy, (\d+) validation images", re.M),
     "BLEU-4": re.compile(rf"\bBLEU-4 {_NUM}\b"),
     "CIDEr": re.compile(rf"\bCIDEr {_NUM}\b"),
@@ -120,7 +121,7 @@ def key_numbers(text: str) -> dict[str, float]:
         elif name == "eval_images":
             found[name] = int(m.group(1))
         elif name == "train_steps":
-            found[name] = int(m.group(1))
+            found[name], found["train_seconds"] = int(m.group(1)), float(m.group(3))
             if m.group(2):
                 found["train_steps_planned"] = int(m.group(2))
         elif name == "decoders_images":
@@ -144,7 +145,10 @@ def format_numbers(n: dict[str, float]) -> str:
             context.append(f"{n['eval_images']} val images")
         if "train_steps" in n:
             planned = f" of {n['train_steps_planned']}" if "train_steps_planned" in n else ""
-            context.append(f"{n['train_steps']}{planned} training steps")
+            took = f" in {n['train_seconds']:.0f} s" if "train_seconds" in n else ""
+            context.append(f"{n['train_steps']}{planned} training steps{took}")
+        if "eval_seconds" in n:
+            context.append(f"evaluated in {n['eval_seconds']:.0f} s")
         beam = f"; beam (k = {n['beam_k']}) BLEU-4 {n['beam_BLEU-4']:.3f}" if "beam_BLEU-4" in n else ""
         parts.append(("greedy " if beam else "") + f"BLEU-4 {n['BLEU-4']:.3f}"
                      + (f", CIDEr {n['CIDEr']:.3f}" if "CIDEr" in n else "") + beam

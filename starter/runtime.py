@@ -33,6 +33,7 @@ from data.common import DATA_ENV
 
 KIT_ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS_ENV = "COURSE_NOTEBOOKS_DIR"  # the environment variable naming the course folder
+SAVES_ENV = "COURSE_COLAB_SAVES"  # MyDrive/Colab Notebooks, for a process a Colab notebook starts
 GRADING_ENV = "NBGRADER_EXECUTION"  # set (by nbgrader, and by the kit's sandbox) while a notebook is graded
 MODEL_NOTEBOOK = "04_captioning_data_and_model.ipynb"  # the data pipeline, CaptioningTransformer and its loss
 TRAINING_NOTEBOOK = "05_training_and_evaluation.ipynb"  # training, greedy_decode, evaluate_captions
@@ -65,7 +66,10 @@ def course_folder() -> Path:
 
 def colab_saves_folder() -> Path | None:
     """MyDrive/Colab Notebooks on Colab with Drive mounted (where a notebook opened from its Colab badge is
-    saved), else None."""
+    saved), else None. A process the notebook starts (notebook 05's scripts) knows it from $COURSE_COLAB_SAVES,
+    which the first cell sets: such a process has not imported google.colab."""
+    if os.environ.get(SAVES_ENV):
+        return Path(os.environ[SAVES_ENV]).resolve()
     folder = Path(DRIVE_MOUNT, "MyDrive", COLAB_SAVES)
     return folder.resolve() if in_colab() and folder.is_dir() else None
 
@@ -87,6 +91,8 @@ def start_notebook(use_drive: bool = True, course_dir: str = "attention-course")
         os.environ.setdefault(DATA_ENV, str(folder / "data"))
         print(f"course folder (Google Drive): {folder}")
         saves = colab_saves_folder()
+        if saves is not None:  # for the scripts the notebooks run
+            os.environ[SAVES_ENV] = str(saves)
         saved_apart = _course_copies(saves) if saves != folder.resolve() else []
         if saved_apart:  # said every time: a student working there should know where 04-07 look
             shown = ", ".join(saved_apart[:2]) + (", ..." if len(saved_apart) > 2 else "")

@@ -14,7 +14,9 @@ the student opened from its Colab badge and kept where "Save a copy in Drive" pu
 (`MyDrive/Colab Notebooks/Copy of 03_....ipynb`), next to the blank 03 that 01's first cell copied
 into the course folder. Passing means: no cell errors, 03's first cell said that it is kept outside
 the course folder, 04 used the student's 02 and 03 from Drive (not the blank 03), 05 used the
-student's 04 and read the checkpoint that 04 saved into Drive in another runtime, and the first cell
+student's 04 and read the checkpoint that 04 saved into Drive in another runtime, 05's two scripts (started by
+the notebook as `python` commands) found the student's notebooks in both folders, resumed a run exactly and
+wrote the checkpoint and the metrics into Drive, and the first cell
 installed the kit's missing dependencies and nothing Colab already had.
 
 Needs root (a private mount namespace puts a fresh folder at /content); CI runs as root.
@@ -44,7 +46,12 @@ def test_a_colab_student_runs_every_notebook(colab_walk):
         if stem.startswith("05"):
             assert f"from {drive_folder}/04_captioning_data_and_model.ipynb\n" in text, text[:2000]
             assert (colab["drive"] / "runs" / "captioning_transformer.pt").is_file(), \
-                "05 did not save its checkpoint into Drive"
+                "05's training script did not save its checkpoint into Drive"
+            # the scripts, started by the notebook, found the student's pieces where the notebook did (03 in
+            # Colab Notebooks too), resumed exactly, and the evaluation script wrote its metrics into Drive
+            assert "the same weights: True" in text, text[-3000:]
+            assert "layers (notebooks 02-03) (from your saved notebooks)" in text, text[-3000:]
+            assert (colab["drive"] / "runs" / "captioning_transformer.json").is_file(), "no metrics in Drive"
         if stem.startswith(("06", "07")):
             # "CaptioningTransformer, make_optimizer from …/04_….ipynb; greedy_decode, … from …/05_….ipynb"
             assert re.search(rf"^CaptioningTransformer(, \w+)* from {re.escape(drive_folder)}/04_captioning_data_and_model"

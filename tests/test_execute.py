@@ -94,11 +94,17 @@ def test_key_numbers_of_the_solution_prints():
             "BLEU-1 0.995  BLEU-2 0.988  BLEU-3 0.975  BLEU-4 0.954  CIDEr 7.536  ROUGE-L 0.972\n"
             "greedy      (  0.9 s): BLEU-1 0.996  BLEU-2 0.985  BLEU-3 0.967  BLEU-4 0.939  CIDEr 7.432  ROUGE-L 0.969\n")
     n = execute.key_numbers(text)
-    assert n == {"train_steps": 700, "eval_images": 500, "BLEU-4": 0.954, "CIDEr": 7.536}
-    assert execute.format_numbers(n) == "BLEU-4 0.954, CIDEr 7.536 (500 val images, 700 training steps)"
+    assert n == {"train_steps": 700, "train_seconds": 85.0, "eval_images": 500, "BLEU-4": 0.954, "CIDEr": 7.536}
+    assert execute.format_numbers(n) == "BLEU-4 0.954, CIDEr 7.536 (500 val images, 700 training steps in 85 s)"
+    script = ("training on cpu: 700 steps in 41 s (the script, start-up included)\nsaved runs/captioning_transformer.pt\n"
+              "greedy, 500 validation images; wrote runs/captioning_transformer.json\n"
+              "BLEU-1 0.996  BLEU-2 0.991  BLEU-3 0.982  BLEU-4 0.970  CIDEr 7.508  ROUGE-L 0.982\n"
+              "exact match: 84.2% of the captions equal one of their image's references (8.3 s, start-up included)\n")
+    assert execute.format_numbers(execute.key_numbers(script)) == \
+        "BLEU-4 0.970, CIDEr 7.508 (500 val images, 700 training steps in 41 s, evaluated in 8 s); exact-match 84.2%"
     cut = ("training on cpu (CPU, 2 threads): 420 of 700 steps in 185 s (time budget 180 s: the schedule was "
            "compressed)\nfinal validation loss 0.2\nsaved runs/captioning_transformer.pt\n")
-    assert execute.key_numbers(cut) == {"train_steps": 420, "train_steps_planned": 700}
+    assert execute.key_numbers(cut) == {"train_steps": 420, "train_steps_planned": 700, "train_seconds": 185.0}
     # a side experiment's run (06's leaky model) saves nothing: its steps are not the evaluated model's
     side = "training on cpu (CPU, 2 threads): 150 steps in 31 s\nyour model (700 steps): teacher-forced val loss 0.1\n"
     assert execute.key_numbers(side) == {}

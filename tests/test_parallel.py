@@ -181,3 +181,29 @@ def test_a_slow_student_does_not_hold_up_the_others(tmp_path):
     order = sorted((tmp_path / "course" / "outcomes").glob("*.json"), key=lambda p: p.stat().st_mtime_ns)
     assert order[-1].stem == "a_slow", [p.stem for p in order]
     assert _totals(tmp_path / "out") == {**expected, "a_slow": FULL}
+
+
+SCRIPTS_NB = "05_training_and_evaluation"
+
+
+@needs_postgres
+def test_two_workers_grade_the_training_script_and_name_a_lost_optimiser_state(tmp_path):
+    """Notebook 05 graded as a class on two workers: a training script whose --resume starts the optimiser
+    afresh loses part of its cell's points, and the student's outcome names the bug; the correct one loses none."""
+    train_script = nbs.solution_sources(SCRIPTS_NB)["train_script"]
+    assert "optimizer.load_state_dict(state[0])" in train_script
+    fresh_optimiser = train_script.replace("optimizer.load_state_dict(state[0])", "pass")
+    write_nb(filled_submission(SCRIPTS_NB), tmp_path / "subs" / "right" / f"{SCRIPTS_NB}.ipynb")
+    write_nb(filled_submission(SCRIPTS_NB, {"train_script": fresh_optimiser}),
+             tmp_path / "subs" / "fresh" / f"{SCRIPTS_NB}.ipynb")
+    with postgres.server() as url:
+        results = autograde(tmp_path / "subs", tmp_path / "out", course_dir=tmp_path / "course", db_url=url,
+                            settings=Settings(workers=2))
+    assert {r.student: r.status for r in results} == {"right": "graded", "fresh": "graded"}
+    with open(tmp_path / "out" / "grades.csv") as f:
+        cell = {r["student"]: float(r[f"{SCRIPTS_NB}:test_train_script"]) for r in csv.DictReader(f)}
+    assert cell["right"] == cell["(max points)"] == 2
+    assert 0 < cell["fresh"] < 2, cell
+    outcomes = {s: (tmp_path / "course" / "outcomes" / f"{s}.json").read_text() for s in ("right", "fresh")}
+    assert "the optimiser starts afresh" in outcomes["fresh"]
+    assert "the optimiser starts afresh" not in outcomes["right"]
