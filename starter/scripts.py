@@ -126,16 +126,21 @@ def read_log(path: str | Path) -> dict:
 
 def run_command(command: str) -> bool:
     """Run `python COMMAND` (e.g. "train_captioner.py --steps 20") with this notebook's Python, as the cell line
-    `!python COMMAND` runs it: its output shows as it comes. Returns True if it exited with status 0."""
+    `!python COMMAND` runs it: its output (errors and progress bars included) shows as it comes. Returns True if
+    it exited with status 0."""
+    import codecs
+    import os
     import shlex
     import subprocess
 
-    line = f"{shlex.quote(sys.executable)} {command}"
-    try:
-        from IPython.utils.process import system  # what `!` runs: a terminal, so progress bars draw as they do there
-    except ImportError:  # plain Python
-        return subprocess.run(line, shell=True, check=False).returncode == 0
-    return system(line) == 0
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")  # a character may span two reads
+    with subprocess.Popen([sys.executable, *shlex.split(command)], stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT) as proc:
+        assert proc.stdout is not None
+        while chunk := os.read(proc.stdout.fileno(), 4096):  # as it comes: a progress bar redraws with \r
+            sys.stdout.write(decoder.decode(chunk))
+            sys.stdout.flush()
+    return proc.returncode == 0
 
 
 # ---- the training batches, from any step on ----------------------------------------------------------------

@@ -258,3 +258,14 @@ def test_the_scripts_stand_ins_are_not_the_answers():
     source = Path(scripts.__file__).read_text()
     assert "backward(" not in source and ".step()" not in source and "cos(" not in source
     assert not math.isclose(scripts._stand_in_schedule(0, 10, 2, 1.0), 0.5)
+
+
+def test_run_command_shows_the_output_as_it_comes_and_says_whether_it_succeeded(tmp_path, capsys, monkeypatch):
+    from starter.scripts import run_command
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "s.py").write_text("import sys\nprint('on stdout ✓')\nprint('on stderr', file=sys.stderr)\n"
+                                   "sys.exit(int(sys.argv[1]))\n")
+    assert run_command("s.py 0") is True
+    assert run_command("s.py 3") is False
+    shown = capsys.readouterr().out
+    assert shown.count("on stdout ✓") == 2 and shown.count("on stderr") == 2
