@@ -269,3 +269,30 @@ def test_run_command_shows_the_output_as_it_comes_and_says_whether_it_succeeded(
     assert run_command("s.py 3") is False
     shown = capsys.readouterr().out
     assert shown.count("on stdout ✓") == 2 and shown.count("on stderr") == 2
+
+
+def test_notebook_05_runs_to_the_end_while_the_training_script_is_unfinished(tmp_path, monkeypatch):
+    """Every piece done but the script's command line and checkpoints (Task 5, as released): the loop of Task 4 in
+    the same file is graded, the notebook says in one line that the script is not finished, and no cell but
+    Task 5's test cell and the trained-model cell fails (nothing trains, nothing is saved)."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    release = {notebooks.nbgrader_meta(c)["grade_id"]: c.source
+               for c in notebooks.read(notebooks.RELEASE / f"{STEM}.ipynb").cells if notebooks.is_solution(c)}
+    nb = notebooks.filled_submission(STEM, {"train_script": release["train_script"]})
+    for stem in ("02_positional_encoding", "03_multi_head_attention", "04_captioning_data_and_model"):
+        nbformat.write(notebooks.filled_submission(stem), str(tmp_path / f"{stem}.ipynb"))
+    monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
+    monkeypatch.setenv("COURSE_NOTEBOOKS_DIR", str(tmp_path))
+    NotebookClient(nb, timeout=300, kernel_name="python3", allow_errors=True,
+                   resources={"metadata": {"path": str(tmp_path)}}).execute()
+    failed, printed = [], ""
+    for cell in nb.cells:
+        if any(o.output_type == "error" for o in cell.get("outputs", [])):
+            failed.append(notebooks.nbgrader_meta(cell).get("grade_id"))
+        printed += "".join(o.get("text", "") for o in cell.get("outputs", []) if o.output_type == "stream")
+    assert failed == ["test_train_script", "test_trained_model"], failed  # no script, no checkpoint to measure
+    assert "✓ fit/basic passed" in printed
+    assert "train_captioner.py's main: not available, train_captioner.py is not finished yet" in printed
+    assert not (tmp_path / "runs" / "captioning_transformer.pt").exists()

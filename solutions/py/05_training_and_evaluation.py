@@ -562,7 +562,8 @@ pieces = TrainingPieces(fit=yours_if_it_passes("fit", fit, instead=untrained),
                         lr_at_step=yours_if_it_passes("lr_at_step", lr_at_step, instead=untrained),
                         validation_loss=yours_if_it_passes("validation_loss", validation_loss, instead=untrained),
                         make_optimizer=make_optimizer)   # notebook 04's, checked in section 1
-can_train = model_ready and not pieces.missing()
+train_main = load_script("train_captioner.py", "main")   # Task 5: None, with a line saying why, until it is written
+can_train = model_ready and not pieces.missing() and train_main is not None
 
 # %% nbgrader={"grade": false, "grade_id": "code_16", "locked": true, "schema_version": 3, "solution": false, "task": false}
 if GRADING:  # nbgrader is running the notebook: no grade depends on training
@@ -589,7 +590,8 @@ elif can_train:
         same = all(torch.equal(one_go["state_dict"][k], resumed["state_dict"][k]) for k in one_go["state_dict"])
         print(f"20 steps in one go and 10 + 10 resumed: the same weights: {same}")
 else:
-    print("the scripts need the model and loss of notebook 04 and the training pieces above, which do not all pass yet")
+    print("the scripts need the model and loss of notebook 04, the training pieces above and the whole training script, "
+          "which are not all there yet")
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_17", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # Now the real run, with the script's defaults: your loader, training loop, schedule, optimiser, training step and validation loss (under a minute on a laptop CPU for `shapes`; longer on a slower machine, with the same 700 steps). The validation loss is measured every 100 steps on a sample, 4 fixed batches of validation captions: cheap enough to measure often, and the same captions every time, so that the curve moves only with the model; section 4's evaluation then scores every validation image. Re-running the cell starts over with the same seed. The script saves `runs/captioning_transformer.pt` with the model's configuration and **your vocabulary**, and `runs/captioning_transformer.csv`, its log; notebooks 06 and 07 load the checkpoint from there. A COCO run saves `runs/captioning_transformer_coco-grid.pt` (or `_coco-fc7`) with `--checkpoint`, and never overwrites the graded one. Interrupted (*Kernel → Interrupt*, or a runtime that died), the run goes on from its last checkpoint when you add `--resume` to the command.
@@ -611,7 +613,8 @@ elif can_train:
         model, info = load_checkpoint(CHECKPOINT, CaptioningTransformer, device=device)
         print(f"final validation loss {history['val_loss'][-1]:.3f} (the last of {len(history['val_loss'])} measurements)")
 else:
-    print("not trained: the model and loss of notebook 04 and the training pieces above do not all pass yet")
+    print("not trained: the model and loss of notebook 04 and the training pieces above do not all pass yet, or "
+          "the training script is not finished")
 
 # %% nbgrader={"grade": false, "grade_id": "code_19", "locked": true, "schema_version": 3, "solution": false, "task": false}
 if history is not None:
