@@ -12,6 +12,7 @@ same (one such line once hid a whole notebook from the scan).
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -99,22 +100,45 @@ def suspicious(source: str) -> list[str]:
     return sorted(set(_reasons(parse_cell(source), 0)))
 
 
-def scan_cells(cells: Iterable[tuple[int, str]]) -> Findings:
-    """The findings of a notebook's cells, given as (cell number, source), each read on its own."""
+def scan_cells(cells: Iterable[tuple[int, str]], given: dict[int, set[str]] | None = None) -> Findings:
+    """The findings of a notebook's cells, given as (cell number, source), each read on its own; `given`: cell
+    number -> reasons the release's own lines of that cell give, which are not the student's."""
     found = Findings()
     for number, source in cells:
         try:
-            found.reasons += suspicious(source)
+            found.reasons += [r for r in suspicious(source) if r not in (given or {}).get(number, set())]
         except NotPython as exc:
             found.not_python.append(f"cell {number} is not Python: {exc}")
     found.reasons = sorted(set(found.reasons))
     return found
 
 
+@functools.cache
+def given_reasons() -> dict[str, frozenset[str]]:
+    """Answer cell's grade_id -> the reasons its release version gives: a script's cell (`%%writefile`, the imports
+    and `sys.exit` of its given lines) reaches for what a script needs, and that is the kit's code, not the
+    student's. Grade ids of answer cells are unique across the notebooks."""
+    from .notebooks import RELEASE, is_solution, read
+
+    out: dict[str, frozenset[str]] = {}
+    for path in sorted(RELEASE.glob("*.ipynb")):
+        for cell in read(path).cells:
+            if cell.cell_type == "code" and is_solution(cell):
+                try:
+                    out[nbgrader_meta(cell)["grade_id"]] = frozenset(suspicious(cell.source))
+                except NotPython:
+                    continue
+    return out
+
+
 def scan_notebook(cells: list) -> Findings:
-    """The findings of the student's own cells of a rebuilt notebook (numbered from 1, as in the notebook)."""
-    return scan_cells((number, cell.get("source", "")) for number, cell in enumerate(cells, 1)
-                      if is_student_code(cell) and isinstance(cell.get("source", ""), str))
+    """The findings of the student's own cells of a rebuilt notebook (numbered from 1, as in the notebook), less
+    what the release's own lines of an answer cell give."""
+    given = given_reasons()
+    return scan_cells(((number, cell.get("source", "")) for number, cell in enumerate(cells, 1)
+                       if is_student_code(cell) and isinstance(cell.get("source", ""), str)),
+                      {number: set(given.get(nbgrader_meta(cell).get("grade_id", ""), ()))
+                       for number, cell in enumerate(cells, 1) if isinstance(cell, dict)})
 
 
 def _reasons(tree: ast.AST, depth: int) -> list[str]:

@@ -317,9 +317,12 @@ class Experiment:
         return model.to(self.device).eval()
 
     def plan(self, steps: int, warmup: int, peak_lr: float, start: int = 0, stop: int | None = None,
-             progress: bool = True) -> TrainingPlan:
-        """Steps `start` to `stop` - 1 of a run of `steps` steps, each with your schedule's learning rate."""
+             progress: bool | None = None) -> TrainingPlan:
+        """Steps `start` to `stop` - 1 of a run of `steps` steps, each with your schedule's learning rate; a progress
+        bar in a terminal (`progress` None), none when the output goes to a notebook through `run_command`, where
+        the script's line per round is its progress."""
         self._need("lr_at_step")
+        progress = sys.stderr.isatty() if progress is None else progress
         return TrainingPlan(steps, self.lr_at_step, warmup, peak_lr, start=start, stop=stop, progress=progress)
 
     def train_batches(self, batch_size: int, seed: int, start: int = 0) -> EpochBatches:
@@ -549,8 +552,8 @@ def _one_clear_line(err: str) -> bool:
 
 
 def _main_of(script):
-    from .pipeline import _require
-    _require(script)
+    if script is None:  # load_script said why in a line: the file is not written, or not finished
+        raise NotImplementedError("the script")
     main = getattr(script, "main", None)
     if not callable(main):
         raise TypeError("the script defines no main(argv=None, experiment=None)")

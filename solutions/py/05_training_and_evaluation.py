@@ -12,7 +12,7 @@
 #
 # Given: the driver that calls your loop (`starter.training.train`: device moves, a progress bar with the time left), the metric implementations (BLEU, CIDEr, ROUGE-L from `pycocoevalcap`, in `starter/metrics.py`) and the plots. The kit has no version of these pieces: while one does not pass its public check yet, the notebook says so in one line and skips what needs it (training, the scores).
 #
-# **What you need from notebook 04.** Section 1 loads your `build_vocab`, `encode_captions`, `CaptionFeatures`, `collate_captions`, `CaptioningTransformer`, `caption_loss`, `teacher_forcing_loss` and `make_optimizer` from your `04_captioning_data_and_model.ipynb` (its set-up and answer cells only: no plots, no test cells), found next to this notebook (on Colab: in the course folder or in `My Drive/Colab Notebooks`). A data piece that does not pass its public check yet is replaced by the dataset's stored data (vocabulary, encoded captions, batches), with one line saying so; without a working model, loss and optimiser, nothing is trained. The graded checks of this notebook run on stand-ins and do not use notebook 04, except the trained-model cell, which measures your trained model.
+# **What you need from notebook 04.** Section 1 loads your `build_vocab`, `encode_captions`, `CaptionFeatures`, `collate_captions`, `CaptioningTransformer`, `caption_loss`, `teacher_forcing_loss` and `make_optimizer` from your `04_captioning_data_and_model.ipynb` (its set-up and answer cells only: no plots, no test cells), found next to this notebook (on Colab: also in `My Drive/Colab Notebooks`). A data piece that does not pass its public check yet is replaced by the dataset's stored data (vocabulary, encoded captions, batches), with one line saying so; without a working model, loss and optimiser, nothing is trained. The graded checks of this notebook run on stand-ins and do not use notebook 04, except the trained-model cell, which measures your trained model.
 #
 # **How to work.** Fill in the cells marked `# YOUR CODE HERE` (delete the `raise NotImplementedError()` line) and run the test cell below each one: it prints `✓ … passed` or one line naming the likely bug. The graded version of each test cell also runs hidden cases. Don't edit or delete test cells.
 
@@ -268,7 +268,7 @@ check("validation/handed_over_in_eval_mode", with_batches(validation_loss))
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_fit_1", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ### The training script, `train_captioner.py`
 #
-# Training runs in a script, as it does wherever deep learning is done: a file you start from a terminal (`python train_captioner.py --steps 700`) or from a notebook (`!python …`), with its settings on the command line, which writes a **checkpoint** it can go on from and a **log** of every step. A run that dies (a closed laptop, a Colab runtime that times out, a GPU job that hits its time limit) goes on with `--resume`, and on the same machine it ends exactly where it would have ended without the interruption.
+# Training runs in a script, as it does wherever deep learning is done: a file you start from a terminal (`python train_captioner.py --steps 700`) or from a notebook (`!python …`), with its settings on the command line, which writes a **checkpoint** it can go on from and a **log** of every step. A run that dies (a closed laptop, a Colab runtime that times out) goes on with `--resume` and ends exactly where it would have ended without the interruption.
 #
 # You write it in two cells: the first (`%%writefile train_captioner.py`) starts the file with the training loop `fit` (Task 4), the second (`%%writefile -a`, *append*) adds the command line and the checkpoints (Task 5). Run both whenever you change either (the first starts the file over). The script takes everything that is not its own work from an `Experiment` (`starter/scripts.py`): the dataset, your pieces of notebooks 04 and 05 (loaded from your **saved** notebooks, like notebook 06 loads them: save this notebook before you run the script), the device, a plan of steps and the training batches.
 #
@@ -355,7 +355,7 @@ check("fit/resumed_plan", with_loader(fit))
 ### END HIDDEN TESTS
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_fit_2", "locked": true, "schema_version": 3, "solution": false, "task": false}
-# *How this check works:* `with_loader(fit)` runs your loop for a few steps on a tiny stand-in model with stored weights, with a stand-in loader (three or so batches per epoch, in an order that changes each epoch, as a shuffling loader's does) and a stand-in plan of stored learning rates, and with stand-ins for the step and the validation loss that do not train: the step returns the batch's loss and moves every weight by an amount that depends on the batch and the rate, the validation reads the weights. It compares the history and the weights afterwards with the stored ones, so it tests your loop alone (which batches, in which order, at which rates, validated when), whatever your `train_step` does.
+# *How this check works:* `with_loader(fit)` runs your loop on a tiny stand-in model with a stand-in loader (its order changes each epoch), a plan of stored rates, and a step and a validation that do not train but mark and read the weights. It compares the history and the weights with the stored ones: your loop alone is tested, whatever your `train_step` does.
 #
 # ### Task 5 · the script's command line and checkpoints: `parse_args(argv=None)` and `main(argv=None, experiment=None)`
 #
@@ -378,7 +378,7 @@ check("fit/resumed_plan", with_loader(fit))
 # | `--device` | `auto` | `auto` (a GPU when there is one), `cpu`, `cuda` or `mps` |
 # | `--resume` | off | go on from the checkpoint instead of starting over |
 #
-# A value out of range, an unknown option or one that is not a number stops the script with a non-zero exit status and, as its last line on the error output, the script's name, `error:` and what is wrong: `parser.error("--steps must be at least 1")` does all that (`train_captioner.py: error: --steps must be at least 1`, after `argparse`'s usage lines, which is fine), as does `argparse` itself for an unknown option or a `type=int` that fails. No traceback. Every other error of the script ends the same way: `sys.exit(f"train_captioner.py: error: {what}")` writes that line and exits with status 1.
+# A value out of range, an unknown option or one that is not a number stops the script with a non-zero exit status and, as its last line on the error output, the script's name, `error:` and what is wrong: `parser.error("--steps must be at least 1")` does all that (after `argparse`'s usage lines, which is fine), as does `argparse` itself for an unknown option or a `type=int` that fails. No traceback. Every other error of the script ends the same way: `sys.exit(f"train_captioner.py: error: {what}")` writes that line and exits with status 1.
 #
 # **The run.** `main(argv=None, experiment=None)`:
 #
@@ -398,12 +398,14 @@ check("fit/resumed_plan", with_loader(fit))
 def _at_least(low, kind, below=None):
     """An argparse type: a number of `kind` >= low (and < below)."""
     def parse(text):
-        value = kind(text)
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
         if value < low or (below is not None and value >= below):
             raise argparse.ArgumentTypeError(f"{text} is not {'at least' if below is None else 'in'} "
                                              f"{low if below is None else f'[{low}, {below})'}")
         return value
-    parse.__name__ = kind.__name__
     return parse
 
 
@@ -513,10 +515,10 @@ check("train_script/damaged_checkpoint", with_train_script(train_script))
 ### END HIDDEN TESTS
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_script_check", "locked": true, "schema_version": 3, "solution": false, "task": false}
-# *How this check works:* `with_train_script(train_script)` calls your `main` with command lines (`--steps 5 --save-every 2 …`, then `--resume`, …) and a stand-in experiment: a tiny stand-in model with stored weights, a few rows of stand-in data, a made-up schedule, and a stand-in step that does not train but moves every weight by an amount that depends on the batch, the rate, a drift it keeps in the optimiser's state and a draw of torch's random generator. So a resume that loses the optimiser's state, the random state, the step of the schedule or the place in the batches ends with other weights. It compares the checkpoint's weights, the log, what the checkpoint holds and how each command line ended with the stored ones.
+# *How this check works:* `with_train_script(train_script)` calls your `main` with command lines and a stand-in experiment: a tiny model, a few rows of data, a made-up schedule, and a step that does not train but moves the weights by the batch, the rate, a drift kept in the optimiser's state and a random draw. A resume that loses any of these ends with other weights. It compares the checkpoint, the log and how each command line ended with the stored ones.
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_step_2", "locked": true, "schema_version": 3, "solution": false, "task": false}
-# **Settings.** The script's defaults are the `shapes` settings: a small model (2 layers, $d_{model} = 64$, 4 heads, about 0.14 M parameters) trains 700 steps; the script prints a line every 100 steps and the training cell prints how long the run took on your machine. It trains without dropout: 700 steps of 64 captions see each of the 9000 training captions about 5 times, too few to overfit (the validation loss still falls at the end, see the curve below), so dropout would only slow learning down (measured by the course's authors: with dropout 0.1 the same 700 steps score lower, and each step takes longer). The COCO settings, with far more parameters per caption, keep it (`CONFIGS` below, and section 6). The run takes all 700 steps on any machine: a slower one takes longer but trains the same steps with the same learning rates, so the trained-model mark does not depend on the machine. When nbgrader runs this notebook, `GRADING` is True and nothing trains (the overfit check, the script's runs and section 5's comparison are skipped): the graded tests don't depend on training at all, and the trained-model cell measures the checkpoint you hand in.
+# **Settings.** The script's defaults are the `shapes` settings: a small model (2 layers, $d_{model} = 64$, 4 heads, about 0.14 M parameters) trains 700 steps; the script prints a line every 100 steps and the training cell prints how long the run took on your machine. It trains without dropout: 700 steps of 64 captions see each of the 9000 training captions about 5 times, too few to overfit (the validation loss still falls at the end, see the curve below). The COCO settings, with far more parameters per caption, keep it (`CONFIGS` below, and section 6). When nbgrader runs this notebook, `GRADING` is True and nothing trains (the overfit check, the script's runs and section 5's comparison are skipped): the graded tests don't depend on training at all, and the trained-model cell measures the checkpoint you hand in.
 #
 # **Sanity check first: overfit one small batch.** Before a long run, train a fresh model on one batch of 8 captions, as at the end of notebook 04, but now with your `train_step`: a correct step drives the loss close to zero within a few seconds. If it stalls while notebook 04's memorisation passed, look at the step (the learning rate it sets, the gradients it clears, the loss it returns).
 
@@ -575,7 +577,7 @@ else:
     print("no overfit check: it trains your model with your train_step")
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_resume_demo", "locked": true, "schema_version": 3, "solution": false, "task": false}
-# **Resume, tried.** Before the real run, the cell below tries the script on a small run (`--steps 20` with a warm-up of 5 steps, 32 captions per batch and dropout, into `runs/resume_check/`) twice: once in one go, and once stopped at step 10 (`--stop-at 10`) and resumed. It prints whether the two checkpoints hold exactly the same weights. Save this notebook first: the script loads your pieces from the saved file. Each `!python` starts a new Python, which loads the data and your notebooks again: a few seconds each.
+# **Resume, tried.** Before the real run, the cell below tries the script on a small run (`--steps 20` with a warm-up of 5 steps, 32 captions per batch and dropout, into `runs/resume_check/`) twice: once in one go, and once stopped at step 10 (`--stop-at 10`) and resumed. It prints whether the two checkpoints hold exactly the same weights. Save this notebook first: the script loads your pieces from the saved file. Each run starts a new Python, which loads the data and your notebooks again: a few seconds each.
 
 # %% nbgrader={"grade": false, "grade_id": "code_resume_demo", "locked": true, "schema_version": 3, "solution": false, "task": false}
 if GRADING:
@@ -594,7 +596,7 @@ else:
           "which are not all there yet")
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_17", "locked": true, "schema_version": 3, "solution": false, "task": false}
-# Now the real run, with the script's defaults: your loader, training loop, schedule, optimiser, training step and validation loss (under a minute on a laptop CPU for `shapes`; longer on a slower machine, with the same 700 steps). The validation loss is measured every 100 steps on a sample, 4 fixed batches of validation captions: cheap enough to measure often, and the same captions every time, so that the curve moves only with the model; section 4's evaluation then scores every validation image. Re-running the cell starts over with the same seed. The script saves `runs/captioning_transformer.pt` with the model's configuration and **your vocabulary**, and `runs/captioning_transformer.csv`, its log; notebooks 06 and 07 load the checkpoint from there. A COCO run saves `runs/captioning_transformer_coco-grid.pt` (or `_coco-fc7`) with `--checkpoint`, and never overwrites the graded one. Interrupted (*Kernel → Interrupt*, or a runtime that died), the run goes on from its last checkpoint when you add `--resume` to the command.
+# Now the real run, with the script's defaults: your loader, training loop, schedule, optimiser, training step and validation loss (under a minute on a laptop CPU for `shapes`; longer on a slower machine, with the same 700 steps). The validation loss is measured every 100 steps on 4 fixed batches of validation captions, the same every time, so that the curve moves only with the model; section 4 scores every validation image. Re-running the cell starts over with the same seed. The script saves `runs/captioning_transformer.pt` with the model's configuration and **your vocabulary**, and `runs/captioning_transformer.csv`, its log; notebooks 06 and 07 load the checkpoint from there. A COCO run saves `runs/captioning_transformer_coco-grid.pt` (or `_coco-fc7`) with `--checkpoint`, and never overwrites the graded one. Interrupted (*Kernel → Interrupt*, or a runtime that died), the run goes on from its last checkpoint when you add `--resume` to the command.
 
 # %% nbgrader={"grade": false, "grade_id": "code_18", "locked": true, "schema_version": 3, "solution": false, "task": false}
 model = history = None
@@ -754,7 +756,7 @@ check("evaluate/unknown_words", with_split(evaluate_captions))
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_eval_2", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ### Task 8 · the evaluation script, `evaluate_captioner.py`
 #
-# Like training, evaluation is a script: it loads a checkpoint, captions a split and writes its scores to a file, so that a model trained anywhere (a GPU, yesterday) is measured the same way, and its numbers are kept. Write `main(argv=None, experiment=None)` in the cell below (`%%writefile evaluate_captioner.py`); `experiment` as in Task 5 (`Experiment.open(dataset, device=args.device)` when it is `None`, with `also_06=True` when `--beam` is given: notebook 06's `beam_search`, once you have written it).
+# Evaluation is a script too: it loads a checkpoint, captions a split and writes its scores to a file, so that any model is measured the same way. Write `main(argv=None, experiment=None)` in the cell below (`%%writefile evaluate_captioner.py`); `experiment` as in Task 5 (`Experiment.open(dataset, device=args.device)` when it is `None`, with `also_06=True` when `--beam` is given: notebook 06's `beam_search`, once you have written it).
 #
 # | argument | default | what it sets |
 # |---|---|---|
@@ -963,9 +965,9 @@ check_public("05_training_and_evaluation", globals());
 # - `"coco-fc7"`: the CS231n files (one 512-d fc7 vector per image, so $R = 1$ and cross-attention has a single region to look at), `python -m data.coco_cs231n` (about 1 GB download);
 # - `"coco-grid"`: $7 \times 7$ grid features built from the official COCO images, `python -m starter.build_coco_grid` (downloads images and runs a CNN: build it once on a GPU, see its `--help`).
 #
-# The configurations in `CONFIGS` above are sized for a Colab T4 GPU: `coco-fc7` and `coco-grid` both train a 3-layer model with $d_{model} = 256$ and 8 heads for 15 000 steps (batches of 256 and 128 captions). This course kit was not run on COCO (its builders had no COCO data), so no time or score is claimed here: the training cell prints your time, and the evaluation cell your scores.
+# The configurations in `CONFIGS` above are sized for a Colab T4 GPU: `coco-fc7` and `coco-grid` both train a 3-layer model with $d_{model} = 256$ and 8 heads for 15 000 steps (batches of 256 and 128 captions). This kit was not run on COCO (its builders had no COCO data): your run prints your time and scores.
 #
-# For comparison, papers' own figures on their own COCO test splits, not runs of this kit: *Show, Attend and Tell* (Xu et al., 2015), an LSTM decoder with attention over a CNN grid, reports BLEU-4 0.243 (soft attention) and 0.250 (hard attention); the Meshed-Memory Transformer (Cornia et al., CVPR 2020), a Transformer over detected object regions trained further on CIDEr itself, reports BLEU-4 0.391 and CIDEr 1.312 (printed as 131.2 in papers). The point here is the method. Evaluation uses the first 5000 validation images (`eval_images`); with one vector per image, CS231n's fc7 files come without usable image links, so no images are shown for `coco-fc7`.
+# For comparison, papers' own figures on their COCO test splits: *Show, Attend and Tell* (Xu et al., 2015), an LSTM decoder with attention over a CNN grid, reports BLEU-4 0.243 (soft attention) and 0.250 (hard attention); the Meshed-Memory Transformer (Cornia et al., CVPR 2020), a Transformer over detected object regions trained further on CIDEr itself, reports BLEU-4 0.391 and CIDEr 1.312. Evaluation uses the first 5000 validation images (`eval_images`); with one vector per image, CS231n's fc7 files come without usable image links, so no images are shown for `coco-fc7`.
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_summary", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ## Summary

@@ -40,6 +40,7 @@ from starter.checks import check
 from starter.layers import with_model, with_sampler
 from starter.metrics import format_scores
 from starter.pipeline import yours_if_it_passes
+from starter.scripts import read_log
 
 torch.manual_seed(0)
 # The comparisons need the model trained in notebook 05. While nbgrader grades (NBGRADER_EXECUTION is set)
@@ -382,9 +383,11 @@ if evaluate is not None and ds.name == "shapes":
                               TrainConfig(steps=150, batch_size=64, lr=2e-3, warmup=50, weight_decay=0.01),
                               pieces, val_data=val_split, device=device)
         leaky_scores, leaky_captions = evaluate(leaky, greedy_decode, compare_split, ds.vocab, max_len=ds.max_length - 1)
-        yours = (trained.info["extra"] or {}).get("history") or {}
+        log = trained.path.with_suffix(".csv")   # the training script's log, next to its checkpoint
+        yours = read_log(log) if log.is_file() else {}
         own_loss = f"{yours['val_loss'][-1]:.4f}" if yours.get("val_loss") else "not recorded"
-        print(f"your model ({yours.get('steps_done', '?')} steps): teacher-forced val loss {own_loss}, "
+        own_steps = (trained.info["extra"] or {}).get("step", "?")
+        print(f"your model ({own_steps} steps): teacher-forced val loss {own_loss}, "
               f"greedy exact match {greedy_scores['exact_match']:.1%}")
         print(f"leaky mask ({leaky_history['steps_done']} steps):  teacher-forced val loss "
               f"{leaky_history['val_loss'][-1]:.4f}, greedy exact match {leaky_scores['exact_match']:.1%}")
