@@ -577,7 +577,7 @@ else:
     print("no overfit check: it trains your model with your train_step")
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_resume_demo", "locked": true, "schema_version": 3, "solution": false, "task": false}
-# **Resume, tried.** Before the real run, the cell below tries the script on a small run (`--steps 20` with a warm-up of 5 steps, 32 captions per batch and dropout, into `runs/resume_check/`) twice: once in one go, and once stopped at step 10 (`--stop-at 10`) and resumed. It prints whether the two checkpoints hold exactly the same weights. Save this notebook first: the script loads your pieces from the saved file. Each run starts a new Python, which loads the data and your notebooks again: a few seconds each.
+# **Resume, tried.** Before the real run, the cell below tries the script on a small run (`--steps 20 --warmup 5 --batch-size 32 --dropout 0.1`, into `runs/resume_check/`) twice: once in one go, and once stopped at step 10 (`--stop-at 10`) and resumed. It prints whether the two checkpoints hold exactly the same weights. Save this notebook first: the script loads your pieces from the saved file. Each run starts a new Python, which loads the data and your notebooks again: a few seconds each.
 
 # %% nbgrader={"grade": false, "grade_id": "code_resume_demo", "locked": true, "schema_version": 3, "solution": false, "task": false}
 if GRADING:
