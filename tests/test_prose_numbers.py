@@ -14,7 +14,9 @@ when it is one of:
     says the figure was measured by the course's authors, and the figure appears in such a README sentence;
 (d) grading metadata: "N point(s)", a table row of graded cells and their points, checked against the nbgrader
     metadata of the solution notebooks;
-(e) on ALLOWED below: a definition or a fact, not a run result, each with its reason.
+(e) on ALLOWED below: a definition or a fact, not a run result, each with its reason;
+(f) a threshold of the notebook's own grading cases, public or hidden: a number among the arguments of a stored
+    case's properties ("exact_match_at_least captions 0.55" backs "55 % right earn a point").
 
 Not stated numbers, by rule: cross-references (notebook 05, question 3, section 4, tasks 1-2, layer names),
 heading and list numbering, numbers joined to a word (BLEU-4, GPT-2, float32, 7x7, d_k), file names and links,
@@ -315,6 +317,30 @@ def grading_numbers() -> set[float]:
     return values
 
 
+def case_thresholds(stem: str) -> set[float]:
+    """(f): the numbers among the property arguments of the notebook's stored cases, public and hidden."""
+    import json
+
+    import h5py
+
+    from starter.compare import case_groups
+
+    values = set()
+    for folder in (nbs.PUBLIC_REFERENCES, nbs.HIDDEN_REFERENCES):
+        path = folder / f"{stem}.h5"
+        if not path.exists():
+            continue
+        with h5py.File(path, "r") as f:
+            for _, group in case_groups(f):
+                for prop in json.loads(str(group.attrs.get("properties", "[]"))):
+                    for arg in prop[1:]:
+                        try:
+                            values.add(float(arg))
+                        except (TypeError, ValueError):
+                            pass
+    return values
+
+
 def points_match(stated: Stated, points: set[float]) -> bool:
     if stated.value in points and POINTS_AFTER.match(stated.after):
         return True
@@ -387,12 +413,14 @@ def failures(executed) -> tuple[list[str], set[Allowed]]:
     for path in nbs.solution_notebooks():
         nb = nbs.read(path)
         literals = code_literals(nb)
+        thresholds = case_thresholds(path.stem)
         cites_benchmark = any(AUTHORS_MEASURED.search(c.source) for c in nb.cells if c.cell_type == "markdown")
         for cell in nb.cells:
             if cell.cell_type != "markdown":
                 continue
             for st in stated_numbers(path.stem, _cell_name(cell), cell.source):
-                if (literal_match(st, literals) or printed_match(st, runs[path.stem]) or arithmetic_match(st)
+                if (literal_match(st, literals) or literal_match(st, thresholds) or printed_match(st, runs[path.stem])
+                        or arithmetic_match(st)
                         or points_match(st, points) or (cites_benchmark and printed_match(st, bench))):
                     continue
                 if (a := allowed(st)) is not None:
@@ -573,6 +601,16 @@ def test_the_number_check_catches_the_known_contradictions():
     assert not arithmetic_match(wrong)
     assert [s.number for s in stated_numbers("x", "y", "BLEU-4 of notebook 05, question 3, (Xiong et al., 2020), "
                                                        "`x = 15`, $a_{t,i}$")] == []
+
+
+def test_a_hidden_threshold_is_backed_by_its_case_alone():
+    """Notebook 05 states its hidden cases' thresholds; a run may or may not print the same figures, so they pass
+    by the stored cases' properties, and a threshold no case asks for does not."""
+    sentence = "While grading, the same is asked: 40 %, 55 % and 45 % right earn a point each."
+    stated = {s.number.rstrip("% "): s for s in stated_numbers("05_training_and_evaluation", "md", sentence)}
+    thresholds = case_thresholds("05_training_and_evaluation")
+    assert literal_match(stated["40"], thresholds) and literal_match(stated["55"], thresholds)
+    assert not literal_match(stated["45"], thresholds)
 
 
 def test_the_worked_example_adds_up():
