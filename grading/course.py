@@ -25,7 +25,7 @@ import sys
 import tempfile
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -57,8 +57,12 @@ c.Autograde.autograde_preprocessors = [
     "nbgrader.preprocessors.LimitOutput",
     "grading.worker.SaveJudgedScores",
     "nbgrader.preprocessors.AssignLatePenalties",
-    "nbgrader.preprocessors.CheckCellMetadata",
+    "grading.metadata_check.CheckCellMetadata",
 ]
+# nbgrader's other pipelines that check the cells' metadata, with the same check, its schema compiled once
+# (grading/metadata_check.py): nbgrader's own steps otherwise, in its order
+c.Autograde.sanitize_preprocessors = {sanitize}
+c.GenerateAssignment.preprocessors = {generate}
 # Feedback: grades, the student's code and outputs, the judge's lines; never hidden sources or names.
 c.GenerateFeedback.preprocessors = [
     "grading.feedback.GetGradesNotYet",
@@ -87,7 +91,23 @@ def sqlite_url(root: Path) -> str:
 def write_config(root: Path, db_url: str | None = None) -> None:
     """nbgrader_config.py of the course at `root`: nbgrader's own keys and pipelines, the kit's steps in them.
     A run's settings are not written here: they travel in its `GradingRun`."""
-    (root / "nbgrader_config.py").write_text(CONFIG.format(root=str(root), db_url=db_url or sqlite_url(root)))
+    (root / "nbgrader_config.py").write_text(CONFIG.format(
+        root=str(root), db_url=db_url or sqlite_url(root),
+        sanitize=_with_kit_check("Autograde", "sanitize_preprocessors"),
+        generate=_with_kit_check("GenerateAssignment", "preprocessors")))
+
+
+def _with_kit_check(app: str, pipeline: str) -> str:
+    """nbgrader's default steps of `app`'s `pipeline`, by import name, its CheckCellMetadata the kit's."""
+    from nbgrader import converters
+    from nbgrader.preprocessors import CheckCellMetadata
+
+    steps = getattr(getattr(converters, app), pipeline).default()
+    names = ["grading.metadata_check.CheckCellMetadata" if step is CheckCellMetadata
+             else f"{step.__module__}.{step.__name__}" for step in steps]
+    if "grading.metadata_check.CheckCellMetadata" not in names:
+        raise NbgraderError(f"this nbgrader's {app}.{pipeline} has no CheckCellMetadata: the kit pins nbgrader 0.9.6")
+    return "[\n    " + ",\n    ".join(f"{name!r}" for name in names) + ",\n]"
 
 
 @dataclass(frozen=True)
@@ -199,11 +219,14 @@ def release(dest: Path = notebooks.RELEASE, mirrors: Path | None = None) -> list
     return written
 
 
-def prepare_grading_course(root: Path, db_url: str | None = None, held: CourseHold | None = None) -> CourseFiles:
+def prepare_grading_course(root: Path, db_url: str | None = None, held: CourseHold | None = None,
+                           mounted: Callable[[CourseFiles], object] | None = None) -> CourseFiles:
     """Lay out a course directory for autograding and record the assignment in the gradebook: the
     source notebooks, the hidden cases' inputs for the sandboxes, and the dataset notebooks 04-07 load.
     Holds the folder (`hold`) while it does, unless the caller gives its hold of it (`held`: a run holds
-    the folder from before it is prepared until its report is written). Returns the files grading reads there."""
+    the folder from before it is prepared until its report is written). `mounted(files)` is called once what the
+    sandboxes mount is in place, before nbgrader records the assignment (a run starts its workers' sandboxes
+    then). Returns the files grading reads there."""
     from data.common import default_data_dir
     from starter.data import load_dataset
 
@@ -218,10 +241,13 @@ def prepare_grading_course(root: Path, db_url: str | None = None, held: CourseHo
             shutil.rmtree(root / "case_inputs")
         write_case_inputs(notebooks.HIDDEN_REFERENCES, root / "case_inputs")  # + case_inputs.json: id -> name
         load_dataset("shapes")  # built once here: the sandboxes see the data folder read-only
+        files = CourseFiles(root / "case_inputs", default_data_dir(),
+                            (notebooks.PUBLIC_REFERENCES, notebooks.HIDDEN_REFERENCES))
+        if mounted is not None:
+            mounted(files)
         _apis.pop(str(root), None)  # the configuration was just written
         generate_assignment(root)
-    return CourseFiles(root / "case_inputs", default_data_dir(),
-                       (notebooks.PUBLIC_REFERENCES, notebooks.HIDDEN_REFERENCES))
+    return files
 
 
 def preparation_digest(root: Path) -> str:

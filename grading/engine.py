@@ -23,6 +23,7 @@ import contextlib
 import importlib
 import logging
 import os
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -88,6 +89,15 @@ def cluster(workers: int = 1, scheduler: str | None = None, warm: bool = False) 
         client.close()
         if local is not None:
             local.close()
+
+
+def on_each_worker(client: Client, task: Callable[..., Any], *args: Any) -> list:
+    """`task(*args)` once on each worker of the cluster, now: the futures, which the caller holds for as long as the
+    tasks matter (Dask cancels a task no one holds). A worker runs one task at a time, so a student sent to it
+    after these waits for its one."""
+    return [client.submit(task, *args, key=f"{task.__name__}-{address}-{uuid.uuid4().hex[:8]}", workers=[address],
+                          pure=False)
+            for address in client.scheduler_info()["workers"]]
 
 
 def run(root: Path, students: list[str], task: Callable[[str], Any], workers: int = 1, scheduler: str | None = None,

@@ -393,6 +393,12 @@ class Session:
             os.close(replies)
         self._stack.callback(self._kill)
 
+    def start(self) -> None:
+        """Start the sandbox now, not on the first notebook (its server's imports go on while the caller works)."""
+        if self._proc is None or self._proc.poll() is not None:
+            self.close()
+            self._start()
+
     def _kill(self) -> None:
         if self._proc is not None and self._proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):
@@ -443,9 +449,7 @@ class Session:
                "files": {rel: base64.b64encode(data).decode() for rel, data in (files or {}).items()}}
         status, message = "finished", ""
         for _ in range(2):  # a second time in a new sandbox if this one could not start a kernel
-            if self._proc is None or self._proc.poll() is not None:
-                self.close()
-                self._start()
+            self.start()  # where none runs (the first notebook, or the last one's sandbox ended)
             proc: subprocess.Popen = self._proc  # type: ignore[assignment]  # (started above)
             assert self._jobs is not None and self._lines is not None
             progress = _Progress(job["notebook"], self.limits)
@@ -678,6 +682,19 @@ class WarmSandbox:
             return None
         return kept[1] if kept is not None else None
 
+    def start(self, case_inputs: Path | None, limits: Limits, data_dir: Path | None) -> bool:
+        """Start a sandbox for these settings and keep it for the worker's next student, unless one is kept for
+        them already: what a run asks of each worker while the course is still being prepared, so that no student
+        waits for a sandbox to start (bubblewrap, then the imports in it: seconds). True if it started one."""
+        key = sandbox_key(case_inputs, limits, True, data_dir)
+        with self._lock:
+            if self._kept is not None and self._kept[0] == key:
+                return False
+        session = Session(case_inputs, limits, isolate=True, data_dir=data_dir)
+        session.start()
+        self.keep(key, session)
+        return True
+
     def keep(self, key: tuple, session: Session) -> None:
         with self._lock:
             before, self._kept = self._kept, (key, session)
@@ -719,9 +736,7 @@ class StudentSandbox:
 
     def session(self, case_inputs: Path | None, limits: Limits, isolate: bool, data_dir: Path | None,
                 reuse: bool = Settings.reuse_sandbox) -> Session:
-        # what the sandbox mounts, down to the folders' identity: a course prepared again (new opaque ids) or a
-        # dataset rebuilt since the warm sandbox was made needs a new one
-        key = (case_inputs, limits, isolate, data_dir, *(_identity(p) for p in (case_inputs, data_dir, RUNNER)))
+        key = sandbox_key(case_inputs, limits, isolate, data_dir)
         if key not in self._sessions:
             session = (self.warm.take(key) if self.warm is not None else None) or Session(case_inputs, limits,
                                                                                           isolate, data_dir)
@@ -741,6 +756,12 @@ class StudentSandbox:
                 self.warm.keep(key, session)
             else:
                 session.close()
+
+
+def sandbox_key(case_inputs: Path | None, limits: Limits, isolate: bool, data_dir: Path | None) -> tuple:
+    """What a sandbox is made for: what it mounts, down to the folders' identity (a course prepared again, with new
+    opaque ids, or a dataset rebuilt since a warm sandbox was made needs a new one) and its limits."""
+    return (case_inputs, limits, isolate, data_dir, *(_identity(p) for p in (case_inputs, data_dir, RUNNER)))
 
 
 def _identity(path: Path | None) -> tuple:

@@ -301,6 +301,19 @@ def autograde_student(api, grading: StudentGrading) -> dict:
         return nbgrader_utils.capture_log(app)
 
 
+def start_sandbox(settings: Settings, files: CourseFiles) -> str:
+    """On a worker, while the run prepares the rest of the course: start the sandbox its first student will take
+    (`sandbox.WARM`), so that no student waits for one to start. Says what it did; a sandbox that cannot start here
+    is started again for the student, whose grading then records why."""
+    if not (settings.isolate and settings.reuse_sandbox):
+        return "no sandbox kept between students: none started ahead"
+    try:
+        started = sandbox.WARM.start(files.case_inputs, settings.limits, files.data_dir)
+    except Exception as exc:  # the student's grading meets it again, and records it
+        return f"not started ahead: {type(exc).__name__}: {exc}"
+    return "started" if started else "one was kept for these settings already"
+
+
 def grade_student(run: GradingRun, student: str) -> StudentOutcome:
     """Grade `student`, staged by intake in the course folder `run.root`: nbgrader's autograde (the student's sandbox
     runs the notebooks, the judge scores them, its points go into the gradebook), the feedback pages, the review

@@ -84,3 +84,30 @@ def test_the_readme_speed_paragraph_is_a_run_of_the_benchmark(bench, tmp_path):
     new = readme.read_text()
     assert new.startswith(f"before\n{bench.SPEED[0]}\n") and new.endswith(f"{bench.SPEED[1]}\nafter\n")
     assert "old" not in new and "30.0 s" in new and "0.33 times" in new and "1.90 times as fast" in new
+
+
+def test_plain_nbgrader_runs_none_of_the_kits_steps(bench):
+    """Every pipeline the plain side sets is nbgrader's own (the kit's metadata check included: not the kit's)."""
+    import re
+
+    steps = re.findall(r'"([\w.]+)"', bench.PLAIN)
+    assert steps and all(s.startswith(("nbgrader.", "nbconvert.")) for s in steps), steps
+    for pipeline in ("autograde_preprocessors", "sanitize_preprocessors"):
+        assert f"c.Autograde.{pipeline} = [" in bench.PLAIN, pipeline
+
+
+def test_a_dask_worker_starting_imports_no_grader_from_the_benchmark():
+    """A worker's start imports the main module again (as __mp_main__): as with `python -m grading`, that costs
+    no import of the grader, so the kit's start-up is timed as its command pays it."""
+    import subprocess
+
+    probe = ("import runpy, sys; runpy.run_path(sys.argv[1], run_name='__mp_main__'); "
+             "print(sorted(m for m in ('torch', 'grading', 'nbformat') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", probe, str(ROOT / "benchmarks" / "bench_autograde.py")],
+                         capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-500:]
+    assert out.stdout.strip() == "[]", f"a worker importing the benchmark imports {out.stdout.strip()}"
+    probe_cli = probe.replace("runpy.run_path(sys.argv[1], run_name='__mp_main__')",
+                              "runpy.run_module('grading.__main__', run_name='__mp_main__')")
+    out = subprocess.run([sys.executable, "-c", probe_cli, "x"], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert out.returncode == 0 and "torch" not in out.stdout, (out.stdout, out.stderr[-500:])
