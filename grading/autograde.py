@@ -7,7 +7,7 @@ One student, from the zip to each output, by the calls that carry them:
    one `course.GradingRun(root, settings, files, prepared, gradebook)`, `prepared` being
    `course.preparation_digest(root)`. Every setting reaches the student's grading in it, never through
    `nbgrader_config.py`. Once the hidden cases' inputs and the dataset are in place, and before nbgrader records the
-   assignment, each worker starts the sandbox its first student will take (`worker.start_sandbox`);
+   assignment, each worker starts the sandbox its first student will take (`worker.warm_up`);
 2. `intake.intake(submissions, root, students)` unpacks and stages the student's notebooks, rebuilt on the release,
    in `root/submitted/<student>/`; the student's outcome (`outcome.StudentOutcome`) starts there;
 3. `engine.run(root, students, task)` sends `worker.grade_student(run, student)` to a worker (one Dask task per
@@ -86,7 +86,7 @@ def autograde(submissions: Path, out: Path, course_dir: Path | None = None, db_u
         with engine.cluster(workers, scheduler, warm=True) as client:  # the workers start while the course is prepared
             started: list = []  # each worker starts its first student's sandbox once what it mounts is in place
             files = course.prepare_grading_course(root, gradebook, held, mounted=lambda files: started.extend(
-                engine.on_each_worker(client, worker.start_sandbox, settings, files)))
+                engine.on_each_worker(client, worker.warm_up, settings, files)))
             # each student's grading checks the digest against the folder's
             run = GradingRun(root, settings, files, course.preparation_digest(root), gradebook)
             results, loose = intake(Path(submissions), root, students)

@@ -6,7 +6,8 @@ A standalone script (it imports nothing of the grader, which does not exist insi
 `grading/sandbox.py` mounts it read-only into a sandbox and starts it there. Three kinds of process:
 
 - the **server** imports once what every notebook imports (torch, numpy, matplotlib, ...) and warms them up
-  (`warm_up`), forks the kernel starter, then takes jobs on the pipe JOBS_FD, one line per notebook:
+  (`warm_up`), imports the kit's checks and reads the reference folders' case index (`warm_checks`), forks the
+  kernel starter, then takes jobs on the pipe JOBS_FD, one line per notebook:
   `{"folder": NAME, "notebook": {...}, "files": {PATH: base64}}`, or `{"reset": true}` between two students
   (`reset`: nothing of the last one stays, checked). For a notebook it writes the files beside it
   (grading.notebooks.FILES_BESIDE) into WORKDIR/NAME, has the starter fork a kernel, sends it the code cells
@@ -63,8 +64,9 @@ _EXIT = os._exit  # the kernel's code replaces os._exit (REFUSE_EXIT)
 PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 RESULTS_ENV = "COURSE_RESULTS_DIR"  # starter.compare.RESULTS_ENV (the grader's code is not importable here)
 
-# Imported once by the server, so that a notebook's own imports of them cost nothing. Not the kit's
-# `starter` package: importing it sets up the notebook's error display, which needs the notebook's kernel.
+# Imported once by the server, so that a notebook's own imports of them cost nothing. The kit's checks are
+# warmed apart (`warm_checks`); not the rest of `starter`, whose notebook set-up (the error display,
+# `starter.runtime.start_notebook`) needs the notebook's kernel.
 PRELOAD = ("numpy", "torch", "torch.nn", "torch.nn.functional", "torch.optim", "h5py", "matplotlib",
            "matplotlib.pyplot", "PIL.Image", "tqdm.std", "IPython", "ipykernel.inprocess.manager",
            "torch._dynamo")
@@ -889,6 +891,21 @@ def _write_files(folder: str, files: dict) -> None:
             f.write(base64.b64decode(data))
 
 
+def warm_checks() -> None:
+    """Import the kit's checks and read the case index of every reference folder this sandbox sees (the public
+    references, the hidden cases' inputs) once, here: each kernel, a fork of the server, then starts past it, where
+    every notebook's first test cell took 0.4 s longer than the others. The import sets nothing up (the checks read
+    their settings when called), and the index is read again where a file changed."""
+    try:
+        from starter import checks, compare
+
+        del checks  # imported for the kernels
+        for folder in compare.reference_dirs():
+            compare.case_names(folder)
+    except Exception:  # a warm-up that fails costs nothing but time in the notebooks
+        pass
+
+
 def serve(cell_seconds: int, workdir: str, jobs_fd: int, replies_fd: int, sweep: bool) -> int:
     for name in PRELOAD:
         try:
@@ -896,6 +913,7 @@ def serve(cell_seconds: int, workdir: str, jobs_fd: int, replies_fd: int, sweep:
         except Exception:
             pass
     warm_up()
+    warm_checks()
     _dumpable(False)
     starter = KernelStarter(cell_seconds, (jobs_fd, replies_fd))  # before any job: it holds nothing of a student's
     started = {"server": process_state(os.getpid()), "kernel starter": process_state(starter.pid),

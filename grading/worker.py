@@ -35,6 +35,7 @@ from nbgrader.converters.base import NbGraderException
 from nbgrader.preprocessors import NbGraderPreprocessor, SaveAutoGrades
 from traitlets.config import Config
 
+from starter.compare import case_names
 from starter.notebook_loader import read_cells
 
 from . import course, judge, notebooks, sandbox, trained_model
@@ -301,17 +302,23 @@ def autograde_student(api, grading: StudentGrading) -> dict:
         return nbgrader_utils.capture_log(app)
 
 
-def start_sandbox(settings: Settings, files: CourseFiles) -> str:
-    """On a worker, while the run prepares the rest of the course: start the sandbox its first student will take
-    (`sandbox.WARM`), so that no student waits for one to start. Says what it did; a sandbox that cannot start here
-    is started again for the student, whose grading then records why."""
-    if not (settings.isolate and settings.reuse_sandbox):
-        return "no sandbox kept between students: none started ahead"
-    try:
-        started = sandbox.WARM.start(files.case_inputs, settings.limits, files.data_dir)
-    except Exception as exc:  # the student's grading meets it again, and records it
-        return f"not started ahead: {type(exc).__name__}: {exc}"
-    return "started" if started else "one was kept for these settings already"
+def warm_up(settings: Settings, files: CourseFiles) -> str:
+    """On a worker, while the run prepares the rest of the course, what would otherwise be its first student's wait:
+    start the sandbox that student will take (`sandbox.WARM`; first, as its imports run in a process of its own while
+    this one goes on), load what measuring a trained model needs (`trained_model.warm`) and read the case index of
+    the references the judge compares with. Says what it did with the sandbox; one that cannot start here is started
+    again for the student, whose grading then records why."""
+    said = "no sandbox kept between students: none started ahead"
+    if settings.isolate and settings.reuse_sandbox:
+        try:
+            said = "started" if sandbox.WARM.start(files.case_inputs, settings.limits, files.data_dir) else \
+                "one was kept for these settings already"
+        except Exception as exc:  # the student's grading meets it again, and records it
+            said = f"not started ahead: {type(exc).__name__}: {exc}"
+    trained_model.warm()
+    for folder in files.reference_dirs:
+        case_names(folder)
+    return said
 
 
 def grade_student(run: GradingRun, student: str) -> StudentOutcome:

@@ -115,7 +115,7 @@ def test_written_answers_graded_in_formgrader_count_after_report(graded, capsys)
 
 def test_each_worker_starts_one_sandbox_ahead_and_keeps_it_warm(graded):
     """Nobody here ends their own sandbox, so each worker starts one while the course is still being prepared
-    (grading.worker.start_sandbox) and grades every student in it, reset between them
+    (grading.worker.warm_up) and grades every student in it, reset between them
     (grading.sandbox.StudentSandbox): no student waits for a sandbox to start, which costs seconds."""
     started = {s: o.sandboxes_started for s, o in read_outcomes(graded["course"] / "outcomes").items()}
     graded_here = [s for s, r in graded["results"].items() if r.status == "graded"]
