@@ -80,9 +80,7 @@ def cluster(workers: int = 1, scheduler: str | None = None, warm: bool = False) 
                                  env={"OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore", "MPLBACKEND": "Agg"})
             client = Client(local)
     try:
-        imports = [client.submit(importlib.import_module, "grading.worker", key=f"import-grader-{address}",
-                                 workers=[address], pure=False)
-                   for address in (client.scheduler_info()["workers"] if warm else ())]
+        imports = on_each_worker(client, importlib.import_module, "grading.worker") if warm else []
         yield client
         del imports  # held until here: a future no one holds is cancelled
     finally:
