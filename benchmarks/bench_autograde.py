@@ -19,7 +19,9 @@ of fixed pure-Python work, 1 and 2 workers, with Dask's default background work 
 come two ways: the run's wall time over the class (the cluster's start-up and the course's preparation shared by
 few students), and the steady state a large class sees, the mean time inside the worker of the students graded in
 a sandbox they did not start (kept warm from the worker's previous student, or, for its first, started while the
-course was prepared: that student's wait for its imports is counted).
+course was prepared: that student's wait for its imports is counted). On both sides the course is prepared once before
+the timed run, as when the assignment was released (nbgrader's generate_assignment records it in the gradebook); the
+kit's timed run prepares the folder again all the same (new hidden-case ids) and finds the assignment recorded.
 """
 from __future__ import annotations
 
@@ -156,7 +158,9 @@ def kit(subs: Path, tmp: Path, name: str, n: int, db_url=None, workers=1) -> tup
     worker's previous student, or started ahead while the course was prepared), the steady state; the points
     in its gradebook). Stops (SystemExit) if a student was not graded."""
     root = tmp / f"course-{name}"
-    course.prepare_grading_course(root, db_url)  # timed apart: done once per run, not per submission
+    # once per course, untimed, as for plain nbgrader: the timed run prepares it again (new hidden-case ids), and
+    # finds the assignment recorded in the gradebook (course.record_assignment; a first run records it, 8 s more)
+    course.prepare_grading_course(root, db_url)
     start = time.perf_counter()
     results = autograde(subs, tmp / f"out-{name}", course_dir=root, db_url=db_url, settings=Settings(workers=workers))
     total = time.perf_counter() - start

@@ -18,7 +18,7 @@ One student, from the zip to each output, by the calls that carry them:
    `SaveJudgedScores` writes those records' points into the gradebook; `worker.feedback_pages(api, grading)` makes
    the feedback pages from the same records; the worker writes the student's outcome, with the judge's record of
    each notebook, to `root/outcomes/<student>.json`;
-4. `report.report(out, root, results, graded, loose, run.gradebook)` joins intake's outcome and the worker's,
+4. `report.report(out, root, results, graded, loose, run.gradebook)`, written while the cluster closes, joins intake's outcome and the worker's,
    writes it to `OUT/outcomes/` and the feedback pages to `OUT/feedback/<student>/`, and the class's results (`results.ClassResults`: the outcomes and
    the gradebook's points, a person's included) with every view of them: `report.json`, `grades.csv`,
    `failures.csv`/`.png` and `class_report.html` (`class_report.py`), what the class got wrong.
@@ -36,6 +36,7 @@ import functools
 import logging
 import shutil
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -94,14 +95,25 @@ def autograde(submissions: Path, out: Path, course_dir: Path | None = None, db_u
             graded = engine.run(root, gradable, functools.partial(task or worker.grade_student, run),
                                 progress=progress, client=client)
             started.clear()  # held until here: a future no one holds is cancelled
-        if course.preparation_digest(root) != run.prepared:  # after the last student: the gradebook may be another's
-            log.error("the course folder %s changed during this run (prepared again?): every grade is flagged", root)
-            for outcome in graded.values():
-                if worker.PREPARATION_CHANGED not in outcome.flags:
-                    outcome.flags.append(worker.PREPARATION_CHANGED)
-        results = report(out, root, results, graded, loose, run.gradebook)
+            if course.preparation_digest(root) != run.prepared:  # after the last student: the gradebook may be another's
+                log.error("the course folder %s changed during this run (prepared again?): every grade is flagged", root)
+                for outcome in graded.values():
+                    if worker.PREPARATION_CHANGED not in outcome.flags:
+                        outcome.flags.append(worker.PREPARATION_CHANGED)
+            # the report is written while the cluster closes (its workers and their sandboxes take seconds to end)
+            reporting = _meanwhile(report, out, root, results, graded, loose, run.gradebook)
+        results = reporting.result()
     for r in results:
         log.info("%s: %s (%.1f s)", r.student, r.status, r.seconds)
     if loose:
         log.warning("ignored files outside student folders: %s", ", ".join(loose))
     return results
+
+
+def _meanwhile(work: Callable[..., Any], *args: Any) -> Future:
+    """`work(*args)` started in a thread of its own; its result (or its exception) is the future's."""
+    pool = ThreadPoolExecutor(1, thread_name_prefix=getattr(work, "__name__", "work"))
+    try:
+        return pool.submit(work, *args)
+    finally:
+        pool.shutdown(wait=False)  # the thread ends with the work

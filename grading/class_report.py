@@ -235,20 +235,15 @@ def change(now: dict, before: dict | None) -> dict | None:
 def _png(fig) -> str:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=100)
-    import matplotlib.pyplot as plt
-
-    plt.close(fig)
     return f'<img alt="" src="data:image/png;base64,{base64.b64encode(buf.getvalue()).decode()}">'
 
 
 def _histograms(data: dict) -> str:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure  # not pyplot: no backend chosen, none changed, safe in a thread
 
     names = list(data["distributions"])
-    fig, axes = plt.subplots(1, len(names), figsize=(2.6 * len(names), 2.4), squeeze=False)
+    fig = Figure(figsize=(2.6 * len(names), 2.4))
+    axes = fig.subplots(1, len(names), squeeze=False)
     for ax, name in zip(axes[0], names):
         dist = data["distributions"][name]
         top = dist["max"] or 1.0
@@ -262,10 +257,11 @@ def _histograms(data: dict) -> str:
 
 
 def _diagnosis_chart(rows: list[dict], graded: int) -> str:
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure
 
     rows = rows[:15][::-1]
-    fig, ax = plt.subplots(figsize=(9, 0.32 * max(3, len(rows)) + 1))
+    fig = Figure(figsize=(9, 0.32 * max(3, len(rows)) + 1))
+    ax = fig.subplots()
     ax.barh([f"{r['notebook'][:2]} {r['task']}: {r['diagnosis']}"[:70] for r in rows],
             [len(r["students"]) for r in rows], color="tab:red")
     ax.set_xlabel(f"students (of {graded} graded)")

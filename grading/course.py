@@ -188,6 +188,62 @@ def generate_assignment(root: Path) -> None:
         raise NbgraderError(f"nbgrader generate_assignment failed: {last_error(result)}")
 
 
+RECORDED_FILE = "recorded.json"  # in the course folder: from what, and as what, the assignment was last recorded
+
+
+def record_assignment(root: Path, gradebook: str) -> bool:
+    """Record the assignment in the gradebook (nbgrader's generate_assignment: its cells, points and checksums,
+    and the release in `root/release/`), unless it is there as this folder last recorded it: the same source
+    notebooks and configuration (`nbgrader_config.py`, which names the gradebook), a release of every notebook, and
+    the gradebook still holding the same cells. Recording it again would change nothing and took 8 s, most of a
+    preparation. Returns whether nbgrader ran."""
+    stamp = root / RECORDED_FILE
+    inputs = _assignment_inputs(root)
+    try:
+        last = json.loads(stamp.read_text())
+    except (OSError, ValueError):  # none yet, or damaged: record
+        last = None
+    released = {p.name for p in (root / "release" / ASSIGNMENT).glob("*.ipynb")}
+    if (isinstance(last, dict) and last.get("inputs") == inputs and released == set(last.get("notebooks", ()))
+            and last.get("cells") == recorded_cells(gradebook)):
+        return False
+    stamp.unlink(missing_ok=True)
+    generate_assignment(root)
+    stamp.write_text(json.dumps({"inputs": inputs, "cells": recorded_cells(gradebook),
+                                 "notebooks": sorted(p.name for p in (root / "release" / ASSIGNMENT).glob("*.ipynb"))}))
+    return True
+
+
+def _assignment_inputs(root: Path) -> str:
+    """A digest of what nbgrader records the assignment from: the configuration, the source notebooks, nbgrader."""
+    import nbgrader
+
+    digest = hashlib.sha256(nbgrader.__version__.encode() + b"\0" + (root / "nbgrader_config.py").read_bytes())
+    for path in sorted((root / "source" / ASSIGNMENT).glob("*.ipynb")):
+        digest.update(b"\0" + path.name.encode() + b"\0" + hashlib.sha256(path.read_bytes()).digest())
+    return digest.hexdigest()
+
+
+def recorded_cells(gradebook: str) -> str | None:
+    """A digest of what the gradebook at `gradebook` holds of the assignment: each notebook's source cells (with
+    their checksums), graded cells (with their points), solution and task cells. None if it holds no such assignment
+    or cannot be read (then recording it says why)."""
+    from nbgrader.api import Gradebook
+
+    try:
+        with Gradebook(gradebook) as gb:
+            rows = []
+            for nb in gb.find_assignment(ASSIGNMENT).notebooks:
+                rows += [[nb.name, "source", c.name, c.cell_type, c.locked, c.checksum, c.source]
+                         for c in nb.source_cells]
+                rows += [[nb.name, "grade", c.name, c.cell_type, c.max_score] for c in nb.grade_cells]
+                rows += [[nb.name, "solution", c.name] for c in nb.solution_cells]
+                rows += [[nb.name, "task", c.name, c.max_score] for c in nb.task_cells]
+    except Exception:  # no such assignment (MissingEntry), no gradebook or no server: record, which says why
+        return None
+    return hashlib.sha256(json.dumps(sorted(rows, key=str)).encode()).hexdigest()
+
+
 def release(dest: Path = notebooks.RELEASE, mirrors: Path | None = None) -> list[Path]:
     """Generate the student notebooks from solutions/ into `dest` (only .ipynb files are copied out), and
     the solutions' Python mirrors for review into `mirrors` (grading.mirrors). Releasing into notebooks/
@@ -226,7 +282,8 @@ def prepare_grading_course(root: Path, db_url: str | None = None, held: CourseHo
     Holds the folder (`hold`) while it does, unless the caller gives its hold of it (`held`: a run holds
     the folder from before it is prepared until its report is written). `mounted(files)` is called once what the
     sandboxes mount is in place, before nbgrader records the assignment (a run starts its workers' sandboxes
-    then). Returns the files grading reads there."""
+    then); a folder prepared before from the same notebooks, whose gradebook still holds them as recorded, is not
+    recorded again (`record_assignment`). Returns the files grading reads there."""
     from data.common import default_data_dir
     from starter.data import load_dataset
 
@@ -246,7 +303,7 @@ def prepare_grading_course(root: Path, db_url: str | None = None, held: CourseHo
         if mounted is not None:
             mounted(files)
         _apis.pop(str(root), None)  # the configuration was just written
-        generate_assignment(root)
+        record_assignment(root, db_url or sqlite_url(root))
     return files
 
 

@@ -32,7 +32,7 @@ from typing import NamedTuple
 import nbformat
 
 from . import notebooks
-from .host_bounds import Bound, PastBound, run_bounded
+from .host_bounds import Bound, PastBound, each_bounded
 from .notebooks import ASSIGNMENT
 from .outcome import Status, StudentOutcome
 from .scan import is_student_code
@@ -334,10 +334,11 @@ def notebook_for(filename: str, known: dict[str, str]) -> str | None:
 READ_BOUND = Bound(seconds=60, memory_mb=2048)
 
 
-def read_submission(path: Path, repairs: list[str] | None = None):
-    """(notebook, None), or (None, why it cannot be read); malformed details repaired are added to `repairs`.
-    Read in a child process within READ_BOUND."""
-    def read() -> dict:
+def read_submissions(paths: list[Path]) -> list[tuple[object, str | None, list[str]]]:
+    """(notebook, None, the malformed details repaired) for each of a student's notebook files, or (None, why it
+    cannot be read, []). Read in one child process, each file within READ_BOUND (a file past it costs that child;
+    a new one reads the next: grading.host_bounds)."""
+    def read(path: Path) -> dict:
         found: list[str] = []
         try:
             return {"notebook": nbformat.writes(read_any(path, found)), "repairs": found}
@@ -346,15 +347,25 @@ def read_submission(path: Path, repairs: list[str] | None = None):
         except Exception as exc:
             return {"error": f"corrupt notebook ({problem(exc)[:160]})"}
 
-    try:
-        answer = run_bounded(read, READ_BOUND)
-    except PastBound as exc:
-        return None, f"not read: reading it went past the grader's limit ({READ_BOUND}: {exc})"
-    if not isinstance(answer, dict) or "notebook" not in answer:
-        return None, answer.get("error", "corrupt notebook") if isinstance(answer, dict) else "corrupt notebook"
+    read_back: list[tuple[object, str | None, list[str]]] = []
+    for answer in each_bounded(read, paths, READ_BOUND):
+        if isinstance(answer, PastBound):
+            read_back.append((None, f"not read: reading it went past the grader's limit ({READ_BOUND}: {answer})", []))
+        elif not isinstance(answer, dict) or "notebook" not in answer:
+            why = answer.get("error", "corrupt notebook") if isinstance(answer, dict) else "corrupt notebook"
+            read_back.append((None, why, []))
+        else:
+            read_back.append((nbformat.reads(answer["notebook"], as_version=4), None, answer["repairs"]))
+    return read_back
+
+
+def read_submission(path: Path, repairs: list[str] | None = None):
+    """(notebook, None), or (None, why it cannot be read), of one file (`read_submissions`); malformed details
+    repaired are added to `repairs`."""
+    nb, unreadable, found = read_submissions([path])[0]
     if repairs is not None:
-        repairs += answer["repairs"]
-    return nbformat.reads(answer["notebook"], as_version=4), None
+        repairs += found
+    return nb, unreadable
 
 
 def _files(folder: Path, ignored: Ignored, prefix: Path = Path()) -> list[tuple[Path, Path]]:
@@ -420,14 +431,15 @@ def _collect(handin: Handin, known: dict[str, str], result: StudentOutcome, dest
             continue
         candidates.setdefault(stem, []).append((path, rel))
     dest.mkdir(parents=True, exist_ok=True)
+    chosen_copies = {}
     for stem, copies in candidates.items():
         # prefer the exact name, then the most recently modified copy
         copies.sort(key=lambda c: (c[1].stem == stem, c[0].stat().st_mtime), reverse=True)
         for _, extra in copies[1:]:
             ignored.add(extra, f"ignored (another copy of {stem} was graded)")
-        chosen, rel = copies[0]
-        repairs: list[str] = []
-        nb, unreadable = read_submission(chosen, repairs)
+        chosen_copies[stem] = copies[0]
+    read_back = read_submissions([chosen for chosen, _ in chosen_copies.values()])
+    for (stem, (chosen, rel)), (nb, unreadable, repairs) in zip(chosen_copies.items(), read_back):
         if unreadable:
             result.notes.append(f"{rel}: not graded: {unreadable}")
             continue

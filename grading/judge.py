@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 import nbformat
 
-from starter.compare import CheckFailed, Diagnosis, Observation, case_file, diagnose, load_case
+from starter.compare import CheckFailed, Diagnosis, Observation, case_file, case_names, diagnose, load_case
 
 from . import notebooks
 from .notebooks import public_case_names
@@ -91,6 +91,15 @@ def _reference(name: str, dirs: tuple[Path, ...]):
 
 
 _CASES: dict = {}
+
+
+def read_references(reference_dirs: list[Path]) -> int:
+    """Read every reference case the judge may compare with (a worker's first student otherwise waits 2.5 s for
+    them); returns how many."""
+    names = {name for folder in reference_dirs for name in case_names(folder)}
+    for name in names:
+        _reference(name, tuple(reference_dirs))
+    return len(names)
 
 
 def judge_cell(grade_id: str, source: str, max_points: float, observations: dict[str, Observation],

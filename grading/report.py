@@ -202,15 +202,13 @@ def failure_table(results: ClassResults) -> list[tuple[str, float, int, int, flo
 
 def write_failure_summary(out: Path, results: ClassResults) -> tuple[Path, Path]:
     """Which tests failed most often across the class: `failures.csv` and a bar chart, most failed first."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure  # not pyplot: no backend chosen, none changed, safe in a thread
 
     table = failure_table(results)
     csv_path = write_csv(out / "failures.csv", [["test", "points", "students_graded", "students_failed", "fail_rate"]]
                          + [[c, p, n, k, round(r, 3)] for c, p, n, k, r in table])
-    fig, ax = plt.subplots(figsize=(9, 0.35 * max(4, len(table)) + 1.2))
+    fig = Figure(figsize=(9, 0.35 * max(4, len(table)) + 1.2))
+    ax = fig.subplots()
     labels = [c for c, *_ in table][::-1]
     ax.barh(labels, [100 * r for *_, r in table][::-1], color="tab:red")
     ax.set_xlabel("students who lost points on this test (%)")
@@ -221,7 +219,6 @@ def write_failure_summary(out: Path, results: ClassResults) -> tuple[Path, Path]
     fig.tight_layout()
     png_path = out / "failures.png"
     fig.savefig(png_path, dpi=110)
-    plt.close(fig)
     return csv_path, png_path
 
 

@@ -35,7 +35,6 @@ from nbgrader.converters.base import NbGraderException
 from nbgrader.preprocessors import NbGraderPreprocessor, SaveAutoGrades
 from traitlets.config import Config
 
-from starter.compare import case_names
 from starter.notebook_loader import read_cells
 
 from . import course, judge, notebooks, sandbox, trained_model
@@ -305,9 +304,9 @@ def autograde_student(api, grading: StudentGrading) -> dict:
 def warm_up(settings: Settings, files: CourseFiles) -> str:
     """On a worker, while the run prepares the rest of the course, what would otherwise be its first student's wait:
     start the sandbox that student will take (`sandbox.WARM`; first, as its imports run in a process of its own while
-    this one goes on), load what measuring a trained model needs (`trained_model.warm`) and read the case index of
-    the references the judge compares with. Says what it did with the sandbox; one that cannot start here is started
-    again for the student, whose grading then records why."""
+    this one goes on), load what measuring a trained model needs (`trained_model.warm`) and read the references the
+    judge compares with (`judge.read_references`). Says what it did with the sandbox; one that cannot start here is
+    started again for the student, whose grading then records why."""
     said = "no sandbox kept between students: none started ahead"
     if settings.isolate and settings.reuse_sandbox:
         try:
@@ -316,8 +315,7 @@ def warm_up(settings: Settings, files: CourseFiles) -> str:
         except Exception as exc:  # the student's grading meets it again, and records it
             said = f"not started ahead: {type(exc).__name__}: {exc}"
     trained_model.warm()
-    for folder in files.reference_dirs:
-        case_names(folder)
+    judge.read_references(list(files.reference_dirs))
     return said
 
 

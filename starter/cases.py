@@ -107,9 +107,20 @@ def read_case(group, name: str) -> Case:
 
 
 def case_groups(f) -> list[tuple[str, Any]]:
-    """(name, group) of every reference case stored in an open reference file."""
+    """(name, group) of every reference case stored in an open reference file, in HDF5's order (by name, each
+    group before what it holds). A case's own groups are not walked: they hold no case, and walking every array of
+    every file took most of the time of reading a few cases."""
     import h5py
 
     found: list[tuple[str, Any]] = []
-    f.visititems(lambda n, o: found.append((n, o)) if isinstance(o, h5py.Group) and "target" in o.attrs else None)
+
+    def walk(prefix: str, group) -> None:
+        for key, item in group.items():
+            if isinstance(item, h5py.Group):
+                if "target" in item.attrs:
+                    found.append((prefix + key, item))
+                else:
+                    walk(prefix + key + "/", item)
+
+    walk("", f)
     return found

@@ -64,6 +64,21 @@ def test_partial_credit_counts_hidden_cases_and_never_names_them():
     assert "causal/5" in lines and "not scored" in lines
 
 
+def test_references_read_ahead_are_the_ones_judging_reads(monkeypatch):
+    """A worker reads every reference case before its first student (judge.read_references); judging then reads
+    no file, and every case a notebook's test cells check is among them."""
+    from grading import judge
+
+    monkeypatch.setattr(judge, "_CASES", {})
+    count = judge.read_references(DIRS)
+    assert count == len(judge._CASES) > 200
+    monkeypatch.setattr(judge, "load_case", lambda *a, **k: pytest.fail(f"a case read again while judging: {a}"))
+    for path in nbs.solution_notebooks():
+        for cell in nbs.read(path).cells:
+            for match in nbs.CHECK_CALL.finditer(cell.source):
+                judge._reference(match["case"], tuple(DIRS))
+
+
 def test_case_inputs_hold_no_expected_outputs_and_no_names(tmp_path):
     ids = sandbox.write_case_inputs(nbs.HIDDEN_REFERENCES, tmp_path / "cases")
     keys = []
@@ -77,6 +92,41 @@ def test_case_inputs_hold_no_expected_outputs_and_no_names(tmp_path):
     hidden = sandbox.hide_case_names(nbs.read(nbs.SOLUTIONS / "01_scaled_dot_product_attention.ipynb"), ids)
     text = "".join(c.source for c in hidden.cells)
     assert f'check("{ids[HIDDEN_CASE]}"' in text and f'"{HIDDEN_CASE}"' not in text and 'check("causal/5"' in text
+
+
+def test_a_case_input_reads_back_as_its_case_without_what_only_the_judge_may_know(tmp_path):
+    from grading.trained_model import measured_outside
+    from starter.cases import case_groups, read_case
+
+    ids = sandbox.write_case_inputs(nbs.HIDDEN_REFERENCES, tmp_path / "cases")
+    copied = {}
+    for path in (tmp_path / "cases").glob("*.h5"):
+        with h5py.File(path, "r") as f:
+            copied.update({name: read_case(group, name) for name, group in case_groups(f)})
+    compared = 0
+    for path in sorted(nbs.HIDDEN_REFERENCES.glob("*.h5")):
+        with h5py.File(path, "r") as f:
+            for name, group in case_groups(f):
+                case = read_case(group, name)
+                if measured_outside(case.target, public=False):
+                    assert name not in ids, f"{name}: measured outside the sandbox, yet given to it"
+                    continue
+                mine = copied[ids[name]]
+                # what the sandbox must get: the case whole, less its outputs, known bugs, hint and error property
+                want = dataclasses.replace(case, name=ids[name], hint="", expected={}, grads={}, variants={},
+                                           properties=[p for p in case.properties if p[0] != "raises"])
+                assert mine.__dict__.keys() == want.__dict__.keys()
+                for key, value in want.__dict__.items():
+                    got = getattr(mine, key)
+                    if isinstance(value, dict) and value and isinstance(next(iter(value.values())), np.ndarray):
+                        assert got.keys() == value.keys(), f"{name}: {key} holds {sorted(got)}"
+                        for array, expected in value.items():
+                            assert got[array].dtype == expected.dtype and np.array_equal(got[array], expected), \
+                                f"{name}: {key}/{array} differs"
+                    else:
+                        assert got == value, f"{name}: {key} is {got!r}, not {value!r}"
+                compared += 1
+    assert compared == len(ids) == len(copied) > 100
 
 
 def test_without_bubblewrap_grading_stops_and_says_how_to_get_it(monkeypatch):
