@@ -205,7 +205,7 @@ def record_assignment(root: Path, gradebook: str) -> bool:
         last = None
     released = {p.name for p in (root / "release" / ASSIGNMENT).glob("*.ipynb")}
     if (isinstance(last, dict) and last.get("inputs") == inputs and released == set(last.get("notebooks", ()))
-            and last.get("cells") == recorded_cells(gradebook)):
+            and last.get("cells") is not None and last.get("cells") == recorded_cells(gradebook)):
         return False
     stamp.unlink(missing_ok=True)
     generate_assignment(root)

@@ -55,7 +55,7 @@ from typing import BinaryIO
 import nbformat
 
 from data.common import DATA_ENV
-from starter.cases import case_groups
+from starter.cases import JSON_FIELDS, case_groups
 from starter.compare import CASE_INPUTS_ENV, Observation, read_observations
 from starter.runtime import GRADING_ENV
 
@@ -822,6 +822,7 @@ def files_beside(folder: Path, stem: str) -> dict[str, bytes]:
 
 
 SANDBOX_ARRAYS = ("inputs", "params", "grad_weights")  # what the sandbox gets of a hidden case's arrays
+CASE_ATTRIBUTES = {"target", "kind", "hint", "rtol", "atol", *JSON_FIELDS}  # what `write_case` writes of a case
 
 
 def write_case_inputs(hidden_dir: Path, dest: Path) -> dict[str, str]:
@@ -845,6 +846,13 @@ def write_case_inputs(hidden_dir: Path, dest: Path) -> dict[str, str]:
                 # case whole and writing it again took 3.6 s a preparation): the group with its attributes, its
                 # subgroups as empty shells (a shallow copy), which go; then the arrays the sandbox gets. That a case
                 # expects an error is the judge's to know: the sandbox runs it as any other.
+                # only what the layout holds is copied: a member or attribute it does not name could hold what the
+                # sandbox must not see (and a deleted array's bytes stay in the file), so it stops the preparation
+                unknown = [key for key, item in group.items() if not isinstance(item, h5py.Group)] + \
+                    [key for key in group.attrs if key not in CASE_ATTRIBUTES]
+                if unknown:
+                    raise ValueError(f"{path.name}: the hidden case {name} holds {unknown}, which the reference layout "
+                                     "(starter/cases.py) does not: not copied for the sandboxes")
                 out.copy(group, out, name=ids[name], shallow=True)
                 case = out[ids[name]]
                 for key in list(case):

@@ -129,6 +129,26 @@ def test_a_case_input_reads_back_as_its_case_without_what_only_the_judge_may_kno
     assert compared == len(ids) == len(copied) > 100
 
 
+def test_a_hidden_case_holding_what_its_layout_does_not_is_not_copied_for_the_sandbox(tmp_path):
+    """A member or attribute the reference layout does not name could hold what the sandbox must not see: the
+    preparation stops, naming it, instead of copying or half-deleting it."""
+    from starter.cases import case_groups
+
+    for extra in ("answer_array", "answer_attribute"):
+        hidden = tmp_path / extra
+        hidden.mkdir()
+        source = sorted(nbs.HIDDEN_REFERENCES.glob("*.h5"))[0]
+        (hidden / source.name).write_bytes(source.read_bytes())
+        with h5py.File(hidden / source.name, "r+") as f:
+            name, group = case_groups(f)[0]
+            if extra == "answer_array":
+                group.create_dataset("answer", data=np.arange(3))
+            else:
+                group.attrs["answer"] = "42"
+        with pytest.raises(ValueError, match=f"the hidden case {name} holds \\['answer'\\]"):
+            sandbox.write_case_inputs(hidden, tmp_path / f"cases-{extra}")
+
+
 def test_without_bubblewrap_grading_stops_and_says_how_to_get_it(monkeypatch):
     monkeypatch.setattr(sandbox.shutil, "which", lambda name: None)
     with pytest.raises(sandbox.SandboxUnavailable, match="apt-get install bubblewrap"):
