@@ -37,7 +37,7 @@ from unittest import mock
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# A Dask worker starts by importing the main module again, as __mp_main__ (multiprocessing's spawn): the kit's own
+# A Dask worker starts by importing the main module again, as __mp_main__ (multiprocessing's forkserver): the kit's own
 # command, `python -m grading`, has a main module that imports next to nothing, so here too the grader is imported
 # only where this file runs as itself, or the kit's start-up would be timed seconds slower than the command's.
 if __name__ != "__mp_main__":

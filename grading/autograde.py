@@ -85,13 +85,17 @@ def autograde(submissions: Path, out: Path, course_dir: Path | None = None, db_u
         if not resume and finished.exists():
             shutil.rmtree(finished)
         with engine.cluster(workers, scheduler, warm=True) as client:  # the workers start while the course is prepared
-            started: list = []  # each worker starts its first student's sandbox once what it mounts is in place
-            files = course.prepare_grading_course(root, gradebook, held, mounted=lambda files: started.extend(
-                engine.on_each_worker(client, worker.warm_up, settings, files)))
+            # each worker starts its first student's sandbox once what it mounts is in place (sent from a thread, as
+            # a local cluster's workers may still be starting: the course's preparation and intake go on meanwhile)
+            started: list = []
+            files = course.prepare_grading_course(root, gradebook, held, mounted=lambda files: started.append(
+                _meanwhile(engine.on_each_worker, client, worker.warm_up, settings, files)))
             # each student's grading checks the digest against the folder's
             run = GradingRun(root, settings, files, course.preparation_digest(root), gradebook)
             results, loose = intake(Path(submissions), root, students)
             gradable = [r.student for r in results if r.status not in (Status.FAILED, Status.NO_NOTEBOOKS)]
+            for sending in started:  # each worker's warm-up goes before its first student
+                sending.exception()  # (waits; a warm-up not sent is done by the student's grading instead)
             graded = engine.run(root, gradable, functools.partial(task or worker.grade_student, run),
                                 progress=progress, client=client)
             started.clear()  # held until here: a future no one holds is cancelled

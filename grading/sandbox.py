@@ -55,7 +55,7 @@ from typing import BinaryIO
 import nbformat
 
 from data.common import DATA_ENV
-from starter.cases import JSON_FIELDS, case_groups
+from starter.cases import CASE_ATTRIBUTES, case_groups
 from starter.compare import CASE_INPUTS_ENV, Observation, read_observations
 from starter.runtime import GRADING_ENV
 
@@ -822,7 +822,6 @@ def files_beside(folder: Path, stem: str) -> dict[str, bytes]:
 
 
 SANDBOX_ARRAYS = ("inputs", "params", "grad_weights")  # what the sandbox gets of a hidden case's arrays
-CASE_ATTRIBUTES = {"target", "kind", "hint", "rtol", "atol", *JSON_FIELDS}  # what `write_case` writes of a case
 
 
 def write_case_inputs(hidden_dir: Path, dest: Path) -> dict[str, str]:

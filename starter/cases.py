@@ -23,6 +23,8 @@ import numpy as np
 JSON_FIELDS = ("args", "kwargs", "const_args", "const_kwargs", "init", "outputs", "grad_wrt", "properties", "forbid",
                "train_seed", "stand_ins")
 ARRAY_FIELDS = ("inputs", "params", "expected", "grad_weights", "grads")
+SCALAR_FIELDS = ("target", "kind", "hint", "rtol", "atol")
+CASE_ATTRIBUTES = frozenset(SCALAR_FIELDS + JSON_FIELDS)  # the attributes `write_case` gives a case's group
 
 
 @dataclass
@@ -80,8 +82,8 @@ def write_case(f, case: Case, arrays: tuple[str, ...] = ARRAY_FIELDS, variants: 
     """Write `case` as the group `case.name` of the open HDF5 file `f` (`arrays` and `variants`: what of it
     to write; the sandbox's copy of a hidden case leaves out what it must not see)."""
     g = f.create_group(case.name)
-    g.attrs.update({"target": case.target, "kind": case.kind, "hint": case.hint, "rtol": case.rtol,
-                    "atol": case.atol, **{k: json.dumps(getattr(case, k)) for k in JSON_FIELDS}})
+    g.attrs.update({**{k: getattr(case, k) for k in SCALAR_FIELDS},
+                    **{k: json.dumps(getattr(case, k)) for k in JSON_FIELDS}})
     for key in arrays:
         if getattr(case, key):
             sub = g.create_group(key)

@@ -93,6 +93,23 @@ def test_dask_stays_out_of_the_workers_way(tmp_path):
     assert json.loads(read.stdout) == engine.QUIET, f"dask worker's settings from worker_env(): {read.stdout}"
 
 
+def test_local_workers_are_forked_with_the_grader_imported_once():
+    """A local cluster's workers are forked from one process that imported the grader (engine.WORKER_PRELOAD),
+    not each started anew to import it, and run with engine.WORKER_ENV in force from their start: one thread
+    for torch, warnings off."""
+    with engine.cluster(2) as client:
+        records = {f"worker {i}": f.result() for i, f in
+                   enumerate(engine.on_each_worker(client, holdback.state_of_its_worker, "-"))}
+    for student, record in records.items():
+        assert record["grader_imported"], f"{student}: its worker had not imported grading.worker before its task"
+        assert record["env"] == engine.WORKER_ENV, f"{student}: its worker's environment: {record['env']}"
+        assert record["torch_threads"] == 1, f"{student}: torch runs {record['torch_threads']} threads in a worker"
+        assert record["warnings"] == ["ignore"], f"{student}: warnings filter {record['warnings']} (PYTHONWARNINGS)"
+    parents = {r["parent"] for r in records.values()}
+    assert len({r["pid"] for r in records.values()}) == 2 and len(parents) == 1 and os.getpid() not in parents, \
+        f"two workers are forked from one server, not from this process: pids and parents {records}"
+
+
 def test_more_workers_need_a_real_database(tmp_path):
     _class(tmp_path / "subs", 1)
     with pytest.raises(ValueError, match="SQLite"):

@@ -8,6 +8,7 @@ interrupted-run test kills it mid-run): `python tests/support/holdback.py SUBMIS
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -69,6 +70,19 @@ def background_of_its_worker(student: str) -> dict:
         pass
     return {"student": student, "ok": True, "profile_samples": get_worker().profile_recent.get("count", 0),
             "settings": {k: dask.config.get(k) for k in QUIET}}
+
+
+def state_of_its_worker(student: str) -> dict:
+    """A task for `engine.run(task=...)` that grades nothing: what its worker process had imported and set before
+    the task ran, and the process it was started from."""
+    preloaded = "grading.worker" in sys.modules  # before this task imports anything of the grader
+    import warnings
+
+    import torch
+
+    return {"student": student, "ok": True, "grader_imported": preloaded, "parent": os.getppid(), "pid": os.getpid(),
+            "torch_threads": torch.get_num_threads(), "warnings": [f[0] for f in warnings.filters[:1]],
+            "env": {k: os.environ.get(k) for k in ("OMP_NUM_THREADS", "PYTHONWARNINGS", "MPLBACKEND")}}
 
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
