@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import glob
 import json
 import os
 import secrets
@@ -740,6 +741,44 @@ def test_the_keyring_queues_and_new_namespaces_are_refused():
         assert result.status == "finished", result.message
         assert _text(result.notebook.cells[0]).split() == ["EPERM", "EPERM", "EPERM", "EPERM", "EPERM", "ENOSYS"]
         assert _text(result.notebook.cells[1]).split() == ["ok", "2.0"]
+
+
+# what a student knowing the grader's layout would try: the socket of the process the grader's workers are forked from
+# (multiprocessing's forkserver) forks and runs whatever a client sends it, as the grader
+REACH_THE_FORKSERVER = '''
+import glob, os, socket, stat
+found = [p for top in ("/tmp", "/var/tmp", "/run", "/dev/shm") for p in glob.glob(top + "/**", recursive=True)
+         if not os.path.islink(p) and os.path.exists(p) and stat.S_ISSOCK(os.stat(p).st_mode)]
+reached = []
+for path in found + [{listener!r}]:
+    client = socket.socket(socket.AF_UNIX)
+    try:
+        client.connect(path)
+        reached.append(path)
+    except OSError:
+        pass
+    finally:
+        client.close()
+print("reached", reached)
+'''
+
+
+@pytest.mark.skipif(sandbox.bwrap() is None, reason="bubblewrap is not installed")
+def test_the_process_the_workers_are_forked_from_is_out_of_a_sandboxs_reach():
+    """The grader's forkserver listens on a Unix socket in the grader's own temporary folder: a sandbox sees neither
+    the folder nor, by its path, the socket, so a notebook cannot have it fork code as the grader."""
+    import multiprocessing.util
+
+    from grading import engine
+
+    engine._start_forkserver()
+    listeners = glob.glob(os.path.join(multiprocessing.util.get_temp_dir(), "listener-*"))
+    assert listeners, "the forkserver listens on no socket in this process's temporary folder"
+    with sandbox.Session(limits=sandbox.Limits(cell_seconds=60, notebook_seconds=90)) as session:
+        result = session.run(_notebook(REACH_THE_FORKSERVER.format(listener=listeners[0])))
+    assert result.status == "finished", result.message
+    said = _text(result.notebook.cells[0])
+    assert said.startswith("reached") and listeners[0] not in said, f"a sandboxed notebook reached the forkserver: {said}"
 
 
 CLOSE_THE_PIPES = '''
