@@ -7,7 +7,8 @@ One student, from the zip to each output, by the calls that carry them:
    one `course.GradingRun(root, settings, files, prepared, gradebook)`, `prepared` being
    `course.preparation_digest(root)`. Every setting reaches the student's grading in it, never through
    `nbgrader_config.py`. Once the hidden cases' inputs and the dataset are in place, and before nbgrader records the
-   assignment, each worker starts the sandbox its first student will take (`worker.warm_up`);
+   assignment, each worker starts the sandbox its first student will take (`worker.warm_up`) and is sent the
+   references the judge compares with, read once in this process (`judge.keep_references`);
 2. `intake.intake(submissions, root, students)` unpacks and stages the student's notebooks, rebuilt on the release,
    in `root/submitted/<student>/`; the student's outcome (`outcome.StudentOutcome`) starts there;
 3. `engine.run(root, students, task)` sends `worker.grade_student(run, student)` to a worker (one Dask task per
@@ -40,7 +41,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from . import course, engine, worker
+from . import course, engine, judge, worker
 from .course import GradingRun
 from .intake import intake
 from .notebooks import graded_columns
@@ -86,10 +87,15 @@ def autograde(submissions: Path, out: Path, course_dir: Path | None = None, db_u
             shutil.rmtree(finished)
         with engine.cluster(workers, scheduler, warm=True) as client:  # the workers start while the course is prepared
             # each worker starts its first student's sandbox once what it mounts is in place (sent from a thread, as
-            # a local cluster's workers may still be starting: the course's preparation and intake go on meanwhile)
+            # a local cluster's workers may still be starting: the course's preparation and intake go on meanwhile),
+            # and is sent the judge's references, read here once
             started: list = []
-            files = course.prepare_grading_course(root, gradebook, held, mounted=lambda files: started.append(
-                _meanwhile(engine.on_each_worker, client, worker.warm_up, settings, files)))
+
+            def mounted(files: course.CourseFiles) -> None:
+                started.append(_meanwhile(engine.on_each_worker, client, worker.warm_up, settings, files))
+                started.append(_meanwhile(_send_references, client, files))
+
+            files = course.prepare_grading_course(root, gradebook, held, mounted=mounted)
             # each student's grading checks the digest against the folder's
             run = GradingRun(root, settings, files, course.preparation_digest(root), gradebook)
             results, loose = intake(Path(submissions), root, students)
@@ -112,6 +118,14 @@ def autograde(submissions: Path, out: Path, course_dir: Path | None = None, db_u
     if loose:
         log.warning("ignored files outside student folders: %s", ", ".join(loose))
     return results
+
+
+def _send_references(client, files: course.CourseFiles) -> list:
+    """Read the references the judge compares with in this process, while its workers start, and send them to each
+    worker (`judge.keep_references`): each reading them itself took 2 s of CPU a worker, at the start, where the
+    workers' sandboxes were starting beside them and the CPU was short. A worker that does not get them (one
+    started later) reads each as it needs it."""
+    return engine.on_each_worker(client, judge.keep_references, judge.read_references(list(files.reference_dirs)))
 
 
 def _meanwhile(work: Callable[..., Any], *args: Any) -> Future:

@@ -93,13 +93,23 @@ def _reference(name: str, dirs: tuple[Path, ...]):
 _CASES: dict = {}
 
 
-def read_references(reference_dirs: list[Path]) -> int:
-    """Read every reference case the judge may compare with (a worker's first student otherwise waits 2.5 s for
-    them); returns how many."""
-    names = {name for folder in reference_dirs for name in case_names(folder)}
+def read_references(reference_dirs: list[Path]) -> dict:
+    """Every reference case the judge may compare with, read (and kept in this process): what `keep_references`
+    takes. A run reads them once, in its own process, and sends them to each worker before its first student, who
+    would otherwise wait 2.5 s for them (reading them in each worker took 2 s of CPU a worker while the cluster
+    started, where the CPU is short)."""
+    dirs = tuple(reference_dirs)
+    names = {name for folder in dirs for name in case_names(folder)}
     for name in names:
-        _reference(name, tuple(reference_dirs))
-    return len(names)
+        _reference(name, dirs)
+    return {(name, dirs): _CASES[(name, dirs)] for name in names}
+
+
+def keep_references(read: dict) -> int:
+    """Keep in this process the references `read_references` read elsewhere (each still read again here if its
+    file has changed since: `_reference` compares the file's stamp first); returns how many."""
+    _CASES.update(read)
+    return len(read)
 
 
 def judge_cell(grade_id: str, source: str, max_points: float, observations: dict[str, Observation],

@@ -304,9 +304,9 @@ def autograde_student(api, grading: StudentGrading) -> dict:
 def warm_up(settings: Settings, files: CourseFiles) -> str:
     """On a worker, while the run prepares the rest of the course, what would otherwise be its first student's wait:
     start the sandbox that student will take (`sandbox.WARM`; first, as its imports run in a process of its own while
-    this one goes on), load what measuring a trained model needs (`trained_model.warm`) and read the references the
-    judge compares with (`judge.read_references`). Says what it did with the sandbox; one that cannot start here is
-    started again for the student, whose grading then records why."""
+    this one goes on) and load what measuring a trained model needs (`trained_model.warm`). (The references the judge
+    compares with come from the run: `judge.keep_references`.) Says what it did with the sandbox; one that cannot
+    start here is started again for the student, whose grading then records why."""
     said = "no sandbox kept between students: none started ahead"
     if settings.isolate and settings.reuse_sandbox:
         try:
@@ -315,7 +315,6 @@ def warm_up(settings: Settings, files: CourseFiles) -> str:
         except Exception as exc:  # the student's grading meets it again, and records it
             said = f"not started ahead: {type(exc).__name__}: {exc}"
     trained_model.warm()
-    judge.read_references(list(files.reference_dirs))
     return said
 
 

@@ -66,18 +66,38 @@ def test_partial_credit_counts_hidden_cases_and_never_names_them():
 
 
 def test_references_read_ahead_are_the_ones_judging_reads(monkeypatch):
-    """A worker reads every reference case before its first student (judge.read_references); judging then reads
-    no file, and every case a notebook's test cells check is among them."""
+    """The run reads every reference case once (judge.read_references) and sends them to each worker
+    (judge.keep_references, pickled as Dask sends them); judging there then reads no file, and every case a
+    notebook's test cells check is among them."""
+    import pickle
+
     from grading import judge
 
     monkeypatch.setattr(judge, "_CASES", {})
-    count = judge.read_references(DIRS)
-    assert count == len(judge._CASES) > 200
+    read = judge.read_references(DIRS)
+    assert len(read) == len(judge._CASES) > 200
+    monkeypatch.setattr(judge, "_CASES", {})  # a worker's, before it is sent them
+    assert judge.keep_references(pickle.loads(pickle.dumps(read))) == len(read)
     monkeypatch.setattr(judge, "load_case", lambda *a, **k: pytest.fail(f"a case read again while judging: {a}"))
     for path in nbs.solution_notebooks():
         for cell in nbs.read(path).cells:
             for match in nbs.CHECK_CALL.finditer(cell.source):
                 judge._reference(match["case"], tuple(DIRS))
+
+
+def test_a_reference_sent_to_a_worker_is_read_again_if_its_file_changed_since(monkeypatch):
+    """What a worker was sent is kept only while the reference file is the one it was read from (its path and
+    modification time): a rebuilt reference is read again, not judged against the old copy."""
+    from grading import judge
+
+    monkeypatch.setattr(judge, "_CASES", {})
+    read = judge.read_references(DIRS)
+    (name, dirs), ((path, mtime), case) = next(iter(read.items()))
+    monkeypatch.setattr(judge, "_CASES", {})
+    judge.keep_references({(name, dirs): ((path, mtime - 1), case)})  # read before the file was last written
+    again = []
+    monkeypatch.setattr(judge, "load_case", lambda n, d: again.append(n) or load_case(n, d))
+    assert judge._reference(name, dirs).name == name and again == [name]
 
 
 def test_case_inputs_hold_no_expected_outputs_and_no_names(tmp_path):

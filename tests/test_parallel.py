@@ -110,6 +110,21 @@ def test_local_workers_are_forked_with_the_grader_imported_once():
         f"two workers are forked from one server, not from this process: pids and parents {records}"
 
 
+def test_each_worker_is_sent_the_references_the_run_read():
+    """The run reads the judge's references once and sends them to each worker (grading.autograde._send_references)
+    instead of each worker reading them at the start, where two workers' sandboxes are starting beside them: each
+    worker then holds every case, and judging there reads none of them again."""
+    from grading import autograde as run_module
+    from grading.course import CourseFiles
+
+    dirs = (nbs.PUBLIC_REFERENCES, nbs.HIDDEN_REFERENCES)
+    with engine.cluster(2) as client:
+        sent = [f.result() for f in run_module._send_references(client, CourseFiles(None, None, dirs))]
+        held = [f.result() for f in engine.on_each_worker(client, holdback.references_of_its_worker, list(dirs))]
+    assert len(sent) == 2 and sent[0] == sent[1] > 200, f"cases each worker was sent: {sent}"
+    assert held == [{"held": sent[0], "read_again": 0}] * 2, f"what each worker's judge holds: {held}"
+
+
 def test_more_workers_need_a_real_database(tmp_path):
     _class(tmp_path / "subs", 1)
     with pytest.raises(ValueError, match="SQLite"):

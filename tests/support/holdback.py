@@ -94,3 +94,19 @@ if __name__ == "__main__":
     submissions, out, course, student, file = sys.argv[1:]
     autograde(Path(submissions), Path(out), course_dir=Path(course),
               task=HoldBack(student, file=file, let_others_run=True))
+
+
+def references_of_its_worker(dirs: list) -> dict:
+    """A task for `engine.on_each_worker`: how many reference cases of the folders `dirs` the judge in this worker
+    process holds, and how many of them judging would read from their file again."""
+    from grading import judge
+
+    key, load, read_again = tuple(dirs), judge.load_case, []
+    judge.load_case = lambda name, folders: read_again.append(name) or load(name, folders)
+    try:
+        held = [name for (name, folders) in list(judge._CASES) if folders == key]
+        for name in held:
+            judge._reference(name, key)
+    finally:
+        judge.load_case = load
+    return {"held": len(held), "read_again": len(read_again)}
