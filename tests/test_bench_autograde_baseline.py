@@ -84,6 +84,8 @@ def test_the_readme_speed_paragraph_is_a_run_of_the_benchmark(bench, tmp_path):
     new = readme.read_text()
     assert new.startswith(f"before\n{bench.SPEED[0]}\n") and new.endswith(f"{bench.SPEED[1]}\nafter\n")
     assert "old" not in new and "30.0 s" in new and "0.33 times" in new and "1.90 times as fast" in new
+    several = bench.speed_paragraph(3, 90.0, 30.0, 1.9, "today", pairs=3)  # the median of three pairs of runs
+    assert "--students 3 --pairs 3 --readme" in several and "the median of 3 runs of each" in several, several
 
 
 def test_plain_nbgrader_runs_none_of_the_kits_steps(bench):
