@@ -85,17 +85,6 @@ def state_of_its_worker(student: str) -> dict:
             "env": {k: os.environ.get(k) for k in ("OMP_NUM_THREADS", "PYTHONWARNINGS", "MPLBACKEND")}}
 
 
-cloudpickle.register_pickle_by_value(sys.modules[__name__])
-
-
-if __name__ == "__main__":
-    from grading.autograde import autograde
-
-    submissions, out, course, student, file = sys.argv[1:]
-    autograde(Path(submissions), Path(out), course_dir=Path(course),
-              task=HoldBack(student, file=file, let_others_run=True))
-
-
 def references_of_its_worker(dirs: list) -> dict:
     """A task for `engine.on_each_worker`: how many reference cases of the folders `dirs` the judge in this worker
     process holds, and how many of them judging would read from their file again."""
@@ -110,3 +99,14 @@ def references_of_its_worker(dirs: list) -> dict:
     finally:
         judge.load_case = load
     return {"held": len(held), "read_again": len(read_again)}
+
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+if __name__ == "__main__":
+    from grading.autograde import autograde
+
+    submissions, out, course, student, file = sys.argv[1:]
+    autograde(Path(submissions), Path(out), course_dir=Path(course),
+              task=HoldBack(student, file=file, let_others_run=True))
