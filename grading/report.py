@@ -21,7 +21,7 @@ from pathlib import Path
 from . import class_report
 from .notebooks import ASSIGNMENT
 from .outcome import FOLDER, Status, StudentOutcome, joined, write_outcome
-from .results import ClassResults, class_results, read_points, write_loose_files
+from .results import ClassResults, class_results, read_points, submissions, write_loose_files
 from .spreadsheet import MAX_TEXT, write_csv
 
 TITLE = re.compile(r"<title>(.*?)</title>", re.S)
@@ -46,16 +46,11 @@ def copy_feedback(root: Path, out: Path, student: str, name: str = "") -> None:
 MADE_FROM = "feedback_made_from.json"
 
 
-def made_from(gb, outcome: StudentOutcome) -> str:
+def made_from(submission, outcome: StudentOutcome) -> str:
     """A digest of what a student's feedback pages show: the gradebook's scores (the judge's, a person's, extra
-    credit), comments and late penalty of each of their notebooks, the judge's records and the name (the title)."""
-    from nbgrader.api import MissingEntry
-
+    credit), comments and late penalty of each of their notebooks (`submission`, their nbgrader SubmittedAssignment
+    or None), the judge's records and the name (the title)."""
     rows: list[list] = []
-    try:
-        submission = gb.find_submission(ASSIGNMENT, outcome.student)
-    except MissingEntry:
-        submission = None
     for nb in submission.notebooks if submission is not None else []:
         rows.append([nb.name, nb.late_submission_penalty])
         rows += [[nb.name, g.name, g.auto_score, g.manual_score, g.extra_credit] for g in nb.grades]
@@ -74,7 +69,8 @@ def feedback_made_from(db_url: str, outcomes: list[StudentOutcome]) -> dict[str,
 
     with Gradebook(db_url) as gb, warnings.catch_warnings():
         warnings.simplefilter("ignore", SAWarning)  # nbgrader's own ORM use (grading.results.read_points)
-        return {o.student: made_from(gb, o) for o in outcomes}
+        found = submissions(gb, [o.student for o in outcomes])
+        return {o.student: made_from(found.get(o.student), o) for o in outcomes}
 
 
 def read_made_from(out: Path) -> dict[str, str]:

@@ -155,15 +155,25 @@ def class_results(outcomes: list[StudentOutcome], points: dict[str, Points],
     return ClassResults(cols, tuple(student(o) for o in sorted(outcomes, key=lambda o: o.student)), tuple(loose))
 
 
-def scores_from_gradebook(gb, student: str) -> Points:
-    """{(notebook, grade_id): score} of one student, from an open nbgrader Gradebook; None for a written
-    answer nobody has graded yet."""
-    from nbgrader.api import MissingEntry
+def submissions(gb, students: list[str]) -> dict:
+    """{student: their nbgrader SubmittedAssignment} of each of `students` who handed in, from an open Gradebook, with
+    each notebook's grades and comments, and those's cells, loaded with it: a few queries for the whole class,
+    where nbgrader's lazy loading asked about 70 for each student."""
+    from nbgrader.api import Assignment, Comment, Grade, SubmittedAssignment, SubmittedNotebook
+    from sqlalchemy.orm import selectinload
 
-    try:
-        submission = gb.find_submission(ASSIGNMENT, student)
-    except MissingEntry:
-        return {}
+    notebooks = selectinload(SubmittedAssignment.notebooks)
+    query = (gb.db.query(SubmittedAssignment).join(Assignment).filter(Assignment.name == ASSIGNMENT)
+             .options(notebooks.joinedload(SubmittedNotebook.notebook),
+                      notebooks.selectinload(SubmittedNotebook.grades).joinedload(Grade.cell),
+                      notebooks.selectinload(SubmittedNotebook.comments).joinedload(Comment.cell)))
+    wanted = set(students)
+    return {s.student_id: s for s in query if s.student_id in wanted}
+
+
+def scores_of(submission) -> Points:
+    """{(notebook, grade_id): score} of one nbgrader SubmittedAssignment (`submissions`); None for a written
+    answer nobody has graded yet."""
     scores: Points = {}
     for nb in submission.notebooks:
         for grade in nb.grades:
@@ -184,7 +194,8 @@ def read_points(db_url: str, students: list[str], same_run: bool = False) -> dic
     # nbgrader's ORM use makes SQLAlchemy 2 warn about autoflush on reads: harmless, and noise for the user
     with Gradebook(db_url) as gb, warnings.catch_warnings():
         warnings.simplefilter("ignore", SAWarning)
-        table = {s: scores_from_gradebook(gb, s) for s in students}
+        found = submissions(gb, students)
+        table = {s: scores_of(found[s]) if s in found else {} for s in students}
     absent = sorted(s for s, scores in table.items() if not scores)
     if same_run and absent:  # another run's gradebook: its scores must not replace this run's
         raise ValueError(f"the gradebook {db_url} holds no grades of {', '.join(absent[:3])}"

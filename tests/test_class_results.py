@@ -136,3 +136,40 @@ def test_the_gradebooks_points_are_the_results_and_the_judges_records_say_why():
     assert bob.pending == alice.pending == written
     assert [bob.took(stem) for stem in results.notebooks] == [stem == NB for stem in results.notebooks]
     assert class_results(_outcomes(), table).run == results.run != class_results(_outcomes(), {}).run
+
+
+def test_the_gradebook_is_read_in_as_few_queries_for_eight_students_as_for_two(tmp_path):
+    """The report reads the points and what each student's feedback was made from with a few queries for the whole
+    class (nbgrader's lazy loading asked about 70 a student: minutes of a class of hundreds on PostgreSQL), and reads
+    what nbgrader's own `find_grade` reads."""
+    from nbgrader.api import Gradebook
+    from sqlalchemy import event
+    from sqlalchemy.engine import Engine
+    from support.gradebooks import judged_gradebook
+
+    from grading.report import feedback_made_from
+    from grading.results import read_points
+
+    queries = []
+    count = lambda *args: queries.append(1)  # noqa: E731
+    asked = {}
+    event.listen(Engine, "before_cursor_execute", count)
+    try:
+        for n in (2, 8):
+            outcomes = [_outcome(f"s{i:02d}", failing=TASK if i % 2 else None) for i in range(n)]
+            db_url = f"sqlite:///{judged_gradebook(tmp_path / f'{n}.db', outcomes, NB)}"
+            queries.clear()
+            points = read_points(db_url, [o.student for o in outcomes])
+            digests = feedback_made_from(db_url, outcomes)
+            asked[n] = len(queries)
+            assert len(set(digests.values())) == n, "each student's feedback digest is their own"
+            with Gradebook(db_url) as gb:
+                for o in outcomes:
+                    for stem, task, _ in nbs.graded_columns():  # not scored: None (no notebook but NB is)
+                        grade = gb.find_grade(task, stem, nbs.ASSIGNMENT, o.student)
+                        scored = grade.auto_score is not None or grade.manual_score is not None
+                        assert points[o.student][(stem, task)] == (grade.score if scored else None)
+                        assert scored == (stem == NB)
+    finally:
+        event.remove(Engine, "before_cursor_execute", count)
+    assert asked[8] == asked[2] < 60, f"queries for 2 and 8 students: {asked}"
