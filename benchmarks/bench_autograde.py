@@ -13,7 +13,9 @@ every side (nbgrader's API results say `success` for autograde and feedback; the
 "graded") and the same points per student and notebook on every side (each side's own gradebook);
 otherwise it stops (SystemExit) naming the student and what each side gave. Then it prints seconds per
 submission for each, the kit/plain ratio, the speed-up of 2 workers over 1, and a projection for 500
-submissions on 16 cores. First, a control: the engine alone (grading/engine.py) with a stand-in task
+submissions on 16 cores. For each pair of runs it also prints the most the two-worker run could have sped up
+given the CPU it used (its busy core-seconds over the cores, read from /proc/stat: start-up work on each worker counts,
+idle time does not), and what the hypervisor held back meanwhile ("steal"). First, a control: the engine alone (grading/engine.py) with a stand-in task
 of fixed pure-Python work, 1 and 2 workers, with Dask's default background work and with the engine's
 (`engine.QUIET`), so that what the engine itself costs is measured apart from grading. The kit's seconds per submission
 come two ways: the run's wall time over the class (the cluster's start-up and the course's preparation shared by
@@ -34,6 +36,7 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
+from typing import NamedTuple
 from unittest import mock
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -153,18 +156,42 @@ def plain_nbgrader(subs: Path, tmp: Path, students: list[str], agg: bool = False
     return seconds, gradebook_points(course.sqlite_url(root), students)
 
 
-def kit(subs: Path, tmp: Path, name: str, n: int, db_url=None, workers=1) -> tuple[float, float, float, Points]:
-    """(wall seconds per submission, start-up of the cluster and report included; mean seconds one student
-    takes inside its worker; the same for the students graded in a sandbox they did not start (kept from the
-    worker's previous student, or started ahead while the course was prepared), the steady state; the points
-    in its gradebook). Stops (SystemExit) if a student was not graded."""
+class CPU(NamedTuple):
+    """What this machine's CPUs did between two readings of /proc/stat, in core-seconds."""
+    busy: float  # user, nice, system, irq and softirq: work done here, by this run or anything else
+    stolen: float  # "steal": time the hypervisor gave another machine while this one had work
+
+
+def machine_cpu() -> CPU | None:
+    """This machine's CPU since it booted (`CPU`); None where there is no /proc/stat."""
+    try:
+        with open("/proc/stat") as f:
+            user, nice, system, _idle, _iowait, irq, softirq, steal = (int(v) for v in f.readline().split()[1:9])
+    except (OSError, ValueError):
+        return None
+    tick = os.sysconf("SC_CLK_TCK")
+    return CPU((user + nice + system + irq + softirq) / tick, steal / tick)
+
+
+class KitRun(NamedTuple):
+    per_submission: float  # wall seconds over the class, the cluster's start-up and the report included
+    inside: float  # mean seconds a student took inside its worker
+    steady: float  # the same, for the students graded in a sandbox they did not start: the steady state
+    points: Points  # as its gradebook holds them
+    cpu: CPU | None  # what the machine's CPUs did during the timed run
+
+
+def kit(subs: Path, tmp: Path, name: str, n: int, db_url=None, workers=1) -> KitRun:
+    """The kit's timed autograde of the class (`KitRun`); the steady state counts the students graded in a sandbox
+    they did not start (kept from the worker's previous student, or started ahead while the course was
+    prepared). Stops (SystemExit) if a student was not graded."""
     root = tmp / f"course-{name}"
     # once per course, untimed, as for plain nbgrader: the timed run prepares it again (new hidden-case ids), and
     # finds the assignment recorded in the gradebook (course.record_assignment; a first run records it, 8 s more)
     course.prepare_grading_course(root, db_url)
-    start = time.perf_counter()
+    before, start = machine_cpu(), time.perf_counter()
     results = autograde(subs, tmp / f"out-{name}", course_dir=root, db_url=db_url, settings=Settings(workers=workers))
-    total = time.perf_counter() - start
+    total, after = time.perf_counter() - start, machine_cpu()
     bad = {r.student: r.error or r.status for r in results if r.status != "graded"}
     if bad or len(results) != n:
         raise SystemExit(f"kit ({name}): {len(results)} students found of {n}; not graded: {bad}")
@@ -173,10 +200,23 @@ def kit(subs: Path, tmp: Path, name: str, n: int, db_url=None, workers=1) -> tup
     sandbox = sum(rec.seconds for r in results for rec in r.judged) / n
     inside = sum(r.seconds for r in results) / n
     steady = sum(warm) / len(warm) if warm else inside
+    cpu = CPU(after.busy - before.busy, after.stolen - before.stolen) if before and after else None
+    used = (f"; the machine's CPUs were busy {cpu.busy:.0f} core-s in its {total:.0f} s ({cpu.busy / total:.2f} of "
+            f"{os.cpu_count()} cores on average), the hypervisor held back {cpu.stolen:.1f} core-s") if cpu else ""
     print(f"  {name}: {inside:.1f} s per student inside its worker, of which {sandbox:.1f} s in the sandbox (its "
           f"start and the notebooks' own cells); {steady:.1f} s for the {len(warm)} graded in a sandbox they did not "
-          "start")
-    return total / n, inside, steady, points
+          f"start{used}")
+    return KitRun(total / n, inside, steady, points, cpu)
+
+
+def cpu_bound(one: float, two: KitRun, n: int) -> float | None:
+    """The most the two-worker run `two` could have sped up over one worker's `one` seconds per submission on this
+    machine, given the CPU it used: the shortest any run doing that much work could take here is its core-seconds
+    spread over every core with none ever idle. Each worker's start-up counts in that work; a core left idle (the
+    serial tail, a worker waiting for another) does not."""
+    if two.cpu is None:
+        return None
+    return one / (two.cpu.busy / (os.cpu_count() or 1) / n)
 
 
 def class_points(points: Points) -> str:
@@ -222,11 +262,14 @@ def commit() -> str:
     return f"{head or 'an unknown commit'}{' with uncommitted changes' if changed else ''}"
 
 
-def speed_paragraph(n: int, plain: float, one: float, speedup: float | None, measured: str, pairs: int = 1) -> str:
+def speed_paragraph(n: int, plain: float, one: float, speedup: float | None, measured: str, pairs: int = 1,
+                    bound: float | None = None) -> str:
     """The README's paragraph on grading speed, from one run of this benchmark."""
     median = f", the median of {pairs} runs of each, one after the other" if pairs > 1 else ""
+    most = (f"; the CPU its two-worker runs used allowed at most {bound:.2f} times on these {os.cpu_count()} cores "
+            "(their core-seconds with no core ever idle, against one worker's wall time)") if bound else ""
     workers = (f" With two workers (PostgreSQL) the class was graded {speedup:.2f} times as fast as with one (wall time, "
-               f"start-up included{median})." if speedup is not None else
+               f"start-up included{median}){most}." if speedup is not None else
                " (PostgreSQL was not installed: no 2-worker figure.)")
     option = f" --pairs {pairs}" if pairs > 1 else ""
     return (f"**Speed.** Measured by `python benchmarks/bench_autograde.py --students {n}{option} --readme` on {measured}: plain "
@@ -259,7 +302,7 @@ def main() -> None:
         print(f"plain nbgrader autograde + feedback: {plain:6.1f} s per submission "
               f"({'Agg: no figures drawn' if args.plain_agg else 'figures drawn inline, as in Jupyter'}); "
               f"{n}/{n} graded, points {class_points(plain_points)}")
-        one, _, steady, points = kit(tmp / "subs", tmp, "1worker", n)
+        one, _, steady, points, _ = kit(tmp / "subs", tmp, "1worker", n)
         same_points(plain_points, points, "1worker")  # before any ratio: both sides graded the same
         print(f"kit, 1 worker (SQLite):             {one:6.1f} s per submission, start-up included "
               f"(kit / plain nbgrader = {one / plain:.2f}); {steady:.1f} s per submission in the steady state "
@@ -270,14 +313,16 @@ def main() -> None:
                 replace_block(README, SPEED, speed_paragraph(n, plain, one, None, measured), "grading speed")
             return
         pairs = []  # (1 worker, 2 workers) wall seconds per submission, run one after the other
+        bounds = []  # each pair's most the two-worker run's CPU allowed (cpu_bound)
         for pair in range(args.pairs):
             with postgres.server() as url:  # both on the same gradebook server, so only the worker count differs
-                one_pg, inside_one, steady_one, points = kit(tmp / "subs", tmp, f"1worker-pg-{pair}", n, url, workers=1)
+                one_pg, inside_one, steady_one, points, _ = kit(tmp / "subs", tmp, f"1worker-pg-{pair}", n, url)
                 same_points(plain_points, points, "1worker-pg")
                 print(f"kit, 1 worker (PostgreSQL):         {one_pg:6.1f} s per submission ({inside_one:.1f} s per "
                       "student inside the worker)")
             with postgres.server() as url:
-                two, inside_two, steady_two, points = kit(tmp / "subs", tmp, f"2workers-{pair}", n, url, workers=2)
+                run_two = kit(tmp / "subs", tmp, f"2workers-{pair}", n, url, workers=2)
+                two, inside_two, steady_two, points, _ = run_two
                 same_points(plain_points, points, "2workers")
             print(f"kit, 2 workers (PostgreSQL):        {two:6.1f} s per submission ({inside_two:.1f} s per "
                   "student inside a worker)")
@@ -285,18 +330,25 @@ def main() -> None:
                   f"{one_pg / two / 2:.2f}); {2 * inside_one / inside_two:.2f}x once started (per-student time, 1 vs 2 "
                   f"side by side); {2 * steady_one / steady_two:.2f}x in the steady state (a student in a warm sandbox: "
                   f"{steady_one:.1f} s alone, {steady_two:.1f} s with two side by side)")
+            if (allowed := cpu_bound(one_pg, run_two, n)) is not None:
+                print(f"  the most the two-worker run's CPU allowed: {allowed:.2f}x (its {run_two.cpu.busy:.0f} core-s on "
+                      f"{os.cpu_count()} cores with none ever idle take {run_two.cpu.busy / (os.cpu_count() or 1):.0f} s, "
+                      f"against {one_pg * n:.0f} s for one worker)")
+                bounds.append(allowed)
             pairs.append((one_pg, two))
         speedups = [alone / side_by_side for alone, side_by_side in pairs]  # in the order run
         speedup = statistics.median(speedups)
+        bound = statistics.median(bounds) if len(bounds) == len(pairs) else None
         if len(pairs) > 1:
             print(f"speed-up of 2 workers over 1, median of {len(pairs)} pairs run one after the other: {speedup:.2f}x "
-                  f"wall (each pair: {', '.join(f'{r:.2f}x' for r in speedups)})")
+                  f"wall (each pair: {', '.join(f'{r:.2f}x' for r in speedups)})"
+                  + (f"; the most their CPU allowed, median: {bound:.2f}x" if bound else ""))
         efficiency = speedup / 2
         print(f"projection, 500 submissions on 16 cores with 16 workers: "
               f"{500 * statistics.median(alone for alone, _ in pairs) / (16 * efficiency) / 60:.1f} min (the wall "
               "efficiency assumed to hold)")
         if args.readme and not args.plain_agg:  # the README quotes plain nbgrader as Jupyter runs it (figures drawn)
-            replace_block(README, SPEED, speed_paragraph(n, plain, one, speedup, measured, len(pairs)),
+            replace_block(README, SPEED, speed_paragraph(n, plain, one, speedup, measured, len(pairs), bound),
                           "grading speed")
             print(f"wrote the README's paragraph on grading speed ({README})")
 

@@ -100,8 +100,9 @@ def autograde(submissions: Path, out: Path, course_dir: Path | None = None, db_u
             run = GradingRun(root, settings, files, course.preparation_digest(root), gradebook)
             results, loose = intake(Path(submissions), root, students)
             gradable = [r.student for r in results if r.status not in (Status.FAILED, Status.NO_NOTEBOOKS)]
-            for sending in started:  # each worker's warm-up goes before its first student
-                sending.exception()  # (waits; a warm-up not sent is done by the student's grading instead)
+            for sending in started:  # each worker's warm-up done before any student is sent (`engine.settle`)
+                if sending.exception() is None:  # (one not sent is done by its worker's first student instead)
+                    engine.settle(sending.result())
             graded = engine.run(root, gradable, functools.partial(task or worker.grade_student, run),
                                 progress=progress, client=client)
             started.clear()  # held until here: a future no one holds is cancelled

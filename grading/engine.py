@@ -70,6 +70,7 @@ def _failed(root: Path, student: str, reason: str) -> StudentOutcome:
 WORKER_ENV = {"OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore", "MPLBACKEND": "Agg"}
 WORKER_PRELOAD = ["distributed", "grading.worker_preload"]
 _environ_lock = threading.Lock()
+WARM_UP_WAIT = 180  # seconds the students wait for each worker's warm-up (`settle`): a sandbox starts in 6-10 s
 
 
 def _start_forkserver() -> None:
@@ -135,6 +136,18 @@ def on_each_worker(client: Client, task: Callable[..., Any], *args: Any) -> list
     return [client.submit(task, *args, key=f"{task.__name__}-{address}-{uuid.uuid4().hex[:8]}", workers=[address],
                           pure=False)
             for address in client.scheduler_info()["workers"]]
+
+
+def settle(futures: list, timeout: float = WARM_UP_WAIT) -> None:
+    """Wait until each of `futures` (tasks sent to the workers: `on_each_worker`'s) has finished, whether it failed
+    or not, or until `timeout` seconds have passed. A student sent while a worker is still busy with such a task
+    waits behind it; sent once they are done, Dask sends each student to an idle worker. (Dask places a task of a
+    small class, up to twice the workers, at once, on the least busy worker: sent while one worker was still
+    warming up and the other not, every student went to the other, and the first sat idle.)"""
+    from dask.distributed import wait
+
+    with contextlib.suppress(Exception):  # one that failed or is late: its worker's first student does it instead
+        wait(futures, timeout=timeout)
 
 
 def run(root: Path, students: list[str], task: Callable[[str], Any], workers: int = 1, scheduler: str | None = None,

@@ -35,7 +35,7 @@ def both_ways(bench, tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("CUDA_VISIBLE_DEVICES", "")  # CPU only, in the kernels and sandboxes too
         _, plain = bench.plain_nbgrader(tmp / "subs", tmp, students, agg=True)
-        _, _, _, kit = bench.kit(tmp / "subs", tmp, "1worker", len(students))
+        kit = bench.kit(tmp / "subs", tmp, "1worker", len(students)).points
     return students, plain, kit
 
 
@@ -86,6 +86,33 @@ def test_the_readme_speed_paragraph_is_a_run_of_the_benchmark(bench, tmp_path):
     assert "old" not in new and "30.0 s" in new and "0.33 times" in new and "1.90 times as fast" in new
     several = bench.speed_paragraph(3, 90.0, 30.0, 1.9, "today", pairs=3)  # the median of three pairs of runs
     assert "--students 3 --pairs 3 --readme" in several and "the median of 3 runs of each" in several, several
+    bounded = bench.speed_paragraph(3, 90.0, 30.0, 1.6, "today", pairs=3, bound=1.75)
+    assert "1.60 times as fast" in bounded and "allowed at most 1.75 times" in bounded, bounded
+
+
+def test_the_cpu_bound_is_one_workers_time_over_the_two_worker_runs_cpu_on_every_core(bench):
+    """A two-worker run that used exactly half of one worker's wall time on every core allows 2x; one that used
+    more CPU (a second start-up) allows less; a machine without /proc/stat gives no bound."""
+    import os
+
+    cores, n, one = os.cpu_count(), 3, 30.0  # one worker: 30 s a submission, 90 s for the class
+    run = lambda busy: bench.KitRun(0.0, 0.0, 0.0, {}, bench.CPU(busy, 0.0))  # noqa: E731
+    assert bench.cpu_bound(one, run(cores * 45.0), n) == pytest.approx(2.0)
+    assert bench.cpu_bound(one, run(cores * 50.0), n) == pytest.approx(1.8)
+    assert bench.cpu_bound(one, bench.KitRun(0.0, 0.0, 0.0, {}, None), n) is None
+
+
+def test_the_machines_cpu_counts_a_busy_second(bench):
+    """/proc/stat's busy core-seconds grow by about the CPU a busy loop takes (other work here only adds)."""
+    import time
+
+    before, start = bench.machine_cpu(), time.thread_time()
+    while time.thread_time() - start < 0.5:
+        pass
+    after = bench.machine_cpu()
+    if before is None:
+        pytest.skip("no /proc/stat here")
+    assert after.busy - before.busy >= 0.4 and after.stolen >= before.stolen >= 0, (before, after)
 
 
 def test_plain_nbgrader_runs_none_of_the_kits_steps(bench):

@@ -125,6 +125,21 @@ def test_each_worker_is_sent_the_references_the_run_read():
     assert held == [{"held": sent[0], "read_again": 0}] * 2, f"what each worker's judge holds: {held}"
 
 
+@pytest.mark.parametrize("settled", [True, False])
+def test_students_sent_once_the_workers_warmed_up_are_shared_between_them(tmp_path, settled):
+    """Dask places each task of a small class (up to twice the workers) at once, on the least busy worker: two
+    students sent while one worker was still warming up both went to the other, and the first sat idle. The run
+    waits for every worker's warm-up (`engine.settle`, as `autograde` does); then two students go to two workers.
+    Unsettled, the same two students (the control) share one worker."""
+    with engine.cluster(2) as client:
+        warming = engine.on_each_worker(client, holdback.warm_up_unequally, str(tmp_path / "first"))
+        if settled:
+            engine.settle(warming)
+        ran = engine.run(tmp_path, ["s0", "s1"], holdback.worker_of, progress=False, client=client)
+    workers = {r["pid"] for r in ran.values()}
+    assert len(workers) == (2 if settled else 1), f"settled={settled}: the workers that graded s0 and s1: {ran}"
+
+
 def test_more_workers_need_a_real_database(tmp_path):
     _class(tmp_path / "subs", 1)
     with pytest.raises(ValueError, match="SQLite"):

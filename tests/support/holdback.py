@@ -101,6 +101,25 @@ def references_of_its_worker(dirs: list) -> dict:
     return {"held": len(held), "read_again": len(read_again)}
 
 
+def warm_up_unequally(flag: str) -> None:
+    """A stand-in for a worker's warm-up, for `engine.on_each_worker`: the first worker to run it takes 1 s (and
+    makes the file `flag`), the other 5 s."""
+    try:
+        os.close(os.open(flag, os.O_CREAT | os.O_EXCL))
+        time.sleep(1)
+    except FileExistsError:
+        time.sleep(5)
+
+
+def worker_of(student: str) -> dict:
+    """A stand-in for a student's grading, for `engine.run`: 2 s of pure-Python work, then which worker process
+    did it."""
+    start = time.thread_time()
+    while time.thread_time() - start < 2:
+        pass
+    return {"student": student, "pid": os.getpid()}
+
+
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 
