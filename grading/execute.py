@@ -71,6 +71,41 @@ KEY_NUMBERS: dict[str, re.Pattern] = {
 }
 
 
+# The key numbers that come from the trained model. Another machine lands them a little differently (its CPU's
+# arithmetic, its thread count), so the README's figures hold for a run of the same notebooks within these amounts;
+# every other key number (counts, steps, chance) is the same on every machine.
+TRAINED_NUMBERS_VARY: dict[str, float] = {"BLEU-4": 0.02, "CIDEr": 0.2, "beam_BLEU-4": 0.02, "exact_match": 0.04,
+                                          "localisation": 0.04, "localisation_3x3": 0.04}
+# each as format_numbers writes it (a percentage as its fraction)
+_FORMATTED_TRAINED = {"BLEU-4": re.compile(r"^(?:greedy )?BLEU-4 ([\d.]+)"), "CIDEr": re.compile(r"\bCIDEr ([\d.]+)"),
+                      "beam_BLEU-4": re.compile(r"\bbeam \(k = \d+\) BLEU-4 ([\d.]+)"),
+                      "exact_match": re.compile(r"\bexact-match ([\d.]+)%"),
+                      "localisation": re.compile(r"\blocalisation ([\d.]+)% vs"),
+                      "localisation_3x3": re.compile(r"\b3x3: ([\d.]+)% vs")}
+
+
+def figures_disagree(shown: str, numbers: dict[str, float]) -> list[str]:
+    """Where `shown` (a row's key numbers as `format_numbers` wrote them, on another machine perhaps) is not a run
+    whose key numbers are `numbers`: each trained number further from the run's than `TRAINED_NUMBERS_VARY` allows,
+    or, when all are within it, the row as this run would write it with the shown trained numbers. Seconds are a
+    run's own and are not compared. [] when they agree."""
+    kept, problems = dict(numbers), []
+    for name, pattern in _FORMATTED_TRAINED.items():
+        m = pattern.search(shown)
+        if name not in numbers or not m:
+            continue
+        value = float(m.group(1)) / (100 if "%" in pattern.pattern else 1)
+        if abs(value - numbers[name]) > TRAINED_NUMBERS_VARY[name] + 1e-9:
+            problems.append(f"{name} {m.group(1)} shown, {numbers[name]:.4g} in this run (they may differ by "
+                            f"{TRAINED_NUMBERS_VARY[name]:g})")
+        kept[name] = value
+    if problems:
+        return problems
+    want = format_numbers(kept)
+    shown, want = (re.sub(r"\b\d+ s\b", "N s", text) for text in (shown, want))
+    return [] if shown == want else [f"{shown!r} shown, this run gives {want!r}"]
+
+
 def _select(names: list[str] | None) -> list[Path]:
     paths = notebooks.solution_notebooks()
     if not names:
@@ -388,6 +423,12 @@ def _machine() -> str:
     return f"{os.cpu_count()} CPU cores, {gpu}"
 
 
+def _vary() -> str:
+    v = TRAINED_NUMBERS_VARY
+    return (f"{v['BLEU-4']:g} of BLEU-4, {v['CIDEr']:g} of CIDEr and {v['exact_match'] * 100:g} points of exact match "
+            "and localisation")
+
+
 def run_figures(results: list[dict], date: str | None = None, machine: str | None = None,
                 wall: float | None = None) -> str:
     """The README's block of run figures: per notebook its points, run time, tests passed and key numbers, and
@@ -399,7 +440,9 @@ def run_figures(results: list[dict], date: str | None = None, machine: str | Non
              "off each run time from 02 on). A student's time is the course's estimate, not a measurement: the "
              f"text read at {READING_WORDS_PER_MINUTE} words a minute, {MINUTES_PER_CHECKED_POINT} minutes per point "
              f"of an automatic check and {MINUTES_PER_WRITTEN_POINT} per point of a written question "
-             "(grading/execute.py, `student_hours`).", "",
+             "(grading/execute.py, `student_hours`). The numbers of the trained model land a little differently on "
+             "another machine (its CPU's arithmetic, its thread count): another run of the same notebooks gives them "
+             f"within {_vary()}, and every other figure to the digit but the seconds.", "",
              "| notebook | points | run time | tests passed | key numbers | a student's time (estimate) |",
              "|---|---:|---:|---:|---|---:|"]
     points = {r["name"]: notebook_points(notebooks.SOLUTIONS / f"{r['name']}.ipynb") for r in results}

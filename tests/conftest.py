@@ -63,10 +63,13 @@ def blank_gradebook(request, tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def trained_model_file(tmp_path_factory) -> Path:
+def trained_model_file(request, tmp_path_factory) -> Path:
     """Notebook 05's model as a student who finished it hands it in (the solution's, layers from notebooks
-    02-03, trained as the notebook trains it): built once per test session (about half a minute)."""
-    return nbs.trained_checkpoint(tmp_path_factory.mktemp("trained") / "captioning_transformer.pt")
+    02-03, trained as the notebook trains it): built once per test run (about half a minute)."""
+    from support.suite import made_once
+
+    return made_once(request, tmp_path_factory, "trained",
+                     lambda folder: nbs.trained_checkpoint(folder / "captioning_transformer.pt"))
 
 
 @pytest.fixture(scope="session")
@@ -221,3 +224,28 @@ def jupyter_server(app: str, cwd: Path, env: dict, log_path: Path, ready: Callab
                     server.wait(timeout=5)
                 for proc in psutil.wait_procs(kernels, timeout=5)[1]:
                     proc.kill()
+
+
+# --- the suite's time: units of work for the xdist workers, the longest first; a budget per test (support/suite.py)
+
+def pytest_collection_modifyitems(config, items):
+    from support import suite
+
+    suite.longest_first(items)
+
+
+@pytest.hookimpl(optionalhook=True)  # xdist's: `-p no:xdist` runs without it
+def pytest_xdist_make_scheduler(config, log):
+    from support import suite
+
+    return suite.scheduler(config, log)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    from support import suite
+
+    report = (yield).get_result()
+    problem = suite.over_budget(item, call.when, call.duration)
+    if report.passed and problem:
+        report.outcome, report.longrepr = "failed", problem

@@ -148,6 +148,27 @@ def test_the_run_figures_are_written_into_the_readme_block(tmp_path):
         execute.write_run_figures([result], readme)
 
 
+def test_another_machines_figures_agree_within_what_training_varies_and_nothing_else_does():
+    """The README's figures were written on some machine; a run elsewhere trains a slightly other model. Its trained
+    numbers may differ by `TRAINED_NUMBERS_VARY`, and its seconds freely; a count, a label or a larger difference
+    is a stale README, named."""
+    run = {"BLEU-4": 0.972, "CIDEr": 7.511, "eval_images": 500, "train_steps": 700, "train_seconds": 44.0,
+           "exact_match": 0.844, "localisation": 0.59, "chance": 0.02}
+    shown = execute.format_numbers({**run, "BLEU-4": 0.970, "CIDEr": 7.508, "train_seconds": 42.0,
+                                    "exact_match": 0.842, "localisation": 0.588})
+    assert execute.figures_disagree(shown, run) == []
+    vary = execute.TRAINED_NUMBERS_VARY
+    far = execute.format_numbers({**run, "exact_match": run["exact_match"] - 2 * vary["exact_match"]})
+    assert [p.split()[0] for p in execute.figures_disagree(far, run)] == ["exact_match"]
+    for stale in ({**run, "eval_images": 400}, {**run, "train_steps": 600}, {**run, "chance": 0.03},
+                  {k: v for k, v in run.items() if k != "CIDEr"}):
+        assert execute.figures_disagree(execute.format_numbers(stale), run), stale
+    beam = {"BLEU-4": 0.97, "CIDEr": 7.5, "beam_k": 3, "beam_BLEU-4": 0.998, "eval_images": 100}
+    assert execute.figures_disagree(execute.format_numbers({**beam, "beam_BLEU-4": 0.99}), beam) == []
+    assert execute.figures_disagree(execute.format_numbers({**beam, "beam_BLEU-4": 0.9}), beam)
+    assert f"within {vary['BLEU-4']:g} of BLEU-4" in execute.run_figures([], date="d", machine="m")
+
+
 def test_the_readme_figures_are_those_of_the_notebooks_as_they_are():
     """The README's run figures name every solution notebook with its points as the notebook has them: after a
     notebook is added, renamed or regraded, `python3 kit.py run` must be run again."""

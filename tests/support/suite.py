@@ -1,0 +1,88 @@
+"""The suite's time: how `python3 kit.py test` shares the tests between its xdist workers, what is made once for all
+of them, and the budget that fails a test or fixture grown slow (docs/testing.md). tests/conftest.py wires these into
+pytest's hooks."""
+from __future__ import annotations
+
+import fcntl
+from collections.abc import Callable
+from pathlib import Path
+
+# A module is one unit of work, sent whole to one worker, so its module fixtures (a graded class) are made once; the
+# modules that read the Colab walk (a session fixture of minutes) are one unit together. The units that take longest
+# go first, so that no worker is left with a long one at the end (the order of the measurement in docs/testing.md).
+SHARED_UNITS = {"test_colab": "colab_walk", "test_model_answers": "colab_walk", "test_prose_numbers": "colab_walk",
+                "test_reference_run": "colab_walk"}
+LONGEST_FIRST = ["colab_walk", "test_tampering", "test_judge", "test_parallel", "test_notebooks", "test_training",
+                 "test_class_report", "test_autograde", "test_scripts", "test_course_lock", "test_lms_export_formats",
+                 "test_student_copy", "test_bench_autograde_baseline", "test_lms_exports"]
+
+# A test's set-up, call or tear-down that takes longer than this fails, naming itself: a new slow test or fixture is
+# seen the day it lands. What may take longer says so with @pytest.mark.budget(seconds, reason=...), or, for a
+# session fixture (its set-up lands on whichever test asks first), in SLOW_FIXTURES.
+BUDGET_SECONDS = 120
+SLOW_FIXTURES = {"colab_walk": (480, "a Colab student's seven notebooks, each in a new runtime with its own pip "
+                                     "install, 05 training its model")}
+
+
+def unit_of(nodeid: str) -> str:
+    """The unit of work of a test: its module, or the unit its module shares."""
+    stem = Path(nodeid.split("::")[0]).stem
+    return SHARED_UNITS.get(stem, stem)
+
+
+def longest_first(items: list) -> None:
+    """Put the units of LONGEST_FIRST first, in its order; each module keeps its own order, the rest theirs."""
+    rank = {unit: i for i, unit in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(unit_of(item.nodeid), len(rank)))
+
+
+def scheduler(config, log):
+    """xdist's scheduling by scope, each scope a unit of work (`unit_of`), sent in the order collected."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByUnit(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return unit_of(nodeid)
+
+    return ByUnit(config, log)
+
+
+def budget_of(item, when: str) -> tuple[float, str]:
+    """(seconds, why) that `item`'s phase `when` ("setup", "call", "teardown") may take."""
+    marker = item.get_closest_marker("budget")
+    seconds, why = float(BUDGET_SECONDS), "the suite's budget per test"
+    if marker is not None:
+        seconds, why = float(marker.args[0]), marker.kwargs.get("reason", "")
+    if when == "setup":
+        for name in getattr(item, "fixturenames", ()):
+            if name in SLOW_FIXTURES and SLOW_FIXTURES[name][0] > seconds:
+                seconds, why = float(SLOW_FIXTURES[name][0]), f"fixture {name}: {SLOW_FIXTURES[name][1]}"
+    return seconds, why
+
+
+def over_budget(item, when: str, duration: float) -> str | None:
+    """Why the phase `when` of `item`, which took `duration` seconds, fails the budget; None within it."""
+    seconds, why = budget_of(item, when)
+    if duration <= seconds:
+        return None
+    return (f"{when} took {duration:.3g} s, over its budget of {seconds:.3g} s ({why}): make it faster, or mark it "
+            "@pytest.mark.budget(seconds, reason=...) (tests/support/suite.py)")
+
+
+def made_once(request, tmp_path_factory, name: str, make: Callable[[Path], Path]) -> Path:
+    """`make(folder)`, run once for the whole test run: where the suite runs on several xdist workers, by the first
+    worker that asks, in a folder all of them see, while any other that asks waits for it (a file lock) and gets the
+    same path. A failed `make` is tried again by the next worker that asks."""
+    workerinput = getattr(request.config, "workerinput", None)
+    if workerinput is None:  # one process: a session fixture is made once anyway
+        return make(tmp_path_factory.mktemp(name))
+    folder = tmp_path_factory.getbasetemp().parent / f"made-once-{workerinput['testrunuid']}" / name
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder.parent / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        made = folder / ".made"
+        if made.exists():
+            return Path(made.read_text())
+        path = make(folder)
+        made.write_text(str(path))
+        return path
