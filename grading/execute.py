@@ -423,7 +423,8 @@ def _machine() -> str:
     return f"{os.cpu_count()} CPU cores, {gpu}"
 
 
-def _vary() -> str:
+def trained_numbers_vary() -> str:
+    """`TRAINED_NUMBERS_VARY` in words, as the README's block of run figures states it."""
     v = TRAINED_NUMBERS_VARY
     return (f"{v['BLEU-4']:g} of BLEU-4, {v['CIDEr']:g} of CIDEr and {v['exact_match'] * 100:g} points of exact match "
             "and localisation")
@@ -442,7 +443,7 @@ def run_figures(results: list[dict], date: str | None = None, machine: str | Non
              f"of an automatic check and {MINUTES_PER_WRITTEN_POINT} per point of a written question "
              "(grading/execute.py, `student_hours`). The numbers of the trained model land a little differently on "
              "another machine (its CPU's arithmetic, its thread count): another run of the same notebooks gives them "
-             f"within {_vary()}, and every other figure to the digit but the seconds.", "",
+             f"within {trained_numbers_vary()}, and every other figure to the digit but the seconds.", "",
              "| notebook | points | run time | tests passed | key numbers | a student's time (estimate) |",
              "|---|---:|---:|---:|---|---:|"]
     points = {r["name"]: notebook_points(notebooks.SOLUTIONS / f"{r['name']}.ipynb") for r in results}

@@ -246,6 +246,18 @@ def pytest_runtest_makereport(item, call):
     from support import suite
 
     report = (yield).get_result()
-    problem = suite.over_budget(item, call.when, call.duration)
+    problem = suite.over_budget(item, call.when, call.duration, suite.slowness())
     if report.passed and problem:
-        report.outcome, report.longrepr = "failed", problem
+        if suite.enforced():
+            report.outcome, report.longrepr = "failed", problem
+        else:
+            report.user_properties.append(("over_budget", problem))
+
+
+def pytest_terminal_summary(terminalreporter):
+    over = [(r.nodeid, text) for reports in terminalreporter.stats.values() for r in reports
+            for name, text in getattr(r, "user_properties", ()) if name == "over_budget"]
+    if over:
+        terminalreporter.section("over the suite's budget (a failure in CI)")
+        for nodeid, text in over:
+            terminalreporter.line(f"{nodeid}: {text}")

@@ -498,6 +498,8 @@ def test_the_readme_run_figures_are_those_of_the_executed_notebooks(executed):
     block states), the others exactly."""
     text = README.read_text(encoding="utf-8")
     block = text[text.index(execute.RUN_FIGURES[0]):text.index(execute.RUN_FIGURES[1])]
+    assert f"within {execute.trained_numbers_vary()}" in " ".join(block.split()), \
+        "the README's run figures do not say how much another machine's trained figures may differ: run python3 kit.py run"
     problems = []
     for line in block.splitlines():
         if not line.startswith("| `"):

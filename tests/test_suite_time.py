@@ -2,6 +2,7 @@
 first, a budget that fails a slow phase and names it, and what every xdist worker needs made once."""
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -48,6 +49,10 @@ def test_a_phase_over_its_budget_is_named_with_its_time_and_what_allows_more():
                                     f"{suite.BUDGET_SECONDS} s (the suite's budget per test)"), over
     assert suite.over_budget(_item(), "call", suite.BUDGET_SECONDS) is None
     assert suite.over_budget(_item(budget=300), "setup", 299) is None
+    # a machine twice as slow as CI's has twice the time, and the message says so
+    assert suite.over_budget(_item(), "call", 2 * suite.BUDGET_SECONDS - 1, slower=2.0) is None
+    slow = suite.over_budget(_item(), "call", 2 * suite.BUDGET_SECONDS + 1, slower=2.0)
+    assert slow and f"({suite.BUDGET_SECONDS} s on CI's machine, this one 2 times slower)" in slow, slow
     assert "(it grades a class)" in suite.over_budget(_item(budget=300), "setup", 301)
     # a slow session fixture allows more only where it is made: in a set-up
     name, (seconds, _) = next(iter(suite.SLOW_FIXTURES.items()))
@@ -62,17 +67,26 @@ def test_the_budget_fails_a_passing_test_in_a_real_run(tmp_path):
         f"sys.path.insert(0, {str(TESTS)!r})\n"
         f"spec = importlib.util.spec_from_file_location('the_suites_conftest', {str(TESTS / 'conftest.py')!r})\n"
         "module = importlib.util.module_from_spec(spec)\nspec.loader.exec_module(module)\n"
-        "pytest_runtest_makereport = module.pytest_runtest_makereport\n")
+        "pytest_runtest_makereport = module.pytest_runtest_makereport\n"
+        "pytest_terminal_summary = module.pytest_terminal_summary\n")
     (tmp_path / "test_slow.py").write_text(
         "import time\nimport pytest\n\n"
         "@pytest.mark.budget(0.2, reason='a stand-in')\ndef test_slow():\n    time.sleep(0.5)\n\n"
         "@pytest.mark.budget(5, reason='a stand-in')\ndef test_quick():\n    time.sleep(0.01)\n")
-    run = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:xdist", "-p", "no:cacheprovider", "-o", "addopts=",
-                          "-o", "markers=budget", "-q", "-rf", str(tmp_path)],
-                         capture_output=True, text=True, cwd=tmp_path, timeout=120)
-    assert run.returncode == 1, run.stdout[-2000:]
-    assert "1 failed, 1 passed" in run.stdout, run.stdout[-2000:]
-    assert re.search(r"call took 0\.[5-9]\d* s, over its budget of 0\.2 s \(a stand-in\)", run.stdout), run.stdout[-2000:]
+    def run(ci: bool):
+        env = {k: v for k, v in os.environ.items() if k != "CI"} | ({"CI": "true"} if ci else {})
+        return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:xdist", "-p", "no:cacheprovider", "-o",
+                               "addopts=", "-o", "markers=budget", "-q", "-rf", str(tmp_path)],
+                              capture_output=True, text=True, cwd=tmp_path, timeout=120, env=env)
+
+    over = re.compile(r"call took 0\.[5-9]\d* s, over its budget of 0\.2 s \(a stand-in\)")
+    in_ci = run(ci=True)
+    assert in_ci.returncode == 1 and "1 failed, 1 passed" in in_ci.stdout, in_ci.stdout[-2000:]
+    assert over.search(in_ci.stdout.split("short test summary")[0]), in_ci.stdout[-2000:]
+    elsewhere = run(ci=False)  # a busy laptop: the summary says it, nothing fails
+    assert elsewhere.returncode == 0 and "2 passed" in elsewhere.stdout, elsewhere.stdout[-2000:]
+    assert "over the suite's budget (a failure in CI)" in elsewhere.stdout and over.search(elsewhere.stdout), \
+        elsewhere.stdout[-2000:]
 
 
 def test_what_every_worker_needs_is_made_once_and_the_others_wait_for_it(tmp_path):
@@ -109,3 +123,10 @@ def test_what_every_worker_needs_is_made_once_and_the_others_wait_for_it(tmp_pat
 @pytest.mark.parametrize("when", ["setup", "call", "teardown"])
 def test_every_phase_is_under_a_budget(when):
     assert suite.budget_of(_item(), when)[0] == suite.BUDGET_SECONDS
+
+
+def test_the_calibration_is_near_what_ci_s_machine_takes():
+    """The budgets are scaled by the calibration: one that took far less than CALIBRATION_SECONDS on any machine
+    would be a calibration changed without its reference (every machine would be taken for CI's)."""
+    assert suite.calibration() > suite.CALIBRATION_SECONDS / 10
+    assert suite.slowness() >= 1.0
