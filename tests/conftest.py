@@ -231,7 +231,8 @@ def jupyter_server(app: str, cwd: Path, env: dict, log_path: Path, ready: Callab
 def pytest_collection_modifyitems(config, items):
     from support import suite
 
-    suite.longest_first(items)
+    if getattr(config, "workerinput", None) is not None:  # on xdist workers: the order units are sent in
+        suite.longest_first(items)
 
 
 @pytest.hookimpl(optionalhook=True)  # xdist's: `-p no:xdist` runs without it
