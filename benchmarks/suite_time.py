@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
 README = ROOT / "README.md"
 BLOCK = ("<!-- test time: written by `python benchmarks/suite_time.py LOG --readme`; do not edit by hand -->",
          "<!-- end of test time -->")
@@ -90,12 +91,9 @@ def readme_block(run: Run, command: str) -> str:
 
 
 def write_readme(block: str, readme: Path = README) -> None:
-    text = readme.read_text(encoding="utf-8")
-    start, end = text.find(BLOCK[0]), text.find(BLOCK[1])
-    if start < 0 or end < start:
-        raise SystemExit(f"{readme} has no block of test time (its marker lines: {BLOCK})")
-    readme.write_text(text[:start] + "\n".join([BLOCK[0], block, BLOCK[1]]) + text[end + len(BLOCK[1]):],
-                      encoding="utf-8")
+    from grading.execute import replace_block  # the one writer of the README's generated blocks
+
+    replace_block(readme, BLOCK, block, "test time")
 
 
 def main(argv: list[str] | None = None) -> int:
