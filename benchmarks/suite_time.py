@@ -86,8 +86,9 @@ def readme_block(run: Run, command: str) -> str:
     slowest = sorted(run.phases.items(), key=lambda kv: -kv[1])[:5]
     named = "; ".join(f"`{nodeid.split('::')[0]}` {nodeid.split('::')[1].split('[')[0]} ({phase}, {s:.0f} s)"
                       for (nodeid, phase), s in slowest)
-    return (f"\nThe last whole run measured (`{command}`): pytest took {run.seconds / 60:.1f} minutes "
-            f"({run.counts}). Its slowest phases: {named}. docs/testing.md has the whole table.\n")
+    return (f"\nA whole run of `python3 kit.py test` on 2 cores, as `{command}` reads its log: pytest took "
+            f"{run.seconds / 60:.1f} minutes ({run.counts}). Its slowest phases: {named}. docs/testing.md has the whole "
+            "table.\n")
 
 
 def write_readme(block: str, readme: Path = README) -> None:
@@ -109,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.markdown:
         args.markdown.write_text(text, encoding="utf-8")
     if args.readme:
-        write_readme(readme_block(runs[-1], f"python benchmarks/suite_time.py {args.logs[-1].name} --readme"))
+        write_readme(readme_block(runs[-1], f"python benchmarks/suite_time.py {args.logs[-1]} --readme"))
     return 0
 
 
