@@ -25,6 +25,8 @@ from grading.notebooks import written_columns
 from grading.outcome import read_outcomes
 from grading.settings import Settings
 
+# the module grades its class once, in the set-up of its first test: 46 s alone on 2 cores
+pytestmark = pytest.mark.budget(240, reason="the class of every notebook, graded once for the module")
 NB01 = "01_scaled_dot_product_attention"
 # the known bug: causal_mask excludes the diagonal. Only test_causal_mask uses causal_mask.
 CAUSAL_BUG = '''
