@@ -64,6 +64,13 @@ def _env(command: str) -> dict:
     return env
 
 
+def test_workers(args: list[str]) -> list[str]:
+    """Two xdist workers where the machine has two cores or more (measured in docs/testing.md), unless the arguments
+    choose (`-n 0`: one process)."""
+    chosen = any(a in ("-n", "--numprocesses", "no:xdist") or a.startswith(("-n", "--numprocesses=")) for a in args)
+    return [] if chosen or (os.cpu_count() or 1) < 2 else ["-n", "2"]
+
+
 def main(argv: list[str]) -> int:
     if not argv or argv[0] not in {"run", "test", "setup"}:
         print(__doc__)
@@ -73,7 +80,7 @@ def main(argv: list[str]) -> int:
     if command == "run":
         return subprocess.call([str(PYTHON), "-m", "grading", "execute", *rest], cwd=ROOT, env=_env("run"))
     if command == "test":
-        return subprocess.call([str(PYTHON), "-m", "pytest", *rest], cwd=ROOT, env=_env("test"))
+        return subprocess.call([str(PYTHON), "-m", "pytest", *test_workers(rest), *rest], cwd=ROOT, env=_env("test"))
     return 0
 
 

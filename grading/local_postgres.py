@@ -34,6 +34,25 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+SERVER_URL = "postgresql+psycopg2://postgres@127.0.0.1:{port}"
+
+
+def fresh_database(url: str, name: str) -> str:
+    """A new, empty database `name` on the server of `url` (a URL that `server` yielded): a gradebook of its own
+    without starting another server. Its URL."""
+    import psycopg2
+    from sqlalchemy.engine import make_url
+
+    server = make_url(url)
+    conn = psycopg2.connect(host=server.host, port=server.port, user=server.username, dbname="postgres")
+    conn.autocommit = True
+    try:
+        conn.cursor().execute(f'CREATE DATABASE "{name}"')
+    finally:
+        conn.close()
+    return server.set(database=name).render_as_string(hide_password=False)
+
+
 @contextmanager
 def server():
     """Yield a SQLAlchemy URL of a fresh database on a private server."""
@@ -55,7 +74,7 @@ def server():
         conn.autocommit = True
         conn.cursor().execute("CREATE DATABASE gradebook")
         conn.close()
-        yield f"postgresql+psycopg2://postgres@127.0.0.1:{port}/gradebook"
+        yield f"{SERVER_URL.format(port=port)}/gradebook"
     finally:
         subprocess.run(prefix + [find_bin("pg_ctl"), "-D", str(data), "-m", "immediate", "stop"],
                        capture_output=True, env=env, cwd="/")

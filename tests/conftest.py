@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import secrets
 import signal
 import socket
@@ -14,6 +15,9 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from support import suite
+
+suite.one_thread_each()  # before anything imports torch
 
 ROOT = Path(__file__).resolve().parent.parent  # the kit's packages are installed (editable) by `kit.py setup`
 
@@ -96,6 +100,19 @@ def grading_db():
         return
     with postgres.server() as url:
         yield url, 2
+
+
+@pytest.fixture
+def postgres_gradebook(request, grading_db) -> str:
+    """A new, empty PostgreSQL gradebook of the test's own, on the session's server (grading_db's): a server
+    started for each test took seconds. Skipped where there is no server (failed in CI, by grading_db)."""
+    from grading import local_postgres as postgres
+
+    url, _ = grading_db
+    if url is None:
+        pytest.skip("no PostgreSQL server binaries")
+    test = re.sub(r"\W", "_", request.node.name).lower()[:40]
+    return postgres.fresh_database(url, f"gb_{test}_{secrets.token_hex(3)}")
 
 
 def case_names_in(path: Path) -> list[str]:
@@ -226,26 +243,20 @@ def jupyter_server(app: str, cwd: Path, env: dict, log_path: Path, ready: Callab
                     proc.kill()
 
 
-# --- the suite's time: units of work for the xdist workers, the longest first; a budget per test (support/suite.py)
+# --- the suite's time: units of work for the xdist workers, in the order sent; a budget per test (support/suite.py)
 
 def pytest_collection_modifyitems(config, items):
-    from support import suite
-
     if getattr(config, "workerinput", None) is not None:  # on xdist workers: the order units are sent in
-        suite.longest_first(items)
+        suite.sent_first(items)
 
 
 @pytest.hookimpl(optionalhook=True)  # xdist's: `-p no:xdist` runs without it
 def pytest_xdist_make_scheduler(config, log):
-    from support import suite
-
     return suite.scheduler(config, log)
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
-    from support import suite
-
     report = (yield).get_result()
     problem = suite.over_budget(item, call.when, call.duration, suite.slowness())
     if report.passed and problem:

@@ -18,7 +18,6 @@ from conftest import filled_submission, free_port, write_nb
 from support import holdback
 
 from grading import engine
-from grading import local_postgres as postgres
 from grading import notebooks as nbs
 from grading.autograde import autograde, graded_columns
 from grading.settings import Settings
@@ -29,8 +28,6 @@ CAUSAL_BUG = '''
 def causal_mask(T, device=None):
     return torch.ones(T, T, dtype=torch.bool, device=device).tril(-1)
 '''
-needs_postgres = pytest.mark.skipif(not postgres.available() and not os.environ.get("CI"),
-                                    reason="no PostgreSQL server binaries")
 
 
 def _class(folder: Path, n: int) -> dict[str, float]:
@@ -64,17 +61,16 @@ def _wait_for(paths: list[Path], proc: subprocess.Popen, timeout: float = 300) -
         time.sleep(0.2)
 
 
-@needs_postgres
-def test_two_workers_on_postgres(tmp_path):
+def test_two_workers_on_postgres(tmp_path, postgres_gradebook):
     expected = _class(tmp_path / "subs", 4)
-    with postgres.server() as url:
-        results = autograde(tmp_path / "subs", tmp_path / "out", course_dir=tmp_path / "course", db_url=url, settings=Settings(workers=2))
-        assert {r.student: r.status for r in results} == {s: "graded" for s in expected}
-        assert _totals(tmp_path / "out") == expected
-        from nbgrader.api import Gradebook
+    url = postgres_gradebook
+    results = autograde(tmp_path / "subs", tmp_path / "out", course_dir=tmp_path / "course", db_url=url, settings=Settings(workers=2))
+    assert {r.student: r.status for r in results} == {s: "graded" for s in expected}
+    assert _totals(tmp_path / "out") == expected
+    from nbgrader.api import Gradebook
 
-        with Gradebook(url) as gb:  # the gradebook really is the PostgreSQL one
-            assert sorted(s.id for s in gb.students) == sorted(expected)
+    with Gradebook(url) as gb:  # the gradebook really is the PostgreSQL one
+        assert sorted(s.id for s in gb.students) == sorted(expected)
 
 
 def test_dask_stays_out_of_the_workers_way(tmp_path):
@@ -146,8 +142,7 @@ def test_more_workers_need_a_real_database(tmp_path):
         autograde(tmp_path / "subs", tmp_path / "out", course_dir=tmp_path / "course", settings=Settings(workers=2))
 
 
-@needs_postgres
-def test_an_existing_cluster_grades_the_same_and_survives_a_killed_worker(tmp_path):
+def test_an_existing_cluster_grades_the_same_and_survives_a_killed_worker(tmp_path, postgres_gradebook):
     """`dask scheduler` and two `dask worker` processes on localhost; one worker is killed with -9
     while grading: its student is retried on the other, and every student gets the grade it earns."""
     expected = _class(tmp_path / "subs", 4)
@@ -161,21 +156,21 @@ def test_an_existing_cluster_grades_the_same_and_survives_a_killed_worker(tmp_pa
         workers = [subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_worker", address, "--nthreads", "1",
                                      "--no-nanny", "--no-dashboard", "--name", f"w{i}"], **quiet) for i in range(2)]
         procs += workers
-        with postgres.server() as url:
-            done: dict = {}
-            go = tmp_path / "go"  # s03 is held back until the kill is done: the kill is certainly mid-run
-            run = threading.Thread(target=lambda: done.update(results=autograde(
-                tmp_path / "subs", tmp_path / "out", course_dir=tmp_path / "course", db_url=url, settings=Settings(scheduler=address),
-                task=holdback.HoldBack("s03", file=str(go)))))
-            run.start()
-            _wait_for_status(tmp_path / "course" / "outcomes")
-            workers[0].send_signal(signal.SIGKILL)
-            assert not (tmp_path / "course" / "outcomes" / "s03.json").exists()
-            go.touch()
-            run.join(timeout=600)
-            assert not run.is_alive()
-            assert {r.student: r.status for r in done["results"]} == {s: "graded" for s in expected}
-            assert _totals(tmp_path / "out") == expected
+        url = postgres_gradebook
+        done: dict = {}
+        go = tmp_path / "go"  # s03 is held back until the kill is done: the kill is certainly mid-run
+        run = threading.Thread(target=lambda: done.update(results=autograde(
+            tmp_path / "subs", tmp_path / "out", course_dir=tmp_path / "course", db_url=url, settings=Settings(scheduler=address),
+            task=holdback.HoldBack("s03", file=str(go)))))
+        run.start()
+        _wait_for_status(tmp_path / "course" / "outcomes")
+        workers[0].send_signal(signal.SIGKILL)
+        assert not (tmp_path / "course" / "outcomes" / "s03.json").exists()
+        go.touch()
+        run.join(timeout=600)
+        assert not run.is_alive()
+        assert {r.student: r.status for r in done["results"]} == {s: "graded" for s in expected}
+        assert _totals(tmp_path / "out") == expected
     finally:
         for proc in procs:
             proc.kill()
@@ -212,16 +207,15 @@ def test_interrupted_run_resumes_without_regrading(tmp_path):
     assert (out / "failures.csv").exists() and (out / "failures.png").exists()
 
 
-@needs_postgres
-def test_a_slow_student_does_not_hold_up_the_others(tmp_path):
+def test_a_slow_student_does_not_hold_up_the_others(tmp_path, postgres_gradebook):
     """Dynamic scheduling: the student first in line holds its worker until every other student is
     finished, which they can only do if the other worker takes them all (with a static split, one of
     them would wait behind it until the hold gives up). Asserted on the order of events, not on time."""
     expected = _class(tmp_path / "subs", 4)
     write_nb(filled_submission(NB), tmp_path / "subs" / "a_slow" / f"{NB}.ipynb")  # first in line
-    with postgres.server() as url:
-        autograde(tmp_path / "subs", tmp_path / "out", course_dir=tmp_path / "course", db_url=url, settings=Settings(workers=2),
-                  task=holdback.HoldBack("a_slow", others=tuple(expected)))
+    url = postgres_gradebook
+    autograde(tmp_path / "subs", tmp_path / "out", course_dir=tmp_path / "course", db_url=url, settings=Settings(workers=2),
+              task=holdback.HoldBack("a_slow", others=tuple(expected)))
     held = json.loads((tmp_path / "course" / "held.json").read_text())
     assert set(held["finished_at_start"]) < set(expected), "the slow student came last in line: nothing tested"
     assert held["gave_up"] is False, "the other students were not all finished while the slow one held its worker"
@@ -233,8 +227,7 @@ def test_a_slow_student_does_not_hold_up_the_others(tmp_path):
 SCRIPTS_NB = "05_training_and_evaluation"
 
 
-@needs_postgres
-def test_two_workers_grade_the_training_script_and_name_a_lost_optimiser_state(tmp_path):
+def test_two_workers_grade_the_training_script_and_name_a_lost_optimiser_state(tmp_path, postgres_gradebook):
     """Notebook 05 graded as a class on two workers: a training script whose --resume starts the optimiser
     afresh loses part of its cell's points, and the student's outcome names the bug; the correct one loses none."""
     train_script = nbs.solution_sources(SCRIPTS_NB)["train_script"]
@@ -243,9 +236,9 @@ def test_two_workers_grade_the_training_script_and_name_a_lost_optimiser_state(t
     write_nb(filled_submission(SCRIPTS_NB), tmp_path / "subs" / "right" / f"{SCRIPTS_NB}.ipynb")
     write_nb(filled_submission(SCRIPTS_NB, {"train_script": fresh_optimiser}),
              tmp_path / "subs" / "fresh" / f"{SCRIPTS_NB}.ipynb")
-    with postgres.server() as url:
-        results = autograde(tmp_path / "subs", tmp_path / "out", course_dir=tmp_path / "course", db_url=url,
-                            settings=Settings(workers=2))
+    url = postgres_gradebook
+    results = autograde(tmp_path / "subs", tmp_path / "out", course_dir=tmp_path / "course", db_url=url,
+                        settings=Settings(workers=2))
     assert {r.student: r.status for r in results} == {"right": "graded", "fresh": "graded"}
     with open(tmp_path / "out" / "grades.csv") as f:
         cell = {r["student"]: float(r[f"{SCRIPTS_NB}:test_train_script"]) for r in csv.DictReader(f)}

@@ -22,15 +22,15 @@ def test_every_unit_named_is_a_module_of_the_suite():
     modules = {p.stem for p in TESTS.glob("test_*.py")}
     assert set(suite.SHARED_UNITS) <= modules, set(suite.SHARED_UNITS) - modules
     units = modules - set(suite.SHARED_UNITS) | set(suite.SHARED_UNITS.values())
-    assert set(suite.LONGEST_FIRST) <= units, set(suite.LONGEST_FIRST) - units
-    assert len(set(suite.LONGEST_FIRST)) == len(suite.LONGEST_FIRST)
+    assert set(suite.SENT_FIRST) <= units, set(suite.SENT_FIRST) - units
+    assert len(set(suite.SENT_FIRST)) == len(suite.SENT_FIRST)
 
 
-def test_the_longest_units_go_first_and_each_module_keeps_its_order():
+def test_the_units_go_in_the_order_sent_and_each_module_keeps_its_order():
     ids = ["tests/test_a.py::x", "tests/test_lms_exports.py::one", "tests/test_a.py::y", "tests/test_colab.py::walk",
            "tests/test_prose_numbers.py::p", "tests/test_lms_exports.py::two"]
     items = [SimpleNamespace(nodeid=i) for i in ids]
-    suite.longest_first(items)
+    suite.sent_first(items)
     assert [i.nodeid for i in items] == ["tests/test_colab.py::walk", "tests/test_prose_numbers.py::p",
                                          "tests/test_lms_exports.py::one", "tests/test_lms_exports.py::two",
                                          "tests/test_a.py::x", "tests/test_a.py::y"]

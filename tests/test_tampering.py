@@ -475,39 +475,62 @@ class _RunsCode:
         return (os.system, (f"touch {self.marker}",))
 
 
-def test_a_checkpoint_that_carries_code_is_refused(tmp_path, grading_db, trained_model_file):
-    """Notebook 05's trained model is a file the student hands in: one that runs code when loaded earns that
-    cell nothing, with torch's reason, and runs nothing (weights_only loading, inside the sandbox); a big
-    one is left out with a note; the rest of the notebook is graded as usual."""
-    import shutil
+NB05 = "05_training_and_evaluation"
 
+
+def _hand_in_05(subs, student: str, overrides: dict | None = None,
+                with_notebooks: tuple[str, ...] = ("02_positional_encoding", "03_multi_head_attention", MODEL_NB)) -> None:
+    """Notebook 05 (its answers, `overrides` replacing some) with what its model is built from (the model's class
+    in 04, its layers in 02-03), and an empty runs/ for the trained model."""
+    write_nb(filled_submission(NB05, overrides), subs / student / f"{NB05}.ipynb")
+    for stem in with_notebooks:
+        write_nb(filled_submission(stem), subs / student / f"{stem}.ipynb")
+    (subs / student / "runs").mkdir()
+
+
+@pytest.fixture(scope="module")
+def graded_05(tmp_path_factory, grading_db, trained_model_file):
+    """One run over notebook 05's attackers of the trained model and their controls: a checkpoint that runs code
+    when loaded, an oversized one, a student who knows every hidden scene's caption, the same one-step checkpoint
+    handed in honestly, and a classmate's real trained model."""
     import torch
 
-    nb05 = "05_training_and_evaluation"
-    marker = tmp_path / "pwned-by-checkpoint"
-    subs = tmp_path / "subs"
+    tmp = tmp_path_factory.mktemp("tampering_05")
+    subs, marker = tmp / "subs", tmp / "pwned-by-checkpoint"
     for student in ("pickler", "hoarder"):
-        write_nb(filled_submission(nb05), subs / student / f"{nb05}.ipynb")
-        write_nb(filled_submission(MODEL_NB), subs / student / f"{MODEL_NB}.ipynb")  # the model's class
-        (subs / student / "runs").mkdir()
+        _hand_in_05(subs, student, with_notebooks=(MODEL_NB,))  # the model's class alone
     torch.save({"state_dict": _RunsCode(str(marker))}, subs / "pickler" / nbs.TRAINED_CHECKPOINT)
     with open(subs / "hoarder" / nbs.TRAINED_CHECKPOINT, "wb") as f:
         f.truncate(nbs.MAX_HANDED_IN + 1)
-    shutil.copy(trained_model_file, subs / "hoarder" / "captioning_transformer.pt")  # an older copy, outside runs/
+    (subs / "hoarder" / "captioning_transformer.pt").write_bytes(trained_model_file.read_bytes())  # older, outside runs/
+    one_step = nbs.trained_checkpoint(tmp / "one_step.pt", steps=1)
+    for student, overrides, checkpoint in (("knows_the_scenes", {"greedy_decode": knows_the_scenes()}, one_step),
+                                           ("one_step", {}, one_step), ("trained", {}, trained_model_file)):
+        _hand_in_05(subs, student, overrides)
+        (subs / student / nbs.TRAINED_CHECKPOINT).write_bytes(checkpoint.read_bytes())
+    before = {p: p.read_bytes() for p in (subs / "trained").rglob("*") if p.is_file()}
     db_url, workers = grading_db
-    results = {r.student: r for r in autograde(subs, tmp_path / "out", course_dir=tmp_path / "course",
-                                               db_url=db_url, settings=Settings(workers=workers))}
-    with open(tmp_path / "out" / "grades.csv") as f:
+    results = {r.student: r for r in autograde(subs, tmp / "out", course_dir=tmp / "course", db_url=db_url,
+                                               settings=Settings(workers=workers))}
+    with open(tmp / "out" / "grades.csv") as f:
         rows = {r["student"]: r for r in csv.DictReader(f)}
-    points = {g: p for s, g, p in graded_columns() if s == nb05}
+    return {"results": results, "rows": rows, "out": tmp / "out", "subs": subs, "marker": marker,
+            "one_step": one_step, "before": before}
+
+
+def test_a_checkpoint_that_carries_code_is_refused(graded_05):
+    """Notebook 05's trained model is a file the student hands in: one that runs code when loaded earns that
+    cell nothing, with torch's reason, and runs nothing (weights_only loading, inside the sandbox); a big
+    one is left out with a note; the rest of the notebook is graded as usual."""
+    points = {g: p for s, g, p in graded_columns() if s == NB05}
     for student in ("pickler", "hoarder"):
-        row = rows[student]
-        assert float(row[f"{nb05}:test_trained_model"]) == 0.0, row
-        assert all(float(row[f"{nb05}:{g}"]) == p for g, p in points.items() if g != "test_trained_model"), row
-    assert not marker.exists()
-    html = (tmp_path / "out" / "feedback" / "pickler" / f"{nb05}.html").read_text()
+        row = graded_05["rows"][student]
+        assert float(row[f"{NB05}:test_trained_model"]) == 0.0, row
+        assert all(float(row[f"{NB05}:{g}"]) == p for g, p in points.items() if g != "test_trained_model"), row
+    assert not graded_05["marker"].exists()
+    html = (graded_05["out"] / "feedback" / "pickler" / f"{NB05}.html").read_text()
     assert "weights_only" in html.replace("Weights only", "weights_only"), "torch's reason is shown"
-    notes = " ".join(results["hoarder"].notes)
+    notes = " ".join(graded_05["results"]["hoarder"].notes)
     assert "not kept" in notes and "64 MB" in notes, notes
 
 
@@ -587,7 +610,7 @@ def knows_the_scenes() -> str:
     return KNOWS_THE_SCENES.replace("ORACLE_TABLE = {}", f"ORACLE_TABLE = {table!r}")
 
 
-def test_a_student_who_knows_every_hidden_caption_earns_only_what_the_weights_earn(tmp_path, grading_db, trained_model_file):
+def test_a_student_who_knows_every_hidden_caption_earns_only_what_the_weights_earn(graded_05):
     """Notebook 05's trained-model mark measures the checkpoint's weights: a greedy_decode and a model class
     that caption every hidden scene exactly right (shown here, given the scenes) earn nothing with a one-step
     checkpoint, like the same checkpoint decoded honestly, because the grader captions the hidden scenes
@@ -598,42 +621,27 @@ def test_a_student_who_knows_every_hidden_caption_earns_only_what_the_weights_ea
     from starter.compare import load_case, observe, share_exactly_right
     from starter.layers import layers_from, trained_captioner
 
-    nb05 = "05_training_and_evaluation"
-    subs = tmp_path / "subs"
-    one_step = nbs.trained_checkpoint(tmp_path / "one_step.pt", steps=1)
-    attack = knows_the_scenes()
     # given the hidden scenes, the attack captions all of them right with the one-step model
     ns = {"torch": __import__("torch"), "CaptioningTransformer": type(
         "Patched", (captioning_solution()["CaptioningTransformer"],), {})}
-    exec(compile(attack, "knows_the_scenes", "exec"), ns)
+    exec(compile(knows_the_scenes(), "knows_the_scenes", "exec"), ns)
     name = next(n for n in case_names(nbs.HIDDEN_REFERENCES) if n.startswith("trained/hidden"))
     case = load_case(name, [nbs.HIDDEN_REFERENCES])
     for decode in (ns["greedy_decode"], ns["_greedy"]):  # its decoder, and an honest decoder of its model class
         with layers_from(nbs.SOLUTIONS):
-            obs = observe(case, trained_captioner(ns["CaptioningTransformer"], decode, path=one_step))
+            obs = observe(case, trained_captioner(ns["CaptioningTransformer"], decode, path=graded_05["one_step"]))
         assert not obs.error and case.target == TRAINED_TARGET, obs.error
         assert share_exactly_right(case.const_args[0], obs.outputs["captions"], case.expected["captions"]) == 1.0
-    for student, overrides, checkpoint in (("knows_the_scenes", {"greedy_decode": attack}, one_step),
-                                           ("one_step", {}, one_step), ("trained", {}, trained_model_file)):
-        write_nb(filled_submission(nb05, overrides), subs / student / f"{nb05}.ipynb")
-        # the model's class and the layers it is built with
-        for stem in ("02_positional_encoding", "03_multi_head_attention", MODEL_NB):
-            write_nb(filled_submission(stem), subs / student / f"{stem}.ipynb")
-        (subs / student / "runs").mkdir()
-        (subs / student / nbs.TRAINED_CHECKPOINT).write_bytes(checkpoint.read_bytes())
-    before = {p: p.read_bytes() for p in (subs / "trained").rglob("*") if p.is_file()}
-    db_url, workers = grading_db
-    autograde(subs, tmp_path / "out", course_dir=tmp_path / "course", db_url=db_url, settings=Settings(workers=workers))
-    with open(tmp_path / "out" / "grades.csv") as f:
-        rows = {r["student"]: r for r in csv.DictReader(f)}
-    points = {g: p for s, g, p in graded_columns() if s == nb05}
+    rows = graded_05["rows"]
+    points = {g: p for s, g, p in graded_columns() if s == NB05}
     for student, trained_points in (("knows_the_scenes", 0.0), ("one_step", 0.0), ("trained", points["test_trained_model"])):
         row = rows[student]
         assert row["status"] == "graded", (student, row["notes"])
-        got = {g: float(row[f"{nb05}:{g}"]) for g in points}
+        got = {g: float(row[f"{NB05}:{g}"]) for g in points}
         assert got == {**points, "test_trained_model": trained_points}, (student, row["review"], row["notes"])
     for student in ("knows_the_scenes", "one_step"):  # the model loaded and captioned: it is what fell short
-        html = (tmp_path / "out" / "feedback" / student / f"{nb05}.html").read_text()
+        html = (graded_05["out"] / "feedback" / student / f"{NB05}.html").read_text()
         assert "images exactly right" in html and "this case asks for 40%" in html, student
         assert "the kit&#39;s greedy decoding" in html or "the kit's greedy decoding" in html, student
-    assert before == {p: p.read_bytes() for p in (subs / "trained").rglob("*") if p.is_file()}
+    subs = graded_05["subs"]
+    assert graded_05["before"] == {p: p.read_bytes() for p in (subs / "trained").rglob("*") if p.is_file()}

@@ -133,6 +133,8 @@ def make_colab(tmp: Path, stems: list[str]) -> dict:
         "COURSE_REPO": _student_repository(tmp / "student-repo"),
         "COLAB_SIM_DRIVE": str(drive),
         "LANG": "C.UTF-8",
+        # the test run's cap on torch's threads, if it has one (tests/support/suite.py: one_thread_each)
+        **{name: os.environ[name] for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS") if name in os.environ},
     }
     (tmp / "home").mkdir()
     (tmp / "driver.py").write_text(textwrap.dedent(DRIVER))

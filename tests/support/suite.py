@@ -11,13 +11,18 @@ from collections.abc import Callable
 from pathlib import Path
 
 # A module is one unit of work, sent whole to one worker, so its module fixtures (a graded class) are made once; the
-# modules that read the Colab walk (a session fixture of minutes) are one unit together. The units that take longest
-# go first, so that no worker is left with a long one at the end (the order of the measurement in docs/testing.md).
+# modules that read the Colab walk (a session fixture of minutes) are one unit together. The longest units go first,
+# so that no worker is left with a long one at the end, and two units that each keep both cores busy (the Colab walk's
+# installs and training; the tampering class, whose attackers spin until their cells' limits) are not sent together:
+# the walk goes beside the sandbox tests, whose time is mostly deadlines (measured: docs/testing.md).
 SHARED_UNITS = {"test_colab": "colab_walk", "test_model_answers": "colab_walk", "test_prose_numbers": "colab_walk",
                 "test_reference_run": "colab_walk"}
-LONGEST_FIRST = ["colab_walk", "test_tampering", "test_judge", "test_parallel", "test_notebooks", "test_training",
-                 "test_class_report", "test_autograde", "test_scripts", "test_course_lock", "test_lms_export_formats",
-                 "test_student_copy", "test_bench_autograde_baseline", "test_lms_exports"]
+SENT_FIRST = ["colab_walk", "test_judge", "test_tampering", "test_parallel", "test_notebooks", "test_training",
+              "test_class_report", "test_autograde", "test_scripts", "test_course_lock", "test_lms_export_formats",
+              "test_student_copy", "test_bench_autograde_baseline", "test_lms_exports"]
+# Each worker's torch (and the processes it starts) runs one thread: two workers on two cores, each with a pool of
+# threads as large as the machine, spent their time waiting on each other's.
+WORKER_THREADS = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 # A test's set-up, call or tear-down that takes longer than this fails, naming itself: a new slow test or fixture is
 # seen the day it lands. What may take longer says so with @pytest.mark.budget(seconds, reason=...), or, for a
@@ -36,10 +41,18 @@ def unit_of(nodeid: str) -> str:
     return SHARED_UNITS.get(stem, stem)
 
 
-def longest_first(items: list) -> None:
-    """Put the units of LONGEST_FIRST first, in its order; each module keeps its own order, the rest theirs."""
-    rank = {unit: i for i, unit in enumerate(LONGEST_FIRST)}
+def sent_first(items: list) -> None:
+    """Put the units of SENT_FIRST first, in its order; each module keeps its own order, the rest theirs."""
+    rank = {unit: i for i, unit in enumerate(SENT_FIRST)}
     items.sort(key=lambda item: rank.get(unit_of(item.nodeid), len(rank)))
+
+
+def one_thread_each() -> None:
+    """On an xdist worker, before torch is imported: WORKER_THREADS, for this process and the processes it starts
+    (a value set by hand is kept)."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        for name, value in WORKER_THREADS.items():
+            os.environ.setdefault(name, value)
 
 
 def scheduler(config, log):
