@@ -113,7 +113,10 @@ def cluster(workers: int = 1, scheduler: str | None = None, warm: bool = False) 
             client = Client(scheduler, timeout=30)
         else:
             _start_forkserver()
+            # no dashboard; the scheduler's own HTTP server (health, metrics) on a free port, not on 8787, which
+            # another cluster (another run's, a notebook's) may hold: Dask warned of it on every run
             local = LocalCluster(n_workers=0, threads_per_worker=1, processes=True, dashboard_address=None,
+                                 scheduler_kwargs={"dashboard_address": "127.0.0.1:0"},
                                  silence_logs=logging.ERROR, env=WORKER_ENV)
             client = Client(local)  # before the workers are asked for: a client waits for those asked for already
             local.scale(workers)  # started in the background: the caller goes on meanwhile

@@ -115,6 +115,23 @@ def postgres_gradebook(request, grading_db) -> str:
     return postgres.fresh_database(url, f"gb_{test}_{secrets.token_hex(3)}")
 
 
+@pytest.fixture(scope="session")
+def moodle_graded(tmp_path_factory, grading_db) -> dict:
+    """The Moodle export of tests/test_lms_exports.py, graded once for the modules that read it (test_lms_exports,
+    test_lms_export_formats: one unit of work, support/suite.py): {"out": OUT, "students": who is in it}."""
+    from test_lms_exports import MOODLE, _grade
+
+    return _grade(tmp_path_factory, grading_db, MOODLE, "moodle")
+
+
+@pytest.fixture(scope="session")
+def canvas_graded(tmp_path_factory, grading_db) -> dict:
+    """The Canvas export of tests/test_lms_exports.py, graded once, as `moodle_graded`."""
+    from test_lms_exports import CANVAS, _grade
+
+    return _grade(tmp_path_factory, grading_db, CANVAS, "canvas")
+
+
 def case_names_in(path: Path) -> list[str]:
     """Names of the reference cases stored in one HDF5 file."""
     import h5py

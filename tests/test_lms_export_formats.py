@@ -424,18 +424,6 @@ def test_grades_csv_leaves_a_student_not_graded_empty_and_writes_points_as_float
 
 # -- round trips: an LMS's export, graded, exported back ---------------------------------------------------
 
-@pytest.fixture(scope="module")
-def moodle_run(tmp_path_factory, grading_db):
-    from test_lms_exports import MOODLE, _grade
-    return _grade(tmp_path_factory, grading_db, MOODLE, "moodle")
-
-
-@pytest.fixture(scope="module")
-def canvas_run(tmp_path_factory, grading_db):
-    from test_lms_exports import CANVAS, _grade
-    return _grade(tmp_path_factory, grading_db, CANVAS, "canvas")
-
-
 def _export_graded(graded: dict, to: str, grading_db) -> Path:
     from grading.__main__ import main
 
@@ -445,10 +433,10 @@ def _export_graded(graded: dict, to: str, grading_db) -> Path:
     return graded["out"] / to
 
 
-def test_moodle_round_trip(moodle_run, grading_db):
-    dest = _export_graded(moodle_run, "moodle", grading_db)
+def test_moodle_round_trip(moodle_graded, grading_db):
+    dest = _export_graded(moodle_graded, "moodle", grading_db)
     grades = moodle_import(dest / "grading_worksheet.csv")
-    given = {lms_id: name for name, lms_id in moodle_run["students"]}
+    given = {lms_id: name for name, lms_id in moodle_graded["students"]}
     assert set(grades) == set(given)
     for lms_id, row in grades.items():
         assert row["grade"] == _nb01_points(), row
@@ -456,17 +444,17 @@ def test_moodle_round_trip(moodle_run, grading_db):
     assert set(moodle_zip_import(dest / "feedback_files.zip", set(grades))) == set(given)
 
     # the instructor's slip, --to canvas: Moodle's participant ids are no Canvas user ids, none is written
-    dest = _export_graded(moodle_run, "canvas", grading_db)
+    dest = _export_graded(moodle_graded, "canvas", grading_db)
     assert canvas_import(dest / "gradebook_import.csv")[2] == {} and canvas_reupload(dest / "feedback_files.zip") == {}
     with open(dest / "not_exported.csv", newline="", encoding="utf-8") as f:
         reasons = [r["reason"] for r in csv.DictReader(f)]
     assert len(reasons) == len(given) and all("participant id from a Moodle export" in r for r in reasons), reasons
 
 
-def test_canvas_round_trip(canvas_run, grading_db):
-    dest = _export_graded(canvas_run, "canvas", grading_db)
+def test_canvas_round_trip(canvas_graded, grading_db):
+    dest = _export_graded(canvas_graded, "canvas", grading_db)
     _, _, students = canvas_import(dest / "gradebook_import.csv")
-    given = {lms_id: name for name, lms_id in canvas_run["students"]}
+    given = {lms_id: name for name, lms_id in canvas_graded["students"]}
     assert {i: s["name"] for i, s in students.items()} == given
     assert all(float(s["grades"][0]) == _nb01_points() for s in students.values())
     with open(dest / "students.csv", newline="", encoding="utf-8") as f:
@@ -485,7 +473,7 @@ def test_canvas_round_trip(canvas_run, grading_db):
             if name.endswith(".ipynb") and ids:
                 handed_in.setdefault(ids[0], set()).add(ids[1])
     kept: dict[str, set[str]] = {}
-    for outcome in read_outcomes(canvas_run["out"] / "outcomes").values():
+    for outcome in read_outcomes(canvas_graded["out"] / "outcomes").values():
         for graded_as in outcome.notebooks.values():
             user, attachment = canvas_ids(graded_as) or ("", "")
             kept.setdefault(user, set()).add(attachment)
@@ -493,7 +481,7 @@ def test_canvas_round_trip(canvas_run, grading_db):
     assert canvas_reupload(dest / "feedback_files.zip") == kept == handed_in
 
     # the instructor's slip, --to moodle: Canvas's user ids are no Moodle participant ids, none is written
-    dest = _export_graded(canvas_run, "moodle", grading_db)
+    dest = _export_graded(canvas_graded, "moodle", grading_db)
     assert moodle_import(dest / "grading_worksheet.csv") == {}
     with zipfile.ZipFile(dest / "feedback_files.zip") as zf:
         assert zf.namelist() == []

@@ -58,16 +58,6 @@ def _grade(tmp_path_factory, grading_db, students: dict, lms: str) -> dict:
     return {"out": tmp / "out", "students": students}
 
 
-@pytest.fixture(scope="module")
-def moodle(tmp_path_factory, grading_db):
-    return _grade(tmp_path_factory, grading_db, MOODLE, "moodle")
-
-
-@pytest.fixture(scope="module")
-def canvas(tmp_path_factory, grading_db):
-    return _grade(tmp_path_factory, grading_db, CANVAS, "canvas")
-
-
 def _full_points() -> float:
     from grading.notebooks import graded_columns
 
@@ -76,7 +66,7 @@ def _full_points() -> float:
 
 @pytest.mark.parametrize("export", ["moodle", "canvas"])
 def test_every_student_of_the_export_is_graded_under_the_name_given(export, request):
-    graded = request.getfixturevalue(export)
+    graded = request.getfixturevalue(f"{export}_graded")  # conftest.py: graded once
     out = graded["out"]
     rows = {(r["student"], r["lms_id"]): r for r in read_csv(out / "grades.csv")[1:]}
     assert set(rows) == set(graded["students"]), f"grades.csv students {sorted(rows)}"
@@ -95,13 +85,13 @@ def test_every_student_of_the_export_is_graded_under_the_name_given(export, requ
     assert not [c for c in cells if c.startswith(FORMULA_START)], "a grades.csv cell starts a formula"
 
 
-def test_moodle_folders_of_one_student_are_one_student(moodle):
-    rows = {r["student"]: r for r in read_csv(moodle["out"] / "grades.csv")[1:]}
+def test_moodle_folders_of_one_student_are_one_student(moodle_graded):
+    rows = {r["student"]: r for r in read_csv(moodle_graded["out"] / "grades.csv")[1:]}
     assert "onlinetext.html: ignored (not a notebook)" in rows["John Smith"]["notes"], rows["John Smith"]["notes"]
 
 
-def test_canvas_notes_a_late_file_and_the_files_as_handed_in(canvas):
-    rows = {r["student"]: r for r in read_csv(canvas["out"] / "grades.csv")[1:]}
+def test_canvas_notes_a_late_file_and_the_files_as_handed_in(canvas_graded):
+    rows = {r["student"]: r for r in read_csv(canvas_graded["out"] / "grades.csv")[1:]}
     assert "handed in late" in rows["obrienzoe"]["notes"], rows["obrienzoe"]["notes"]
     assert rows["smithjohn"]["notes"] == "notes.txt: ignored (not a notebook)", rows["smithjohn"]["notes"]
 

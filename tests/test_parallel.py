@@ -2,6 +2,7 @@
 localhost, a worker killed mid-run, the parent killed and resumed, and dynamic scheduling."""
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import os
@@ -61,18 +62,6 @@ def _wait_for(paths: list[Path], proc: subprocess.Popen, timeout: float = 300) -
         time.sleep(0.2)
 
 
-def test_two_workers_on_postgres(tmp_path, postgres_gradebook):
-    expected = _class(tmp_path / "subs", 4)
-    url = postgres_gradebook
-    results = autograde(tmp_path / "subs", tmp_path / "out", course_dir=tmp_path / "course", db_url=url, settings=Settings(workers=2))
-    assert {r.student: r.status for r in results} == {s: "graded" for s in expected}
-    assert _totals(tmp_path / "out") == expected
-    from nbgrader.api import Gradebook
-
-    with Gradebook(url) as gb:  # the gradebook really is the PostgreSQL one
-        assert sorted(s.id for s in gb.students) == sorted(expected)
-
-
 def test_dask_stays_out_of_the_workers_way(tmp_path):
     """With as many workers as cores, Dask's background work takes its CPU from the students: the
     workers run without the 10 ms stack sampling and with rarer monitoring (engine.QUIET)."""
@@ -92,10 +81,21 @@ def test_dask_stays_out_of_the_workers_way(tmp_path):
 def test_local_workers_are_forked_with_the_grader_imported_once():
     """A local cluster's workers are forked from one process that imported the grader (engine.WORKER_PRELOAD),
     not each started anew to import it, and run with engine.WORKER_ENV in force from their start: one thread
-    for torch, warnings off."""
-    with engine.cluster(2) as client:
-        records = {f"worker {i}": f.result() for i, f in
-                   enumerate(engine.on_each_worker(client, holdback.state_of_its_worker, "-"))}
+    for torch, warnings off. The cluster starts no dashboard and warns of nothing, even with Dask's port 8787
+    taken (by another cluster, as two runs or a notebook's own Dask have it)."""
+    import socket
+    import warnings
+
+    with socket.socket() as taken, warnings.catch_warnings(record=True) as warned:
+        taken.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        with contextlib.suppress(OSError):  # already taken: as good
+            taken.bind(("127.0.0.1", 8787))
+            taken.listen()
+        warnings.simplefilter("always")
+        with engine.cluster(2) as client:
+            records = {f"worker {i}": f.result() for i, f in
+                       enumerate(engine.on_each_worker(client, holdback.state_of_its_worker, "-"))}
+    assert not [str(w.message) for w in warned if "8787" in str(w.message)], [str(w.message) for w in warned]
     for student, record in records.items():
         assert record["grader_imported"], f"{student}: its worker had not imported grading.worker before its task"
         assert record["env"] == engine.WORKER_ENV, f"{student}: its worker's environment: {record['env']}"
@@ -156,11 +156,11 @@ def test_an_existing_cluster_grades_the_same_and_survives_a_killed_worker(tmp_pa
         workers = [subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_worker", address, "--nthreads", "1",
                                      "--no-nanny", "--no-dashboard", "--name", f"w{i}"], **quiet) for i in range(2)]
         procs += workers
-        url = postgres_gradebook
         done: dict = {}
         go = tmp_path / "go"  # s03 is held back until the kill is done: the kill is certainly mid-run
         run = threading.Thread(target=lambda: done.update(results=autograde(
-            tmp_path / "subs", tmp_path / "out", course_dir=tmp_path / "course", db_url=url, settings=Settings(scheduler=address),
+            tmp_path / "subs", tmp_path / "out", course_dir=tmp_path / "course", db_url=postgres_gradebook,
+            settings=Settings(scheduler=address),
             task=holdback.HoldBack("s03", file=str(go)))))
         run.start()
         _wait_for_status(tmp_path / "course" / "outcomes")
@@ -207,21 +207,26 @@ def test_interrupted_run_resumes_without_regrading(tmp_path):
     assert (out / "failures.csv").exists() and (out / "failures.png").exists()
 
 
-def test_a_slow_student_does_not_hold_up_the_others(tmp_path, postgres_gradebook):
-    """Dynamic scheduling: the student first in line holds its worker until every other student is
-    finished, which they can only do if the other worker takes them all (with a static split, one of
-    them would wait behind it until the hold gives up). Asserted on the order of events, not on time."""
+def test_two_workers_on_postgres_and_a_slow_student_does_not_hold_up_the_others(tmp_path, postgres_gradebook):
+    """Two workers on a PostgreSQL gradebook, with dynamic scheduling: the student first in line holds its worker
+    until every other student is finished, which they can only do if the other worker takes them all (with a static
+    split, one of them would wait behind it until the hold gives up). Asserted on the order of events, not on time;
+    then every student has the grade it earns, in the PostgreSQL gradebook."""
     expected = _class(tmp_path / "subs", 4)
     write_nb(filled_submission(NB), tmp_path / "subs" / "a_slow" / f"{NB}.ipynb")  # first in line
-    url = postgres_gradebook
-    autograde(tmp_path / "subs", tmp_path / "out", course_dir=tmp_path / "course", db_url=url, settings=Settings(workers=2),
-              task=holdback.HoldBack("a_slow", others=tuple(expected)))
+    results = autograde(tmp_path / "subs", tmp_path / "out", course_dir=tmp_path / "course", db_url=postgres_gradebook,
+                        settings=Settings(workers=2), task=holdback.HoldBack("a_slow", others=tuple(expected)))
     held = json.loads((tmp_path / "course" / "held.json").read_text())
     assert set(held["finished_at_start"]) < set(expected), "the slow student came last in line: nothing tested"
     assert held["gave_up"] is False, "the other students were not all finished while the slow one held its worker"
     order = sorted((tmp_path / "course" / "outcomes").glob("*.json"), key=lambda p: p.stat().st_mtime_ns)
     assert order[-1].stem == "a_slow", [p.stem for p in order]
+    assert {r.student: r.status for r in results} == {s: "graded" for s in [*expected, "a_slow"]}
     assert _totals(tmp_path / "out") == {**expected, "a_slow": FULL}
+    from nbgrader.api import Gradebook
+
+    with Gradebook(postgres_gradebook) as gb:  # the gradebook really is the PostgreSQL one
+        assert sorted(s.id for s in gb.students) == sorted([*expected, "a_slow"])
 
 
 SCRIPTS_NB = "05_training_and_evaluation"
@@ -236,8 +241,7 @@ def test_two_workers_grade_the_training_script_and_name_a_lost_optimiser_state(t
     write_nb(filled_submission(SCRIPTS_NB), tmp_path / "subs" / "right" / f"{SCRIPTS_NB}.ipynb")
     write_nb(filled_submission(SCRIPTS_NB, {"train_script": fresh_optimiser}),
              tmp_path / "subs" / "fresh" / f"{SCRIPTS_NB}.ipynb")
-    url = postgres_gradebook
-    results = autograde(tmp_path / "subs", tmp_path / "out", course_dir=tmp_path / "course", db_url=url,
+    results = autograde(tmp_path / "subs", tmp_path / "out", course_dir=tmp_path / "course", db_url=postgres_gradebook,
                         settings=Settings(workers=2))
     assert {r.student: r.status for r in results} == {"right": "graded", "fresh": "graded"}
     with open(tmp_path / "out" / "grades.csv") as f:
