@@ -68,6 +68,13 @@ DEFECTS: list[Defect] = [
     Defect("results_ignore_manual_score", "the results read the judge's score and ignore a person's override",
            "grading/results.py", "float(grade.score or 0.0)", "float(grade.auto_score or 0.0)",
            ("tests/test_feedback_after_override.py",)),
+    Defect("regrade_empties_the_class", "a re-grade of one student (--student) writes OUT with that student alone",
+           "grading/autograde.py", "results, loose = intake(Path(submissions), root)  # the whole class",
+           "results, loose = intake(Path(submissions), root, students)  # the whole class",
+           ("tests/test_class_report.py::test_a_regrade_of_some_students_keeps_the_whole_class",)),
+    Defect("export_of_nobody_succeeds", "an export that can write no student's grade exits 0",
+           "grading/__main__.py", "if counts and counts[0] == 0:", "if counts and counts[0] < 0:",
+           ("tests/test_lms_export_formats.py::test_moodle_round_trip",)),
     # -- starter/ ------------------------------------------------------------------------------------------------
     Defect("resume_restarts_epoch_zero", "a training run resumed past its first epoch takes the first epoch's batch order",
            "starter/scripts.py", "self.epoch, self.skip = divmod(int(start), len(self))",

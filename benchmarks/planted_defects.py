@@ -2,7 +2,7 @@
 should catch it: a table of caught and missed, for one revision of the suite or two side by side.
 
     python benchmarks/planted_defects.py [--rev REV ...] [--only NAME ...] [--work DIR] [--control]
-                                         [--save FILE.json] [--earlier FILE.json] [--markdown FILE]
+                                         [--save FILE.json] [--earlier FILE.json ...] [--no-run] [--markdown FILE]
 
 Each `--rev` (default HEAD) gets a scratch clone in WORK/<rev> with a virtual environment of its own
 (`kit.py setup`, whose editable install points at that clone, so the suite, its sandboxes and its kernels all
@@ -16,7 +16,8 @@ quietly), and `pytest -x` runs the defect's tests, with CI=true as `.ci/run` has
 
 `--control` first runs every defect's tests once with no defect planted: they must pass, or a 'caught' means
 nothing. `--save` keeps this run's verdicts as JSON; `--earlier` puts a saved run's verdicts first in the table, as
-the suite compared against (the two revisions' runs need not share a quiet hour). `--markdown FILE` writes the table
+the suite compared against (the two revisions' runs need not share a quiet hour); with `--no-run`, the saved runs'
+table alone. `--markdown FILE` writes the table
 (one column per revision) with the command that made it. The exit status is 1 when a defect is not caught, or is
 caught by the first revision's suite and not by a later one's.
 A defect is one plausible bug, written as an edit of the kit's code; its tests are pytest arguments (files, node
@@ -158,16 +159,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--markdown", type=Path, help="write the table to this file")
     parser.add_argument("--control", action="store_true", help="first run the selections with no defect planted")
     parser.add_argument("--save", type=Path, help="write this run's verdicts to this JSON file")
-    parser.add_argument("--earlier", type=Path, help="a saved run's verdicts, shown first")
+    parser.add_argument("--earlier", type=Path, action="append", default=[],
+                        help="a saved run's verdicts, shown first (repeatable: in the order given)")
+    parser.add_argument("--no-run", action="store_true", help="run nothing: the table of the --earlier runs alone")
     args = parser.parse_args(argv)
-    revs = args.rev or ["HEAD"]
+    revs = [] if args.no_run else args.rev or ["HEAD"]
     unknown = set(args.only) - {d.name for d in DEFECTS}
     if unknown:
         parser.error(f"no defect named {', '.join(sorted(unknown))}")
     defects = [d for d in DEFECTS if not args.only or d.name in args.only]
     results: dict[str, dict[str, Outcome]] = {}
-    if args.earlier:
-        for rev, outcomes in json.loads(args.earlier.read_text()).items():
+    for saved in args.earlier:
+        for rev, outcomes in json.loads(saved.read_text()).items():
             results[rev] = {o["defect"]: Outcome(**o) for o in outcomes if o["defect"] in {d.name for d in defects}}
     for rev in revs:
         repo, python = scratch(rev, args.work)

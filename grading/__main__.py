@@ -40,7 +40,8 @@ def main(argv: list[str] | None = None) -> int:
     ag.add_argument("--out", type=Path, default=Path("grading/work/results"), help="grades, feedback, report")
     ag.add_argument("--course", type=Path, default=None, help="nbgrader course folder (default grading/work/course)")
     ag.add_argument("--db", default=None, help="gradebook SQLAlchemy URL (default: SQLite in the course folder)")
-    ag.add_argument("--student", action="append", help="grade only this student (repeatable)")
+    ag.add_argument("--student", action="append", help="grade this student again (repeatable); the rest of the "
+                    "class keeps its results from the course folder's last run, and OUT holds the whole class")
     ag.add_argument("--resume", action="store_true", help="keep students finished by an interrupted run")
     add_options(ag)  # the settings of grading/settings.py: --cell-seconds, --notebook-seconds, ..., --no-sandbox
     rp = sub.add_parser("report", help="write the class report of a graded run (autograde writes it too)")
@@ -88,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
             results = autograde(args.submissions, args.out.resolve(),
                                 args.course.resolve() if args.course else None, args.db, args.student,
                                 resume=args.resume, settings=settings, progress=True)
-        except (SandboxUnavailable, CourseLockError) as exc:
+        except (SandboxUnavailable, CourseLockError, ValueError) as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
         print(f"graded {sum(r.status == Status.GRADED for r in results)} of {len(results)} students; "
@@ -104,15 +105,27 @@ def main(argv: list[str] | None = None) -> int:
         print(f"grades: {args.out / 'grades.csv'} (from the gradebook)")
         print(f"class report: {args.out / 'class_report.html'} (data: {args.out / 'class_report.json'})")
     elif args.command == "export":
-        from .lms_export import export
+        from .lms_export import NOT_EXPORTED, export, exported
         from .notebooks import ASSIGNMENT
 
         written: list[Path] = []
-        if _from_class_results(args, "export", lambda results: written.extend(
-                export(args.out, results, args.to, args.percent, args.assignment or ASSIGNMENT))):
+        counts: list[int] = []  # the students exported, and those listed in not_exported.csv
+
+        def export_class(results) -> None:
+            written.extend(export(args.out, results, args.to, args.percent, args.assignment or ASSIGNMENT))
+            counts.extend(len(group) for group in exported(results, args.to))
+
+        if _from_class_results(args, "export", export_class):
             return 2
         for path in written:
             print(f"wrote {path}")
+        listed = args.out / args.to / NOT_EXPORTED
+        if counts and counts[0] == 0:  # a file of headers only: the LMS would import nothing
+            print(f"error: no student of {args.out} could be exported to {args.to.capitalize()}; "
+                  f"{listed} says why for each (an export from the other LMS?)", file=sys.stderr)
+            return 1
+        if counts and counts[1]:
+            print(f"{counts[1]} student(s) not exported, each with the reason: {listed}")
     elif args.command == "publish":
         from .publish import publish
         dest = publish(args.dest, args.repo) if args.repo else publish(args.dest)
@@ -131,12 +144,16 @@ def _from_class_results(args, command: str, write) -> bool:
     now), holding the course folder while it reads and writes, after the feedback pages in OUT are made again
     where the gradebook changed since (`report.refresh_feedback`). True, after one line on stderr, if it could not."""
     from .course import DEFAULT_COURSE, GRADEBOOK_FILE, CourseLockError, hold, sqlite_url
-    from .report import refresh_feedback
+    from .report import recorded_course, refresh_feedback
     from .results import read_class_results
 
     if not (args.out / "outcomes").is_dir():
         print(f"error: {args.out} holds no graded run (no outcomes/): run autograde first", file=sys.stderr)
         return True
+    if args.course is None:  # the course folder the run graded in, as it recorded it
+        args.course = recorded_course(args.out)
+        if args.course is not None:
+            print(f"course folder {args.course} (where the run in {args.out} graded)")
     course_dir = args.course or DEFAULT_COURSE
     db_url = args.db or (sqlite_url(course_dir) if (course_dir / GRADEBOOK_FILE).is_file() else None)
     if db_url is None:  # the points are the gradebook's: without it there are none

@@ -59,7 +59,9 @@ def autograde(submissions: Path, out: Path, course_dir: Path | None = None, db_u
               progress: bool = False, task: Callable[[GradingRun, str], Any] | None = None) -> list[StudentOutcome]:
     """Grade every student in `submissions` (folder or zip). Returns one outcome per student folder.
 
-    resume=True keeps the results of students graded by an earlier, interrupted run. `settings`
+    resume=True keeps the results of students graded by an earlier, interrupted run. `students` (names as given,
+    ids, or folder names) are graded again, and every other student keeps the results of the course folder's last
+    run (one never graded there is graded now): OUT always holds the whole class. `settings`
     (grading/settings.py): the sandbox's limits; isolate=False runs student code without isolation (only
     where bubblewrap cannot be had): every row is flagged; `workers` worker processes on this machine, or
     the Dask cluster at `scheduler` (grading/engine.py). `task` replaces `worker.grade_student` there,
@@ -83,7 +85,7 @@ def autograde(submissions: Path, out: Path, course_dir: Path | None = None, db_u
     with course.hold(root, f"autograde {submissions} --out {out}" + (" --resume" if resume else "")) as held:
         out.mkdir(parents=True, exist_ok=True)
         finished = root / FOLDER  # the outcomes of the students graded so far: a resumed run keeps them
-        if not resume and finished.exists():
+        if not resume and not students and finished.exists():
             shutil.rmtree(finished)
         with engine.cluster(workers, scheduler, warm=True) as client:  # the workers start while the course is prepared
             # each worker starts its first student's sandbox once what it mounts is in place (sent from a thread, as
@@ -98,7 +100,14 @@ def autograde(submissions: Path, out: Path, course_dir: Path | None = None, db_u
             files = course.prepare_grading_course(root, gradebook, held, mounted=mounted)
             # each student's grading checks the digest against the folder's
             run = GradingRun(root, settings, files, course.preparation_digest(root), gradebook)
-            results, loose = intake(Path(submissions), root, students)
+            results, loose = intake(Path(submissions), root)  # the whole class: OUT is always the class's
+            if students:  # a re-grade of some: theirs are made again, the rest of the class's are kept
+                chosen = intake(Path(submissions), root, students)[0]
+                if not chosen:
+                    raise ValueError(f"no student of {submissions} is named {', '.join(students)} (--student takes "
+                                     "the name as the export gives it, or the id in grades.csv); nothing was graded")
+                for student in chosen:
+                    (finished / f"{student.student}.json").unlink(missing_ok=True)
             gradable = [r.student for r in results if r.status not in (Status.FAILED, Status.NO_NOTEBOOKS)]
             for sending in started:  # each worker's warm-up done before any student is sent (`engine.settle`)
                 if sending.exception() is None:  # (one not sent is done by its worker's first student instead)

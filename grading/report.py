@@ -44,6 +44,21 @@ def copy_feedback(root: Path, out: Path, student: str, name: str = "") -> None:
 
 # in OUT, beside feedback/ (which holds HTML pages only): {student: the digest of what their pages were made from}
 MADE_FROM = "feedback_made_from.json"
+COURSE_RECORD = "course.json"  # the course folder the run in OUT graded in: `report` and `export` read it there
+
+
+def write_course_record(out: Path, root: Path) -> Path:
+    path = out / COURSE_RECORD
+    path.write_text(json.dumps({"course": str(root.resolve())}) + "\n")
+    return path
+
+
+def recorded_course(out: Path) -> Path | None:
+    """The course folder the run in `out` graded in, as autograde recorded it (None: no record, or unreadable)."""
+    try:
+        return Path(json.loads((out / COURSE_RECORD).read_text())["course"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def made_from(submission, outcome: StudentOutcome) -> str:
@@ -238,6 +253,7 @@ def report(out: Path, root: Path, results: list[StudentOutcome], graded: dict[st
                           if (out / "feedback" / o.student).is_dir()})
     points = read_points(db_url, [o.student for o in graded_now])
     write_outputs(out, class_results(outcomes, points, loose))
+    write_course_record(out, root)
     return outcomes
 
 

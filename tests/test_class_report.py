@@ -6,6 +6,7 @@ report must say too. The report's counts are compared with the bugs planted, not
 """
 from __future__ import annotations
 
+import csv
 import json
 import shutil
 
@@ -67,13 +68,16 @@ def graded(tmp_path_factory, grading_db):
     run = dict(course_dir=root, db_url=db_url, settings=Settings(Limits(cell_seconds=3), workers=workers))
     autograde(subs, out, **run)
     first = json.loads((out / "class_report.json").read_text())
-    # a re-submission round: the no_diagonal students fix their mask, and only they are graded again
-    for i in range(BUGS["no_diagonal"][1]):
-        write_nb(filled_submission(NB), subs / _student("no_diagonal", i) / f"{NB}.ipynb")
-        (root / "outcomes" / f"{_student('no_diagonal', i)}.json").unlink()
-    autograde(subs, out, resume=True, **run)
+    first_outcomes = {p.name: p.read_bytes() for p in (root / "outcomes").glob("*.json")}
+    # a re-submission round: the no_diagonal students fix their mask, and only they are graded again, by name
+    again = [_student("no_diagonal", i) for i in range(BUGS["no_diagonal"][1])]
+    for student in again:
+        write_nb(filled_submission(NB), subs / student / f"{NB}.ipynb")
+    autograde(subs, out, students=again, **run)
+    kept = {p.name: p.read_bytes() for p in (root / "outcomes").glob("*.json")}
     return {"out": out, "first": first, "second": json.loads((out / "class_report.json").read_text()),
-            "course": root, "db_url": db_url or f"sqlite:///{root / 'gradebook.db'}"}
+            "course": root, "db_url": db_url or f"sqlite:///{root / 'gradebook.db'}", "again": again,
+            "first_outcomes": first_outcomes, "second_outcomes": kept, "subs": subs}
 
 
 def _entry(report: dict, task: str, diagnosis: str) -> dict | None:
@@ -125,6 +129,33 @@ def test_a_resubmission_round_shows_what_changed(graded):
     moved = {(m["task"], m["diagnosis"]): (m["before"], m["now"]) for m in change["diagnoses"]}
     assert moved[("test_causal_mask", "known bug: no_diagonal")] == (n, 0)
     assert _entry(graded["second"], "test_causal_mask", "known bug: no_diagonal") is None
+
+
+def test_a_regrade_of_some_students_keeps_the_whole_class(graded):
+    """`autograde --student NAME` grades those students again; every other student keeps the last run's results,
+    and OUT (grades.csv, the outcomes, the class report) still holds the whole class."""
+    again = {f"{s}.json" for s in graded["again"]}
+    first, second = graded["first_outcomes"], graded["second_outcomes"]
+    # the course folder's outcomes: every student graded (all but "empty", who handed in no notebook)
+    assert set(second) == set(first) and len(first) == CLASS_SIZE - 1, sorted(set(first) ^ set(second))
+    assert {name for name in first if first[name] != second[name]} == again, "only the named students graded again"
+    with open(graded["out"] / "grades.csv", newline="") as f:
+        rows = {r["student"] for r in csv.DictReader(f)} - {"(max points)"}
+    assert len(rows) == CLASS_SIZE, sorted(rows)
+    assert len(list((graded["out"] / "outcomes").glob("*.json"))) == CLASS_SIZE
+    fixed = [r for r in read_class_results(graded["out"], graded["db_url"]).students if f"{r.outcome.student}.json" in again]
+    assert len(fixed) == len(again) and all(r.outcome.status == "graded" for r in fixed)
+
+
+def test_a_regrade_of_a_name_not_in_the_class_is_refused_and_changes_nothing(graded, grading_db):
+    out, course = graded["out"], graded["course"]
+    before = {p: p.read_bytes() for folder in (out, course / "outcomes") for p in folder.rglob("*") if p.is_file()}
+    db_url, workers = grading_db
+    with pytest.raises(ValueError, match="no student of .* is named nobody"):
+        autograde(graded["subs"], out, course_dir=course, db_url=db_url, students=["nobody"],
+                  settings=Settings(Limits(cell_seconds=3), workers=workers))
+    after = {p: p.read_bytes() for folder in (out, course / "outcomes") for p in folder.rglob("*") if p.is_file()}
+    assert after == before, sorted(set(after) ^ set(before))
 
 
 def test_anonymised_report_names_nobody(graded, tmp_path):

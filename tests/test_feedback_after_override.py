@@ -107,9 +107,11 @@ def test_scores_given_in_formgrader_reach_the_feedback_page_and_the_lms_zip(grad
     worksheet = read_csv(out / "moodle" / "grading_worksheet.csv")
     assert float(worksheet[0]["Grade"]) == 11.5, worksheet
 
-    # a score given after the report: the export alone makes the page again before zipping it
+    # a score given after the report: the export alone makes the page again before zipping it; OUT remembers the
+    # course folder it was graded in, so the export needs no --course
     _give(db_url, student, TEST_CELL, 2.5)
-    said = _run(capsys, "export", str(out), "--to", "moodle", "--course", course)
+    said = _run(capsys, "export", str(out), "--to", "moodle")
+    assert f"course folder {graded['course'].resolve()} (where the run in {out} graded)" in said, said
     assert "feedback pages made again with the gradebook's scores: 1 student(s)" in said, said
     with zipfile.ZipFile(out / "moodle" / "feedback_files.zip") as zf:
         zipped = zf.read(f"{NAME}_{LMS_ID}_assignsubmission_file_/{NB}.html").decode("utf-8")

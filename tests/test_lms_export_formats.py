@@ -424,16 +424,16 @@ def test_grades_csv_leaves_a_student_not_graded_empty_and_writes_points_as_float
 
 # -- round trips: an LMS's export, graded, exported back ---------------------------------------------------
 
-def _export_graded(graded: dict, to: str, grading_db) -> Path:
+def _export_graded(graded: dict, to: str, grading_db, status: int = 0) -> Path:
     from grading.__main__ import main
 
     db_url = grading_db[0]
     where = ["--db", db_url] if db_url else ["--course", str(graded["out"].parent / "course")]
-    assert main(["export", str(graded["out"]), "--to", to, *where]) == 0
+    assert main(["export", str(graded["out"]), "--to", to, *where]) == status
     return graded["out"] / to
 
 
-def test_moodle_round_trip(moodle_graded, grading_db):
+def test_moodle_round_trip(moodle_graded, grading_db, capsys):
     dest = _export_graded(moodle_graded, "moodle", grading_db)
     grades = moodle_import(dest / "grading_worksheet.csv")
     given = {lms_id: name for name, lms_id in moodle_graded["students"]}
@@ -443,15 +443,17 @@ def test_moodle_round_trip(moodle_graded, grading_db):
         assert row["row"]["Full name"].lstrip("'") == given[lms_id]  # a formula-like name is quoted, as grades.csv
     assert set(moodle_zip_import(dest / "feedback_files.zip", set(grades))) == set(given)
 
-    # the instructor's slip, --to canvas: Moodle's participant ids are no Canvas user ids, none is written
-    dest = _export_graded(moodle_graded, "canvas", grading_db)
+    # the instructor's slip, --to canvas: Moodle's participant ids are no Canvas user ids, none is written, and
+    # the command fails (1), saying so, rather than leave a file of headers to import
+    dest = _export_graded(moodle_graded, "canvas", grading_db, status=1)
+    assert "no student of" in capsys.readouterr().err
     assert canvas_import(dest / "gradebook_import.csv")[2] == {} and canvas_reupload(dest / "feedback_files.zip") == {}
     with open(dest / "not_exported.csv", newline="", encoding="utf-8") as f:
         reasons = [r["reason"] for r in csv.DictReader(f)]
     assert len(reasons) == len(given) and all("participant id from a Moodle export" in r for r in reasons), reasons
 
 
-def test_canvas_round_trip(canvas_graded, grading_db):
+def test_canvas_round_trip(canvas_graded, grading_db, capsys):
     dest = _export_graded(canvas_graded, "canvas", grading_db)
     _, _, students = canvas_import(dest / "gradebook_import.csv")
     given = {lms_id: name for name, lms_id in canvas_graded["students"]}
@@ -481,7 +483,8 @@ def test_canvas_round_trip(canvas_graded, grading_db):
     assert canvas_reupload(dest / "feedback_files.zip") == kept == handed_in
 
     # the instructor's slip, --to moodle: Canvas's user ids are no Moodle participant ids, none is written
-    dest = _export_graded(canvas_graded, "moodle", grading_db)
+    dest = _export_graded(canvas_graded, "moodle", grading_db, status=1)
+    assert "could be exported to Moodle" in capsys.readouterr().err
     assert moodle_import(dest / "grading_worksheet.csv") == {}
     with zipfile.ZipFile(dest / "feedback_files.zip") as zf:
         assert zf.namelist() == []
