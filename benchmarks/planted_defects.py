@@ -194,8 +194,8 @@ def main(argv: list[str] | None = None) -> int:
     def verdict(rev: str, name: str) -> str:
         return results[rev][name].verdict if name in results[rev] else "-"
 
-    lost = [d.name for d in defects if verdict(revs[0], d.name) == "caught"
-            and any(verdict(r, d.name) != "caught" for r in revs[1:])]
+    lost = [d.name for d in defects if verdict(revs[0], d.name) == "caught"  # ("-": not run on that revision)
+            and any(verdict(r, d.name) not in ("caught", "-") for r in revs[1:])]
     if lost:
         print(f"caught by {revs[0]}'s suite, not by a later one: {', '.join(lost)}")
     return 1 if lost or any(o.verdict != "caught" for r in results.values() for o in r.values()) else 0
