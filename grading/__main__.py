@@ -9,6 +9,8 @@
                                               (OUT/moodle/ or OUT/canvas/; docs/lms.md)
     python -m grading execute [NOTEBOOK ...]  run solution notebooks end to end (the maintainers' main job)
     python -m grading publish DEST [--repo OWNER/NAME]   the student-facing files only, for a student repository
+    python -m grading rubric [DEST]           the graders' sheet of the written questions: each question, its
+                                              model answer and rubric (grading/work/rubric.html; never for students)
 """
 from __future__ import annotations
 
@@ -59,6 +61,8 @@ def main(argv: list[str] | None = None) -> int:
     xp.add_argument("--course", type=Path, default=None, help="the run's nbgrader course folder (default "
                     "grading/work/course): its gradebook's scores, those given by hand included, are exported")
     xp.add_argument("--db", default=None, help="the run's gradebook URL, if it was not the course's SQLite file")
+    rb = sub.add_parser("rubric", help="the graders' sheet of the written questions (model answers and rubrics)")
+    rb.add_argument("dest", type=Path, nargs="?", default=None, help="the HTML file (default grading/work/rubric.html)")
     pb = sub.add_parser("publish", help="copy the student-facing files into an empty folder")
     pb.add_argument("dest", type=Path)
     pb.add_argument("--repo", default=None, help="GitHub OWNER/NAME of the student repository, for the notebooks' "
@@ -126,6 +130,11 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         if counts and counts[1]:
             print(f"{counts[1]} student(s) not exported, each with the reason: {listed}")
+    elif args.command == "rubric":
+        from .rubric import DEFAULT, write, written_questions
+        dest = write(args.dest or DEFAULT)
+        print(f"wrote {dest}: {len(written_questions())} written questions with their model answers and rubrics "
+              "(for graders only)")
     elif args.command == "publish":
         from .publish import publish
         dest = publish(args.dest, args.repo) if args.repo else publish(args.dest)
