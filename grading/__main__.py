@@ -109,31 +109,34 @@ def main(argv: list[str] | None = None) -> int:
         print(f"grades: {args.out / 'grades.csv'} (from the gradebook)")
         print(f"class report: {args.out / 'class_report.html'} (data: {args.out / 'class_report.json'})")
     elif args.command == "export":
-        from .lms_export import NOT_EXPORTED, export, exported
+        from .lms_export import NOT_EXPORTED, export
         from .notebooks import ASSIGNMENT
+        from .spreadsheet import read_csv
 
         written: list[Path] = []
-        counts: list[int] = []  # the students exported, and those listed in not_exported.csv
+        students: list[int] = []  # how many the class has
 
         def export_class(results) -> None:
             written.extend(export(args.out, results, args.to, args.percent, args.assignment or ASSIGNMENT))
-            counts.extend(len(group) for group in exported(results, args.to))
+            students.append(len(results.students))
 
         if _from_class_results(args, "export", export_class):
             return 2
         for path in written:
             print(f"wrote {path}")
         listed = args.out / args.to / NOT_EXPORTED
-        if counts and counts[0] == 0:  # a file of headers only: the LMS would import nothing
+        left_out = len(read_csv(listed))  # as the export listed them, each with its reason
+        if left_out and left_out == students[0]:  # a file of headers only: the LMS would import nothing
             print(f"error: no student of {args.out} could be exported to {args.to.capitalize()}; "
                   f"{listed} says why for each (an export from the other LMS?)", file=sys.stderr)
             return 1
-        if counts and counts[1]:
-            print(f"{counts[1]} student(s) not exported, each with the reason: {listed}")
+        if left_out:
+            print(f"{left_out} student(s) not exported, each with the reason: {listed}")
     elif args.command == "rubric":
         from .rubric import DEFAULT, write, written_questions
-        dest = write(args.dest or DEFAULT)
-        print(f"wrote {dest}: {len(written_questions())} written questions with their model answers and rubrics "
+        questions = written_questions()
+        dest = write(args.dest or DEFAULT, questions)
+        print(f"wrote {dest}: {len(questions)} written questions with their model answers and rubrics "
               "(for graders only)")
     elif args.command == "publish":
         from .publish import publish

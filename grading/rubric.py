@@ -65,7 +65,7 @@ def page(questions: list[WrittenQuestion]) -> str:
     return "\n".join(parts) + "\n"
 
 
-def write(dest: Path = DEFAULT) -> Path:
+def write(dest: Path = DEFAULT, questions: list[WrittenQuestion] | None = None) -> Path:
     dest.parent.mkdir(parents=True, exist_ok=True)
-    dest.write_text(page(written_questions()), encoding="utf-8")
+    dest.write_text(page(written_questions() if questions is None else questions), encoding="utf-8")
     return dest

@@ -12,10 +12,10 @@ from pathlib import Path
 
 # A module is one unit of work, sent whole to one worker, so its module fixtures (a graded class) are made once; the
 # modules that read the Colab walk (a session fixture of minutes) are one unit together, and so are the two that read
-# the graded LMS exports. The longest units go first,
-# so that no worker is left with a long one at the end, and two units that each keep both cores busy (the Colab walk's
-# installs and training; the tampering class, whose attackers spin until their cells' limits) are not sent together:
-# the walk goes beside the sandbox tests, whose time is mostly deadlines (measured: docs/testing.md).
+# the graded LMS exports. The longest units go first, so that no worker is left with a long one at the end, and two
+# units that each keep both cores busy (the Colab walk's installs and training; the tampering class, whose attackers
+# spin until their cells' limits) are not sent together: the walk goes beside the sandbox tests, whose time is mostly
+# deadlines (measured: docs/testing.md).
 SHARED_UNITS = {"test_colab": "colab_walk", "test_model_answers": "colab_walk", "test_prose_numbers": "colab_walk",
                 "test_reference_run": "colab_walk", "test_lms_exports": "lms_graded", "test_lms_export_formats": "lms_graded"}
 SENT_FIRST = ["colab_walk", "test_judge", "test_tampering", "test_parallel", "test_notebooks", "test_training",
