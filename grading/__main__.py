@@ -46,12 +46,14 @@ def main(argv: list[str] | None = None) -> int:
                     "class keeps its results from the course folder's last run, and OUT holds the whole class")
     ag.add_argument("--resume", action="store_true", help="keep students finished by an interrupted run")
     add_options(ag)  # the settings of grading/settings.py: --cell-seconds, --notebook-seconds, ..., --no-sandbox
+    add_late_options(ag)
     rp = sub.add_parser("report", help="write the class report of a graded run (autograde writes it too)")
     rp.add_argument("out", type=Path, nargs="?", default=Path("grading/work/results"), help="autograde's --out folder")
     rp.add_argument("--anonymise", action="store_true", help="students as 'student 01', ... in the report")
     rp.add_argument("--course", type=Path, default=None, help="the run's nbgrader course folder (default "
                     "grading/work/course): its gradebook's scores, those given by hand included, are the report's")
     rp.add_argument("--db", default=None, help="the run's gradebook URL, if it was not the course's SQLite file")
+    add_late_options(rp)
     xp = sub.add_parser("export", help="grades and feedback pages as Moodle's or Canvas's import reads them")
     xp.add_argument("out", type=Path, nargs="?", default=Path("grading/work/results"), help="autograde's --out folder")
     xp.add_argument("--to", choices=["moodle", "canvas"], required=True, help="the LMS (written into OUT/<LMS>/)")
@@ -92,8 +94,8 @@ def main(argv: list[str] | None = None) -> int:
         try:
             results = autograde(args.submissions, args.out.resolve(),
                                 args.course.resolve() if args.course else None, args.db, args.student,
-                                resume=args.resume, settings=settings, progress=True)
-        except (SandboxUnavailable, CourseLockError, ValueError) as exc:
+                                resume=args.resume, settings=settings, progress=True, late=late_given(args))
+        except (SandboxUnavailable, CourseLockError, ValueError) as exc:  # a PolicyError is a ValueError
             print(f"error: {exc}", file=sys.stderr)
             return 2
         print(f"graded {sum(r.status == Status.GRADED for r in results)} of {len(results)} students; "
@@ -151,11 +153,32 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def add_late_options(parser: argparse.ArgumentParser) -> None:
+    """The late policy's parts (grading/late.py), recorded in the course folder; one not given keeps its record."""
+    from .late import RULE_HELP
+
+    group = parser.add_argument_group("late work", "recorded in the course folder and used by every later report and "
+                                      "export until changed; one not given keeps what was recorded ('' clears it)")
+    group.add_argument("--due", default=None, help="the due date and time, e.g. '2026-12-01 23:59'")
+    group.add_argument("--late-penalty", default=None, help=RULE_HELP.replace("%", "%%"))
+    group.add_argument("--extensions", default=None, help="CSV with columns student, due, penalty: a "
+                       "student's own due date, or a penalty in points set by hand (0 waives it)")
+    group.add_argument("--submitted", default=None, help="when each student handed in: Moodle's grading "
+                       "worksheet, or a CSV with columns student, submitted (LMS zips carry no submission times)")
+
+
+def late_given(args) -> dict:
+    """The late-policy options given on the command line (grading.late.update_policy's arguments)."""
+    given = {"due": args.due, "rule": args.late_penalty, "extensions": args.extensions, "submitted": args.submitted}
+    return {k: v for k, v in given.items() if v is not None}
+
+
 def _from_class_results(args, command: str, write) -> bool:
     """`write(results)`: the class's results of the run in `args.out` (its outcomes, the gradebook's points
     now), holding the course folder while it reads and writes, after the feedback pages in OUT are made again
     where the gradebook changed since (`report.refresh_feedback`). True, after one line on stderr, if it could not."""
     from .course import DEFAULT_COURSE, GRADEBOOK_FILE, CourseLockError, hold, sqlite_url
+    from .late import read_policy, update_policy
     from .report import recorded_course, refresh_feedback
     from .results import read_class_results
 
@@ -175,7 +198,9 @@ def _from_class_results(args, command: str, write) -> bool:
     uses_course = (args.course or not args.db) and course_dir.is_dir()
     try:
         with hold(course_dir, f"{command} {args.out}") if uses_course else contextlib.nullcontext():
-            results = read_class_results(args.out, db_url)
+            given = late_given(args) if hasattr(args, "due") else {}
+            policy = update_policy(course_dir, **given) if given else read_policy(course_dir)
+            results = read_class_results(args.out, db_url, policy)
             # the feedback pages in OUT (which the export zips) with the gradebook's scores now, before any output
             made, notes = refresh_feedback(args.out, course_dir if uses_course else None, results, db_url)
             write(results)

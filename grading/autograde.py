@@ -44,8 +44,9 @@ from typing import Any
 from . import course, engine, judge, worker
 from .course import GradingRun
 from .intake import intake
+from .late import update_policy
 from .notebooks import graded_columns
-from .outcome import FOLDER, Status, StudentOutcome
+from .outcome import FOLDER, ROSTER, Status, StudentOutcome, write_outcome
 from .report import report
 from .settings import Settings
 
@@ -56,7 +57,8 @@ __all__ = ["autograde", "graded_columns", "StudentOutcome"]
 
 def autograde(submissions: Path, out: Path, course_dir: Path | None = None, db_url: str | None = None,
               students: list[str] | None = None, resume: bool = False, settings: Settings = Settings(),
-              progress: bool = False, task: Callable[[GradingRun, str], Any] | None = None) -> list[StudentOutcome]:
+              progress: bool = False, task: Callable[[GradingRun, str], Any] | None = None,
+              late: dict | None = None) -> list[StudentOutcome]:
     """Grade every student in `submissions` (folder or zip). Returns one outcome per student folder.
 
     resume=True keeps the results of students graded by an earlier, interrupted run. `students` (names as given,
@@ -66,6 +68,8 @@ def autograde(submissions: Path, out: Path, course_dir: Path | None = None, db_u
     where bubblewrap cannot be had): every row is flagged; `workers` worker processes on this machine, or
     the Dask cluster at `scheduler` (grading/engine.py). `task` replaces `worker.grade_student` there,
     called as it is, `task(run, student)`; the tests hold a student back with it.
+    `late`: parts of the late policy to record in the course folder first (`grading.late.update_policy`'s
+    arguments; a part that cannot be used raises PolicyError before anything is graded).
     The run holds the course folder from before it is prepared until the report is written (`course.hold`):
     another run on it raises `course.CourseLockError` at once, naming this one, having changed nothing.
     """
@@ -83,6 +87,8 @@ def autograde(submissions: Path, out: Path, course_dir: Path | None = None, db_u
     # one run per course folder, from before it is prepared until the report is written (raises at once,
     # having changed nothing, if another run holds it)
     with course.hold(root, f"autograde {submissions} --out {out}" + (" --resume" if resume else "")) as held:
+        if late:
+            update_policy(root, **late)
         out.mkdir(parents=True, exist_ok=True)
         finished = root / FOLDER  # the outcomes of the students graded so far: a resumed run keeps them
         if not resume and not students and finished.exists():
@@ -101,6 +107,8 @@ def autograde(submissions: Path, out: Path, course_dir: Path | None = None, db_u
             # each student's grading checks the digest against the folder's
             run = GradingRun(root, settings, files, course.preparation_digest(root), gradebook)
             results, loose = intake(Path(submissions), root)  # the whole class: OUT is always the class's
+            for handed_in in results:  # who handed in what, where the workers read it (the feedback pages say it)
+                write_outcome(root / ROSTER, handed_in)
             if students:  # a re-grade of some: theirs are made again, the rest of the class's are kept
                 chosen = intake(Path(submissions), root, students)[0]
                 if not chosen:

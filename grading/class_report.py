@@ -95,6 +95,9 @@ def _explain(message: str) -> str:
     return message.split("`: ", 1)[1] if message.startswith("`") and "`: " in message else message
 
 
+PUBLIC_NOT_SCORED = " (public example, not scored)"  # a failure of a public case where the cell is scored on hidden ones
+
+
 def _task_stats(results: ClassResults, col: Column, better: set[str], weaker: set[str],
                 found: dict[tuple[str, str, str], list[tuple[str, str]]]) -> TaskStats:
     """One task's row of the table: its points are the gradebook's, as in the totals; its cases and the
@@ -109,15 +112,21 @@ def _task_stats(results: ClassResults, col: Column, better: set[str], weaker: se
         stats.full_marks += points >= col.max_points
         stats.overridden += t.by_hand
         cases = t.judged.cases if t.judged else []
+        scored_on_hidden = any(not k.public for k in cases)
         stats.attempted += points > 0 or any(k.passed or k.diagnosis not in ("not implemented", NOT_RUN)
                                              for k in cases)
         seen = set()
         for k in cases:
             case_rows[k.case].append((s, k))
+        # a student counts once per task and diagnosis; a public example that is not scored (the cell is scored on
+        # its hidden cases) only where no scored case of the student's failed the same way, and marked as such
+        for k in sorted(cases, key=lambda k: k.public):
             kind = k.diagnosis or "wrong values"
-            if not k.passed and kind not in seen:  # a student counts once per task and diagnosis
-                seen.add(kind)
-                found[(col.notebook, col.task, kind)].append((s, k.message))
+            if k.passed or kind in seen:
+                continue
+            seen.add(kind)
+            found[(col.notebook, col.task, kind + (PUBLIC_NOT_SCORED if k.public and scored_on_hidden else ""))].append(
+                (s, k.message))
     stats.mean_credit = statistics.fmean(credit) if credit else 0.0
     for case, rows in case_rows.items():
         passed = {s for s, k in rows if k.passed}
@@ -198,15 +207,18 @@ def build(results: ClassResults, anonymise: bool = False) -> dict:
 
 def written_questions(results: ClassResults) -> list[dict]:
     """Each written question (graded by a person in nbgrader's formgrader) with how far its grading has
-    got among the graded students: answers graded, awaiting, mean score."""
+    got among the graded students who handed its notebook in: answers graded, awaiting, mean score; and how many
+    did not hand it in (their 0 is no answer graded 0)."""
     found = []
     for col in (c for c in results.columns if c.written):
-        given = [t.points for s in results.graded if (t := s.task(col.notebook, col.task)).points is not None]
-        waiting = len(results.graded) - len(given)
+        took = [s for s in results.graded if s.took(col.notebook)]  # a notebook not handed in has no answer to grade
+        given = [t.points for s in took if (t := s.task(col.notebook, col.task)).points is not None]
+        waiting, absent = len(took) - len(given), len(results.graded) - len(took)
         status = (f"{len(given)} graded" + (f", {waiting} awaiting manual grading" if waiting else "")
-                  + (f"; mean {sum(given) / len(given):.2f} of {col.max_points:g}" if given else ""))
+                  + (f"; mean {sum(given) / len(given):.2f} of {col.max_points:g}" if given else "")
+                  + (f"; {absent} not handed in" if absent else ""))
         found.append({"notebook": col.notebook, "question": col.task, "points": col.max_points,
-                      "graded": len(given), "awaiting": waiting, "status": status})
+                      "graded": len(given), "awaiting": waiting, "not_handed_in": absent, "status": status})
     return found
 
 

@@ -49,14 +49,14 @@ c.Autograde.create_student = True
 # sandbox, then its test cells scored by the judge from what the checks recorded there) and SaveAutoGrades by
 # SaveJudgedScores (the judge's points into the gradebook). Their settings are not here: they get the student's
 # grading (grading.worker.StudentGrading) from grading.worker.StudentAutograde, so they refuse to run under
-# nbgrader's own autograde.
+# nbgrader's own autograde. nbgrader's AssignLatePenalties is left out: late work is grading/late.py's (its penalty
+# follows the total, written answers graded later included; nbgrader's is fixed per notebook at autograde time).
 c.Autograde.autograde_preprocessors = [
     "grading.worker.GradeNotebook",
     "nbgrader.preprocessors.IgnorePattern",
     "nbconvert.preprocessors.ClearMetadataPreprocessor",
     "nbgrader.preprocessors.LimitOutput",
     "grading.worker.SaveJudgedScores",
-    "nbgrader.preprocessors.AssignLatePenalties",
     "grading.metadata_check.CheckCellMetadata",
 ]
 # nbgrader's other pipelines that check the cells' metadata, with the same check, its schema compiled once

@@ -37,6 +37,17 @@ GRADING_RUN_NOT_SHOWN = (
     "nor the message of an error your code raised in a case: run your notebook to see them.*")
 
 
+def submission_cell(missing: Sequence[str], late: str) -> str:
+    """The page's note of what the student did not hand in and how late (the kit's words, the assignment's names,
+    times and the instructor's rule only)."""
+    parts = []
+    if missing:
+        parts.append("**Not in your submission:**\n\n" + "\n".join(f"- {html.escape(m, quote=False)}" for m in missing))
+    if late:
+        parts.append(f"**Late work:** {html.escape(late, quote=False)}")
+    return "\n\n".join(parts)
+
+
 def redact_source(source: str) -> str:
     return HIDDEN.sub("# (hidden tests ran here)", source)
 
@@ -124,6 +135,8 @@ class RedactHiddenTests(NbGraderPreprocessor):
     hidden_dir = Unicode(str(HIDDEN_REFERENCES), help="folder of the hidden reference files (for their case names)"
                          ).tag(config=True)
     judged: Sequence[NotebookRecord] = ()  # the judge's records of the student's notebooks (set per student)
+    missing_work: Sequence[str] = ()  # what the student did not hand in, a line each (set per student)
+    late_line: str = ""  # how late, and the rule (set per student)
 
     def preprocess(self, nb, resources):
         names = sorted(case_names(self.hidden_dir), key=len, reverse=True)
@@ -132,6 +145,8 @@ class RedactHiddenTests(NbGraderPreprocessor):
         self._cells = {c.grade_id: c for r in self.judged if r.notebook == notebook for c in r.cells}
         nb, resources = super().preprocess(nb, resources)
         nb.cells.insert(0, nbformat.v4.new_markdown_cell(GRADING_RUN_NOT_SHOWN))
+        if self.missing_work or self.late_line:
+            nb.cells.insert(1, nbformat.v4.new_markdown_cell(submission_cell(self.missing_work, self.late_line)))
         return nb, resources
 
     def _scrub(self, text):

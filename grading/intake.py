@@ -95,7 +95,6 @@ MOODLE, CANVAS, MIXED = "moodle", "canvas", "moodle and canvas"
 # file to a submission by it (grading.lms_export), so a notebook taken from such a file keeps that name.
 CANVAS_FILE = re.compile(r"(?P<name>[^_]+)_(?:(?P<late>late)_)?(?P<lms_id>\d+)_(?P<attachment_id>\d+)_(?P<file>.+)",
                          re.S | re.I)
-LATE_NOTE = "handed in late (the export marks it LATE)"  # the note of a late student (grading.lms_export reads it)
 
 
 class Reading(NamedTuple):
@@ -456,7 +455,9 @@ def _collect(handin: Handin, known: dict[str, str], result: StudentOutcome, dest
         result.notes += [f"{rel}: {note}" for note in repairs + rebuilt.notes]
         # a file of Canvas's download is recorded by its name there, which holds its attachment id
         result.notebooks[stem] = chosen.name if chosen in handin.from_canvas else str(rel)
+    result.missing = [stem for stem in known.values() if stem not in candidates]
     _keep_checkpoint(checkpoints, result, dest, ignored)
+    result.model_kept = (dest / notebooks.TRAINED_CHECKPOINT).is_file()
 
 
 def oversized(nb) -> str | None:
@@ -496,9 +497,8 @@ def _keep_checkpoint(found: list[tuple[Path, Path]], result: StudentOutcome, des
 
 def stage_student(root: Path, handin: Handin, known: dict[str, str], student: str) -> StudentOutcome:
     """Copy one student's gradable notebooks into the course's submitted/`student` folder."""
-    result = StudentOutcome(student=student, name=shown(handin.name), lms_id=handin.lms_id, lms=handin.lms)
-    if handin.late:
-        result.notes.append(LATE_NOTE)
+    result = StudentOutcome(student=student, name=shown(handin.name), lms_id=handin.lms_id, lms=handin.lms,
+                            lms_late=handin.late)
     submitted = root / "submitted" / result.student / ASSIGNMENT
     try:
         if submitted.exists():
@@ -510,7 +510,7 @@ def stage_student(root: Path, handin: Handin, known: dict[str, str], student: st
         with contextlib.suppress(OSError):
             submitted.parent.rmdir()  # the student's folder, if nothing else is in it
         return StudentOutcome(student=result.student, status=Status.FAILED, notes=result.notes + [f"refused: {why}"],
-                             name=result.name, lms_id=result.lms_id, lms=result.lms)
+                             name=result.name, lms_id=result.lms_id, lms=result.lms, lms_late=result.lms_late)
     if not result.notebooks:
         result.status = Status.NO_NOTEBOOKS
         result.notes.append("no notebook of this assignment in the folder: nothing to grade (no grade given, not 0)")
@@ -576,7 +576,8 @@ def intake(submissions: Path, root: Path, students: list[str] | None = None) -> 
             if why is None and ids.setdefault(student, handin.key) != handin.key:
                 why = f"its id {student} is another student's"  # (a hash collision: never seen)
             bad = [problem for entry in handin.entries for problem in refused_of.get(entry, [])]
-            if why is None and not bad and handin.disputed and not handin.folders and not handin.files:
+            own_files = bool(handin.folders or handin.files or bad)
+            if why is None and not own_files and handin.disputed:
                 why = "no file is this student's alone: each one's name reads as another student's file too"
             if why or bad:
                 note = f"refused: {why}" if why else "refused: the zip holds " + "; ".join(f"{n}: {w}" for n, w in bad[:3])
@@ -585,7 +586,8 @@ def intake(submissions: Path, root: Path, students: list[str] | None = None) -> 
                     disputed.add(file, DISPUTED)
                 results.append(StudentOutcome(student=student, status=Status.FAILED, notes=disputed.notes() + [note],
                                              flags=[DISPUTED_FLAG] if handin.disputed else [],
-                                             name=shown(handin.name), lms_id=handin.lms_id, lms=handin.lms))
+                                             name=shown(handin.name), lms_id=handin.lms_id, lms=handin.lms,
+                                             own_files=own_files))
                 continue
             outcome = stage_student(root, handin, known, student)
             if handin.disputed:

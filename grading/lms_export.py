@@ -54,7 +54,7 @@ import zipfile
 from datetime import datetime, timezone
 from pathlib import Path
 
-from .intake import CANVAS, LATE_NOTE, MOODLE, canvas_ids
+from .intake import CANVAS, MOODLE, canvas_ids
 from .notebooks import ASSIGNMENT
 from .outcome import Status
 from .results import ClassResults, StudentResult
@@ -76,12 +76,17 @@ class ExportError(ValueError):
 
 
 def late(student: StudentResult) -> bool:
-    return LATE_NOTE in student.outcome.notes
+    """Late under the class's policy (`grading.late`): by the submission times, or by the LMS's own mark."""
+    return student.lateness.late
 
 
 # why an id read from one LMS's names is not written into the other's files: (read from, exported to) -> reason
 FOREIGN_ID = {(MOODLE, CANVAS): "participant id from a Moodle export, not a Canvas user id",
               (CANVAS, MOODLE): "user id from a Canvas export, not a Moodle participant id"}
+
+
+NO_OWN_FILE = ("no file of its own (each file read as this student's reads as another's too): its id may be a "
+               "classmate's, not written (a person decides whose the files are)")
 
 
 def foreign_id(s: StudentResult, to: str) -> str | None:
@@ -99,11 +104,12 @@ def foreign_id(s: StudentResult, to: str) -> str | None:
 
 def exported(results: ClassResults, to: str) -> tuple[list[StudentResult], list[tuple[StudentResult, str]]]:
     """The students with an LMS id of `to`, and the others with the reason: no id, or the other LMS's id. Two
-    students with one id refuse the export: an LMS would give both the grade of whichever row it read last."""
+    students with one id refuse the export: an LMS would give both the grade of whichever row it read last. A row
+    resting on no file of its own (`own_files`) takes no part: its id, read from a disputed name, may be another's."""
     with_id: dict[str, list[StudentResult]] = {}
     missing = []
     for s in results.students:
-        why = foreign_id(s, to)
+        why = foreign_id(s, to) or (None if s.outcome.own_files else NO_OWN_FILE)
         if why:
             missing.append((s, why))
         elif s.outcome.lms_id:
@@ -124,17 +130,19 @@ def maximum(results: ClassResults, percent: bool) -> float:
 
 
 def grade(results: ClassResults, s: StudentResult, percent: bool) -> float | str:
-    """The student's grade: total points (or percent of the maximum); "" when not graded, never 0."""
+    """The student's grade: total points less the late penalty (or percent of the maximum); "" when not graded,
+    never 0."""
     if not s.graded:
         return ""
     if percent:
         top = results.max_total()
-        return round(100 * s.total() / top, 2) if top else 0.0
-    return round(s.total(), 4)
+        return round(100 * s.final() / top, 2) if top else 0.0
+    return round(s.final(), 4)
 
 
 def summary(results: ClassResults, s: StudentResult) -> str:
-    """One line for the student: their points (or why there are none), late, written answers awaiting a grade."""
+    """One line for the student: their points (or why there are none), the late penalty, written answers awaiting a
+    grade, how late (and the rule), what they did not hand in."""
     if s.graded:
         # a person's score: a test cell's changed, or a written answer's given (a notebook not handed in has its
         # written answers at 0 without anyone grading them)
@@ -142,14 +150,18 @@ def summary(results: ClassResults, s: StudentResult) -> str:
                       for t in s.tasks)
         how = "autograded and graded by hand" if by_hand else "autograded"  # a written answer, or a score overridden
         parts = [f"{s.total():g} of {results.max_total():g} points ({how})"]
+        if s.late_penalty:
+            parts.append(f"late penalty {s.late_penalty:g} points: {s.final():g} of {results.max_total():g}")
         if s.pending:
             parts.append(f"{s.pending:g} points of written answers still to be graded")
     elif s.outcome.status == Status.NO_NOTEBOOKS:
         parts = ["not graded: no notebook of the assignment was found in the submission"]
     else:
         parts = ["not graded: automatic grading failed, your instructor will grade it"]
-    if late(s):
-        parts.append("handed in late")
+    if s.late_line:
+        parts.append(s.late_line)
+    if s.graded:
+        parts += s.outcome.missing_work
     return "; ".join(parts) + "."
 
 

@@ -28,6 +28,7 @@ FILES_BESIDE = {"04_captioning_data_and_model": ["02_positional_encoding.ipynb",
                 "05_training_and_evaluation": [TRAINED_CHECKPOINT, "04_captioning_data_and_model.ipynb",
                                                "02_positional_encoding.ipynb", "03_multi_head_attention.ipynb"]}
 MAX_HANDED_IN = 64 * 2**20
+TRAINED_MODEL_CELL = ("05_training_and_evaluation", "test_trained_model")  # the test cell that measures the checkpoint
 
 @functools.cache
 def public_case_names() -> frozenset[str]:

@@ -48,10 +48,24 @@ class StudentOutcome:
     # which LMS's export `lms_id` was read from: "moodle" (a participant id, from Moodle's names), "canvas" (a user
     # id, from Canvas's); "" where not known (no id, or an outcome written before this was recorded)
     lms: str = ""
+    # False: every file whose name reads as this student's reads as another's too (none taken in), so the row
+    # rests on no file of its own: its id may be a classmate's, and it is never exported under it
+    own_files: bool = True
+    # what the student did not hand in, as intake found it: the assignment's notebooks with no copy in the submission
+    # (one handed in but unreadable is in `notes` instead), and whether notebook 05's trained model was kept for
+    # measuring (False: none handed in, or one too large to keep); shown in the row, the feedback page, the LMS comment
+    missing: list[str] = field(default_factory=list)
+    model_kept: bool = True
+    lms_late: bool = False  # the LMS's export marks the submission late (Canvas's LATE); grading/late.py says how late
     error: str = ""  # why grading failed (Status.FAILED)
     traceback: str = ""  # where, when grading raised
     sandboxes_started: int = 0  # 0: graded in a sandbox kept warm from the worker's previous student
     judged: list[NotebookRecord] = field(default_factory=list)  # the judge's record of each notebook, in order
+
+    @property
+    def missing_work(self) -> list[str]:
+        """What the student did not hand in, a line each, with the points it costs (`missing_work`)."""
+        return missing_work(self)
 
     def summary(self) -> dict:
         """The outcome without the judge's records and the traceback: an entry of report.json."""
@@ -66,6 +80,25 @@ class StudentOutcome:
         return outcome
 
 
+def missing_work(outcome: StudentOutcome) -> list[str]:
+    """A line for each piece of work the student did not hand in and the points it costs: a notebook, or notebook
+    05's trained model where 05 came without one. None for a student with no notebook at all (the status says it)."""
+    from .notebooks import TRAINED_MODEL_CELL, graded_columns, written_columns
+
+    if outcome.status == Status.NO_NOTEBOOKS or not outcome.notebooks:
+        return []
+    points: dict[str, float] = {}
+    for stem, _, worth in graded_columns() + written_columns():
+        points[stem] = points.get(stem, 0.0) + worth
+    lines = [f"{stem} not handed in: its {points.get(stem, 0.0):g} points are 0" for stem in outcome.missing]
+    training, cell = TRAINED_MODEL_CELL
+    if not outcome.model_kept and training in outcome.notebooks:
+        worth = next((p for stem, task, p in graded_columns() if (stem, task) == TRAINED_MODEL_CELL), 0.0)
+        lines.append(f"no trained model to measure (not handed in, or not kept: see the notes): {training}'s "
+                     f"{cell} ({worth:g} points) is 0")
+    return lines
+
+
 def joined(intake: StudentOutcome, graded: StudentOutcome | None) -> StudentOutcome:
     """The outcome of a student as intake found them and a worker graded them (None: not graded)."""
     if graded is None:
@@ -75,7 +108,8 @@ def joined(intake: StudentOutcome, graded: StudentOutcome | None) -> StudentOutc
         student=intake.student, notebooks=intake.notebooks, status=Status.FAILED if failed else Status.GRADED,
         notes=intake.notes + graded.notes + ([graded.error or "unknown error"] if failed else []),
         flags=intake.flags + graded.flags, seconds=graded.seconds, name=intake.name, lms_id=intake.lms_id,
-        lms=intake.lms, error=graded.error, traceback=graded.traceback, sandboxes_started=graded.sandboxes_started,
+        lms=intake.lms, own_files=intake.own_files, missing=intake.missing, model_kept=intake.model_kept,
+        lms_late=intake.lms_late, error=graded.error, traceback=graded.traceback, sandboxes_started=graded.sandboxes_started,
         judged=graded.judged)
 
 
@@ -92,6 +126,9 @@ def write_outcome(folder: Path, outcome: StudentOutcome) -> Path:
 def read_outcome(path: Path) -> StudentOutcome:
     """An outcome as `write_outcome` wrote it; a damaged file raises (ValueError, TypeError, KeyError)."""
     return StudentOutcome.from_dict(json.loads(path.read_text()))
+
+
+ROSTER = "roster"  # in the course folder: intake's outcome of each student (who handed in what), for the workers
 
 
 def read_outcomes(folder: Path) -> dict[str, StudentOutcome]:

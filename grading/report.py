@@ -15,10 +15,12 @@ import json
 import re
 import shutil
 import warnings
+from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 
 from . import class_report
+from .late import read_policy
 from .notebooks import ASSIGNMENT
 from .outcome import FOLDER, Status, StudentOutcome, joined, write_outcome
 from .results import ClassResults, class_results, read_points, submissions, write_loose_files
@@ -61,22 +63,31 @@ def recorded_course(out: Path) -> Path | None:
         return None
 
 
-def made_from(submission, outcome: StudentOutcome) -> str:
+def made_from(submission, outcome: StudentOutcome, page: Sequence[str] = ()) -> str:
     """A digest of what a student's feedback pages show: the gradebook's scores (the judge's, a person's, extra
     credit), comments and late penalty of each of their notebooks (`submission`, their nbgrader SubmittedAssignment
-    or None), the judge's records and the name (the title)."""
+    or None), the judge's records, the name (the title) and the page's lines about the submission (`page`: what
+    was not handed in, how late)."""
     rows: list[list] = []
     for nb in submission.notebooks if submission is not None else []:
         rows.append([nb.name, nb.late_submission_penalty])
         rows += [[nb.name, g.name, g.auto_score, g.manual_score, g.extra_credit] for g in nb.grades]
         rows += [[nb.name, c.name, c.auto_comment, c.manual_comment] for c in nb.comments]
     content = {"gradebook": sorted(rows, key=repr), "judged": [asdict(r) for r in outcome.judged],
-               "name": outcome.name}
+               "name": outcome.name, "page": list(page)}
     return hashlib.sha256(json.dumps(content, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def feedback_made_from(db_url: str, outcomes: list[StudentOutcome]) -> dict[str, str]:
-    """{student: `made_from`} of each of `outcomes`, read from the gradebook once."""
+def page_lines(results: ClassResults) -> dict[str, tuple[list[str], str]]:
+    """{student: (what they did not hand in, how late)} for each graded student: what their pages say of the
+    submission besides the notebooks."""
+    return {s.student: (s.outcome.missing_work, s.late_line) for s in results.graded}
+
+
+def feedback_made_from(db_url: str, outcomes: list[StudentOutcome],
+                       pages: dict[str, tuple[list[str], str]] | None = None) -> dict[str, str]:
+    """{student: `made_from`} of each of `outcomes` (`pages`: their pages' lines about the submission), read from
+    the gradebook once."""
     if not outcomes:
         return {}
     from nbgrader.api import Gradebook
@@ -85,7 +96,12 @@ def feedback_made_from(db_url: str, outcomes: list[StudentOutcome]) -> dict[str,
     with Gradebook(db_url) as gb, warnings.catch_warnings():
         warnings.simplefilter("ignore", SAWarning)  # nbgrader's own ORM use (grading.results.read_points)
         found = submissions(gb, [o.student for o in outcomes])
-        return {o.student: made_from(found.get(o.student), o) for o in outcomes}
+        return {o.student: made_from(found.get(o.student), o, _page(pages, o.student)) for o in outcomes}
+
+
+def _page(pages: dict[str, tuple[list[str], str]] | None, student: str) -> list[str]:
+    missing, late = (pages or {}).get(student, ([], ""))
+    return [*missing, late]
 
 
 def read_made_from(out: Path) -> dict[str, str]:
@@ -123,7 +139,8 @@ def refresh_feedback(out: Path, root: Path | None, results: ClassResults,
     students made again, notes for the instructor). No course folder (None: not held), or one whose gradebook is
     not `db_url`, is left alone (a note says so)."""
     graded = [s.outcome for s in results.graded]
-    digests, recorded = feedback_made_from(db_url, graded), read_made_from(out)
+    about = page_lines(results)
+    digests, recorded = feedback_made_from(db_url, graded, about), read_made_from(out)
     stale = [o for o in graded if recorded.get(o.student) != digests[o.student]]
     if not stale:
         return [], []
@@ -147,7 +164,8 @@ def refresh_feedback(out: Path, root: Path | None, results: ClassResults,
         for page in pages.glob("*.html") if pages.is_dir() else []:  # a failed attempt must not leave old scores
             page.unlink()
         recorded.pop(o.student, None)
-        notes += [f"{o.student}: {note}" for note in worker.feedback_pages(api, o)]  # the outcome: student, judged
+        made_of = worker.PageOf(o.student, o.judged, *about[o.student])
+        notes += [f"{o.student}: {note}" for note in worker.feedback_pages(api, made_of)]
         copy_feedback(root, out, o.student, o.name)
         if any(pages.glob("*.html")):
             recorded[o.student] = digests[o.student]
@@ -181,13 +199,17 @@ def write_grades(out: Path, results: ClassResults) -> Path:
     the name as the export gave it, `lms_id` the LMS's participant id (if the export gives one), `id` the
     id graded under (the gradebook's, the name of the student's feedback folder). A student not graded (no
     notebook handed in, or grading failed) has empty points, not 0, as the LMS export writes them. Points are
-    written as floats (`0.0`, never `0`)."""
+    written as floats (`0.0`, never `0`). `late`: how late and the rule (the max row: the rule), `late_penalty` the
+    points it takes off the total now, `final` the grade the LMS exports write (grading/late.py). `not_handed_in`:
+    each notebook (or notebook 05's trained model) the student did not hand in, with the points it costs."""
     cols, stems = results.columns, results.notebooks
     header = ["student", "lms_id", "id", "status"] + [c.name for c in cols] + [f"{s}:total" for s in stems]
-    header += ["total", "max_total", "written_pending", "review", "notes"]
+    header += ["total", "max_total", "written_pending", "late", "late_penalty", "final", "review", "not_handed_in",
+               "notes"]
     written_max = float(sum(c.max_points for c in cols if c.written))
     rows: list[list] = [[MAX_ROW, "", "", ""] + [c.max_points for c in cols] + [results.max_total(s) for s in stems]
-                        + [results.max_total(), results.max_total(), written_max, "", ""]]
+                        + [results.max_total(), results.max_total(), written_max, results.late_policy.describe(), "",
+                           results.max_total(), "", "", ""]]
     for s in sorted(results.students, key=lambda s: ((s.outcome.name or s.student).casefold(), s.student)):
         o = s.outcome
         points: list = [""] * (len(s.tasks) + len(stems) + 1)  # not graded is not 0: empty, as the export writes it
@@ -195,8 +217,10 @@ def write_grades(out: Path, results: ClassResults) -> Path:
             points = (["" if t.points is None else float(t.points) for t in s.tasks]
                       + [float(s.total(nb)) for nb in stems] + [float(s.total())])
         rows.append([o.name or o.student, o.lms_id, o.student, o.status] + points
-                    + [results.max_total(), float(s.pending) if s.graded else "", fitted(o.flags, o.student),
-                       fitted(o.notes, o.student)])
+                    + [results.max_total(), float(s.pending) if s.graded else "", s.late_line,
+                       float(s.late_penalty) if s.graded else "", float(s.final()) if s.graded else "",
+                       fitted(o.flags, o.student),
+                       fitted(o.missing_work, o.student), fitted(o.notes, o.student)])
     return write_csv(out / "grades.csv", [header] + rows)  # no cell a spreadsheet would run (grading.spreadsheet)
 
 
@@ -244,15 +268,16 @@ def report(out: Path, root: Path, results: list[StudentOutcome], graded: dict[st
         if stale.stem not in students:
             stale.unlink()
     graded_now = [o for o in outcomes if o.status == Status.GRADED]
-    digests = feedback_made_from(db_url, graded_now)  # the pages were just made from the gradebook as it is
+    class_ = class_results(outcomes, read_points(db_url, [o.student for o in graded_now]), loose, read_policy(root))
+    # the pages were just made from the gradebook as it is
+    digests = feedback_made_from(db_url, graded_now, page_lines(class_))
     for o in outcomes:
         if o.status == Status.GRADED:
             copy_feedback(root, out, o.student, o.name)
         write_outcome(folder, o)
     write_made_from(out, {o.student: digests[o.student] for o in graded_now
                           if (out / "feedback" / o.student).is_dir()})
-    points = read_points(db_url, [o.student for o in graded_now])
-    write_outputs(out, class_results(outcomes, points, loose))
+    write_outputs(out, class_)
     write_course_record(out, root)
     return outcomes
 

@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from .judge import CellResult, NotebookRecord
+from .late import NO_LATE_POLICY, ON_TIME, LateFacts, Lateness, LatePolicy, late_line, penalty
 from .notebooks import ASSIGNMENT, graded_columns, written_columns
 from .outcome import FOLDER, Status, StudentOutcome, read_outcomes
 
@@ -70,6 +71,8 @@ class TaskResult:
 class StudentResult:
     outcome: StudentOutcome
     tasks: tuple[TaskResult, ...]  # one per column of the class, in its order
+    lateness: Lateness = ON_TIME  # under the class's policy (grading/late.py)
+    late_policy: LatePolicy = NO_LATE_POLICY
 
     @property
     def student(self) -> str:
@@ -101,6 +104,20 @@ class StudentResult:
         return sum(t.points or 0.0 for t in self.tasks if notebook in (None, t.column.notebook))
 
     @property
+    def late_penalty(self) -> float:
+        """Points the late policy takes off the total as it is now (0 for a student not graded)."""
+        return penalty(self.late_policy, self.lateness, self.total()) if self.graded else 0.0
+
+    def final(self) -> float:
+        """The grade: the total less the late penalty."""
+        return round(self.total() - self.late_penalty, 4)
+
+    @property
+    def late_line(self) -> str:
+        """How late, and the rule, in one line for the student ("" when nothing to say)."""
+        return late_line(self.late_policy, self.lateness)
+
+    @property
     def pending(self) -> float:
         """Points of the written answers still awaiting a person's grade (none for a student not graded)."""
         waiting = [t.column.max_points for t in self.tasks if t.column.written and t.points is None]
@@ -112,6 +129,7 @@ class ClassResults:
     columns: tuple[Column, ...]  # the test cells, then the written questions, each in notebook order
     students: tuple[StudentResult, ...]  # by id
     loose: tuple[str, ...] = ()  # files intake found outside any student's folder
+    late_policy: LatePolicy = NO_LATE_POLICY  # the course folder's, as it was when these results were made
 
     @property
     def notebooks(self) -> list[str]:
@@ -129,7 +147,8 @@ class ClassResults:
         """Which grading run this is: a digest of the points table and the outcomes, so a person's score given
         since, or a student graded again, makes another."""
         content = {"points": [[s.student, t.column.name, t.points] for s in self.students for t in s.tasks],
-                   "outcomes": [asdict(s.outcome) for s in self.students]}
+                   "outcomes": [asdict(s.outcome) for s in self.students],
+                   "late": [[s.student, s.late_penalty] for s in self.students if s.late_penalty]}
         return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -140,19 +159,26 @@ def columns() -> tuple[Column, ...]:
 
 
 def class_results(outcomes: list[StudentOutcome], points: dict[str, Points],
-                  loose: list[str] | tuple[str, ...] = ()) -> ClassResults:
-    """The class from its outcomes and the gradebook's points of each graded student (`read_points`). A test
-    cell the gradebook has no score for scored nothing; a written answer without one awaits a person."""
+                  loose: list[str] | tuple[str, ...] = (), late: LatePolicy = NO_LATE_POLICY) -> ClassResults:
+    """The class from its outcomes and the gradebook's points of each graded student (`read_points`), under the
+    late policy `late` (its files read here, once). A test cell the gradebook has no score for scored nothing; a
+    written answer without one awaits a person."""
     cols = columns()
+    facts = LateFacts.read(late)
 
     def student(outcome: StudentOutcome) -> StudentResult:
         given = points.get(outcome.student, {})
         cells = {(r.notebook, c.grade_id): c for r in outcome.judged for c in r.cells}
         return StudentResult(outcome, tuple(
             TaskResult(c, given.get((c.notebook, c.task), None if c.written else 0.0), cells.get((c.notebook, c.task)))
-            for c in cols))
+            for c in cols), facts.of(student_keys(outcome), outcome.lms_late), late)
 
-    return ClassResults(cols, tuple(student(o) for o in sorted(outcomes, key=lambda o: o.student)), tuple(loose))
+    return ClassResults(cols, tuple(student(o) for o in sorted(outcomes, key=lambda o: o.student)), tuple(loose), late)
+
+
+def student_keys(outcome: StudentOutcome) -> list[str]:
+    """The ways the instructor's files (extensions, submission times) may name a student: name, id, LMS id."""
+    return [k for k in (outcome.name, outcome.student, outcome.lms_id) if k]
 
 
 def submissions(gb, students: list[str]) -> dict:
@@ -210,11 +236,11 @@ def write_loose_files(out: Path, loose: tuple[str, ...]) -> Path:
     return path
 
 
-def read_class_results(out: Path, db_url: str) -> ClassResults:
-    """The results of the run recorded in OUT (its outcomes and loose files) with the gradebook's points now:
-    scores a person gave in formgrader since the run count."""
+def read_class_results(out: Path, db_url: str, late: LatePolicy = NO_LATE_POLICY) -> ClassResults:
+    """The results of the run recorded in OUT (its outcomes and loose files) with the gradebook's points now, under
+    the late policy `late`: scores a person gave in formgrader since the run count."""
     outcomes = list(read_outcomes(out / FOLDER).values())
     loose_record = out / LOOSE_FILES
     loose = json.loads(loose_record.read_text()) if loose_record.is_file() else []
     graded = [o.student for o in outcomes if o.status == Status.GRADED]
-    return class_results(outcomes, read_points(db_url, graded, same_run=True), loose)
+    return class_results(outcomes, read_points(db_url, graded, same_run=True), loose, late)

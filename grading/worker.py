@@ -21,6 +21,7 @@ student, so a course prepared again or changed under the run (another run on the
 """
 from __future__ import annotations
 
+import functools
 import html
 import time
 import traceback
@@ -37,13 +38,14 @@ from traitlets.config import Config
 
 from starter.notebook_loader import read_cells
 
-from . import course, judge, notebooks, sandbox, trained_model
+from . import course, judge, late, notebooks, sandbox, trained_model
 from .course import CourseFiles, GradingRun
 from .feedback import RedactHiddenTests
 from .host_bounds import Bound, PastBound, each_bounded, run_bounded
 from .judge import NOT_RUN, NotebookRecord
 from .notebooks import ASSIGNMENT
-from .outcome import FOLDER, Status, StudentOutcome, write_outcome
+from .outcome import FOLDER, ROSTER, Status, StudentOutcome, read_outcome, write_outcome
+from .results import student_keys
 from .sandbox import StudentSandbox
 from .scan import Findings, scan_notebook
 from .settings import Settings
@@ -146,9 +148,46 @@ class StudentGrading:
     sandbox: StudentSandbox
     judged: list[NotebookRecord] = field(default_factory=list)
 
+    @functools.cached_property
+    def _handed_in(self) -> StudentOutcome | None:
+        """Intake's record of the student (the roster in the course folder): what they handed in, the LMS's mark."""
+        try:
+            return read_outcome(self.run.root / ROSTER / f"{self.student}.json")
+        except (OSError, ValueError, TypeError, KeyError):
+            return None
+
+    @property
+    def missing_work(self) -> list[str]:
+        """What the student did not hand in (`outcome.missing_work`)."""
+        return self._handed_in.missing_work if self._handed_in else []
+
+    @property
+    def late_line(self) -> str:
+        """How late, under the course folder's late policy (`grading.late`), in one line; "" when nothing to say."""
+        if self._handed_in is None:
+            return ""
+        policy = late.read_policy(self.run.root)
+        try:
+            lateness = late.LateFacts.read(policy).of(student_keys(self._handed_in), self._handed_in.lms_late)
+        except late.PolicyError:  # a file changed since the run checked it: `report` says so, and remakes the page
+            return ""
+        return late.late_line(policy, lateness)
+
+
+@dataclass(frozen=True)
+class PageOf:
+    """What a student's feedback pages are made from after the run (`grading.report.refresh_feedback`): who, the
+    judge's records, what they did not hand in, how late."""
+
+    student: str
+    judged: Sequence[NotebookRecord]
+    missing_work: Sequence[str]
+    late_line: str
+
 
 class JudgedStudent(Protocol):
-    """What the feedback pages of a student need: who, and the judge's records of their notebooks. A
+    """What the feedback pages of a student need: who, the judge's records of their notebooks, what they did not
+    hand in, and how late. A
     StudentGrading during a run; `grading.report` makes the pages again from a run's outcome (no sandbox)."""
 
     @property
@@ -156,6 +195,12 @@ class JudgedStudent(Protocol):
 
     @property
     def judged(self) -> Sequence[NotebookRecord]: ...
+
+    @property
+    def missing_work(self) -> Sequence[str]: ...
+
+    @property
+    def late_line(self) -> str: ...
 
 
 class StudentFeedback(GenerateFeedback):
@@ -171,6 +216,8 @@ class StudentFeedback(GenerateFeedback):
         for step in self.exporter._preprocessors:  # made by `start`, once for all of the student's notebooks
             if isinstance(step, RedactHiddenTests):
                 step.judged = self.grading.judged  # the list GradeNotebook filled
+                step.missing_work = list(self.grading.missing_work)
+                step.late_line = self.grading.late_line
         super().convert_notebooks()
 
 

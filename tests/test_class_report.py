@@ -118,7 +118,41 @@ def test_review_flags_and_missing_notebooks_are_listed(graded):
     missing = {m["student"]: m["missing"] for m in report["missing_notebooks"]}
     notebooks = len(nbs.solution_notebooks())
     assert len(missing["empty"]) == notebooks and len(missing[_student("correct", 0)]) == notebooks - 1  # only 01 handed in
-    assert report["written_questions"] == [] or all(q["status"] for q in report["written_questions"])
+    graded_count = report["graded"]
+    for q in report["written_questions"]:  # only 01 was handed in: another notebook's question has no answer, not a 0
+        handed_in = q["notebook"] == NB
+        assert (q["graded"] + q["awaiting"], q["not_handed_in"]) == ((graded_count, 0) if handed_in else
+                                                                      (0, graded_count)), q
+        assert handed_in or f"{graded_count} not handed in" in q["status"], q
+    with open(graded["out"] / "grades.csv", newline="") as f:
+        row = next(r for r in csv.DictReader(f) if r["id"] == _student("correct", 0))
+    points = {stem: sum(p for s, _, p in nbs.graded_columns() + nbs.written_columns() if s == stem)
+              for stem in missing[_student("correct", 0)]}
+    assert row["not_handed_in"] == " | ".join(f"{stem} not handed in: its {p:g} points are 0"
+                                              for stem, p in points.items()), row["not_handed_in"]
+
+
+def test_a_public_example_that_is_not_scored_is_marked_so():
+    """A cell scored on its hidden cases, all passed: the public example's failure (a student's layer that did
+    not load, say) is listed as the public, unscored example it is, not as the task's failure; where a scored case
+    failed the same way, the student is counted there once."""
+    from grading.judge import CaseResult, CellResult, NotebookRecord
+    from grading.outcome import Status, StudentOutcome
+    from grading.results import class_results
+
+    def student(name: str, hidden_passes: bool) -> StudentOutcome:
+        cases = [CaseResult("example", "example", True, False, "raises LayerLoadError: no layer", "raises LayerLoadError"),
+                 CaseResult("h1", "hidden case 1", False, hidden_passes, "" if hidden_passes else "raises LayerLoadError",
+                            "" if hidden_passes else "raises LayerLoadError")]
+        cell = CellResult("test_sdpa", 3.0 if hidden_passes else 0.0, 3.0, cases)
+        record = NotebookRecord(name, NB, "finished", "", True, 1.0, [], [cell])
+        return StudentOutcome(name, notebooks={NB: f"{NB}.ipynb"}, status=Status.GRADED, judged=[record])
+
+    results = class_results([student("full", True), student("failed", False)],
+                            {"full": {(NB, "test_sdpa"): 3.0}, "failed": {(NB, "test_sdpa"): 0.0}})
+    kinds = {d["diagnosis"]: d["students"] for d in class_report.build(results)["no_diagnosis"]}
+    assert kinds == {"raises LayerLoadError": ["failed"],
+                     "raises LayerLoadError" + class_report.PUBLIC_NOT_SCORED: ["full"]}, kinds
 
 
 def test_a_resubmission_round_shows_what_changed(graded):

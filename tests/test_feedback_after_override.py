@@ -119,3 +119,23 @@ def test_scores_given_in_formgrader_reach_the_feedback_page_and_the_lms_zip(grad
     assert zipped == page_file.read_text(encoding="utf-8")
     _assert_judges_lines_only(zipped)
     assert float(read_csv(out / "moodle" / "grading_worksheet.csv")[0]["Grade"]) == 12.5
+
+
+def test_a_late_policy_given_after_the_run_reaches_the_page_and_the_grade(graded, capsys, tmp_path):
+    """Due dates and submission times given to `report` after grading: the page is made again with how late and the
+    rule (a change of the policy is a change of the page), and the export writes the total less the penalty."""
+    out, course = graded["out"], str(graded["course"])
+    times = tmp_path / "submitted.csv"
+    times.write_text(f"student,submitted\n{LMS_ID},2026-12-02 08:00\n", encoding="utf-8")
+    said = _run(capsys, "report", str(out), "--due", "2026-12-01 23:59", "--late-penalty", "zero",
+                "--submitted", str(times))
+    assert "feedback pages made again with the gradebook's scores: 1 student(s)" in said, said
+    page = (out / "feedback" / graded["student"] / f"{NB}.html").read_text(encoding="utf-8")
+    assert "Late work:" in page and "handed in 2026-12-02 08:00, 1 day late (due 2026-12-01 23:59); late work gets 0" in page
+    row = {r["id"]: r for r in read_csv(out / "grades.csv")[1:]}[graded["student"]]
+    assert float(row["final"]) == 0.0 < float(row["total"]) == float(row["late_penalty"]), row
+    _run(capsys, "export", str(out), "--to", "moodle")
+    assert float(read_csv(out / "moodle" / "grading_worksheet.csv")[0]["Grade"]) == 0.0
+    _run(capsys, "report", str(out), "--late-penalty", "none")  # the rule taken back: the page says so again
+    page = (out / "feedback" / graded["student"] / f"{NB}.html").read_text(encoding="utf-8")
+    assert "1 day late (due 2026-12-01 23:59); no late penalty" in page

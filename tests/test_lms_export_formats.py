@@ -30,7 +30,6 @@ from pathlib import Path
 import pytest
 
 from grading import notebooks as nbs
-from grading.intake import LATE_NOTE
 from grading.judge import CaseResult, CellResult, NotebookRecord
 from grading.outcome import StudentOutcome
 
@@ -132,7 +131,8 @@ def canvas_import(path: Path) -> tuple[list[str], list[str], dict[str, dict]]:
 # -- a run made by hand ------------------------------------------------------------------------------------
 
 def _outcome(student: str, name: str, lms_id: str, status: str = "graded", failing: str | None = None,
-             notes: list[str] | None = None, graded_as: str = f"{NB}.ipynb", lms: str = "") -> StudentOutcome:
+             notes: list[str] | None = None, graded_as: str = f"{NB}.ipynb", lms: str = "",
+             lms_late: bool = False) -> StudentOutcome:
     cells = []
     for stem, task, points in nbs.graded_columns():
         if stem == NB:
@@ -141,12 +141,13 @@ def _outcome(student: str, name: str, lms_id: str, status: str = "graded", faili
             cells.append(CellResult(task, points if ok else 0.0, points, [case]))
     judged = [NotebookRecord(student, NB, "finished", "", True, 1.0, [], cells)] if status == "graded" else []
     return StudentOutcome(student, notebooks={NB: graded_as}, status=status, name=name, lms_id=lms_id, lms=lms,
-                          notes=list(notes or []), error="boom" if status == "failed" else "", judged=judged)
+                          notes=list(notes or []), error="boom" if status == "failed" else "", judged=judged,
+                          lms_late=lms_late)
 
 
 def _outcomes() -> list[StudentOutcome]:  # conftest's blank_gradebook scores these (and NB)
     # alice and bob handed in the files of a Canvas download (intake keeps that name: it holds the attachment id)
-    return [_outcome("alice", ACCENTED, "101", notes=[LATE_NOTE], graded_as=f"obrienzoe_LATE_101_5001_{NB}.ipynb"),
+    return [_outcome("alice", ACCENTED, "101", lms_late=True, graded_as=f"obrienzoe_LATE_101_5001_{NB}.ipynb"),
             _outcome("bob", "Bob Jones", "102", failing=TASK, graded_as=f"jonesbob_102_5002_{NB}-1.ipynb"),
             _outcome("carol", "Carol King", "103", status="failed"),
             _outcome("dave", "dave", "")]  # a folder of his own name: no LMS id
@@ -327,7 +328,7 @@ def test_an_id_from_the_other_lms_is_never_written_as_an_id(run):
     from grading.outcome import write_outcome
 
     outcomes = run["out"] / "outcomes"
-    write_outcome(outcomes, _outcome("alice", ACCENTED, "101", notes=[LATE_NOTE], lms="canvas",
+    write_outcome(outcomes, _outcome("alice", ACCENTED, "101", lms_late=True, lms="canvas",
                                      graded_as=f"obrienzoe_LATE_101_5001_{NB}.ipynb"))
     write_outcome(outcomes, _outcome("bob", "Bob Jones", "102", failing=TASK, lms="canvas",
                                      graded_as=f"jonesbob_102_5002_{NB}-1.ipynb"))
@@ -511,3 +512,55 @@ def test_the_nbgrader_exporter_writes_the_same_files(run):
     plugin_file = (run["out"] / "canvas" / "gradebook_import.csv").read_bytes()
     _export(run, "canvas")
     assert (run["out"] / "canvas" / "gradebook_import.csv").read_bytes() == plugin_file
+
+
+def test_late_work_by_the_stated_rule_in_grades_and_both_exports(run, tmp_path, capsys):
+    """Due 2026-12-01 23:59, 10 % a day up to 50 %. Moodle's grading worksheet says alice handed in 34 hours late
+    (two days, a part of a day counting as one) and bob 9 hours late, but bob has an extension: alice loses 20 % of
+    her total in grades.csv and both exports, which say why; bob nothing. A penalty waived by hand in the extensions
+    file counts at the next report, with no option given again; a rule that is no rule changes nothing."""
+    from grading.__main__ import main
+    from grading.late import POLICY_FILE
+    from grading.spreadsheet import read_csv
+
+    worksheet, extensions = tmp_path / "worksheet.csv", tmp_path / "extensions.csv"
+    moodle_time = "%A, %d %B %Y, %I:%M %p"  # Moodle's userdate(), English
+    with open(worksheet, "w", newline="", encoding="utf-8") as f:
+        csv.writer(f).writerows([["Identifier", "Full name", "Status", "Last modified (submission)"],
+                                 ["Participant 101", ACCENTED, "Submitted for grading",
+                                  datetime(2026, 12, 3, 10, 0).strftime(moodle_time)],
+                                 ["Participant 102", "Bob Jones", "Submitted for grading",
+                                  datetime(2026, 12, 2, 9, 0).strftime(moodle_time)],
+                                 ["Participant 103", "Carol King", "No submission", "-"]])
+    extensions.write_text("student,due,penalty\nBob Jones,2026-12-02 23:59,\n", encoding="utf-8")
+    assert main(["report", str(run["out"]), "--db", run["db_url"], "--due", "2026-12-01 23:59",
+                 "--late-penalty", "10%/day, max 50%", "--extensions", str(extensions), "--submitted",
+                 str(worksheet)]) == 0
+    rows = {r["id"]: r for r in read_csv(run["out"] / "grades.csv")}
+    alice, bob = rows["alice"], rows["bob"]
+    assert float(alice["late_penalty"]) == pytest.approx(0.2 * float(alice["total"])), alice
+    assert float(alice["final"]) == pytest.approx(0.8 * float(alice["total"])), alice
+    assert alice["late"].startswith("handed in 2026-12-03 10:00, 2 days late (due 2026-12-01 23:59)"), alice["late"]
+    assert (bob["late"], float(bob["late_penalty"]), bob["final"]) == ("", 0.0, bob["total"]), bob
+    for to in ("moodle", "canvas"):
+        _export(run, to)
+    grades = moodle_import(run["out"] / "moodle" / "grading_worksheet.csv")
+    assert grades["101"]["grade"] == pytest.approx(0.8 * _nb01_points()) and grades["102"]["grade"] == _bob_points()
+    assert "2 days late" in grades["101"]["feedback"] and "late penalty" in grades["101"]["feedback"]
+    assert "late" not in grades["102"]["feedback"] and "late" not in grades["102"]["row"]["Status"]
+    _, _, students = canvas_import(run["out"] / "canvas" / "gradebook_import.csv")
+    assert float(students["101"]["grades"][0]) == pytest.approx(0.8 * _nb01_points())
+    assert float(students["102"]["grades"][0]) == _bob_points()
+
+    extensions.write_text("student,due,penalty\nBob Jones,2026-12-02 23:59,\n101,,0\n", encoding="utf-8")
+    recorded = (run["out"].parent / "course" / POLICY_FILE).read_text()
+    assert main(["report", str(run["out"]), "--db", run["db_url"], "--late-penalty", "ten a day"]) == 2
+    assert "is not a rule" in capsys.readouterr().err
+    assert (run["out"].parent / "course" / POLICY_FILE).read_text() == recorded, "a refused rule was recorded"
+    assert main(["report", str(run["out"]), "--db", run["db_url"]]) == 0
+    alice = {r["id"]: r for r in read_csv(run["out"] / "grades.csv")}["alice"]
+    assert (float(alice["late_penalty"]), alice["final"]) == (0.0, alice["total"]), alice
+    assert alice["late"].endswith("late penalty set by your instructor: 0 points"), alice["late"]
+    assert main(["report", str(run["out"]), "--db", run["db_url"], "--extensions", "", "--late-penalty", "zero"]) == 0
+    alice = {r["id"]: r for r in read_csv(run["out"] / "grades.csv")}["alice"]
+    assert float(alice["final"]) == 0.0 and alice["late"].endswith("late work gets 0"), alice

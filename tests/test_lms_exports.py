@@ -92,7 +92,10 @@ def test_moodle_folders_of_one_student_are_one_student(moodle_graded):
 
 def test_canvas_notes_a_late_file_and_the_files_as_handed_in(canvas_graded):
     rows = {r["student"]: r for r in read_csv(canvas_graded["out"] / "grades.csv")[1:]}
-    assert "handed in late" in rows["obrienzoe"]["notes"], rows["obrienzoe"]["notes"]
+    assert rows["obrienzoe"]["late"].startswith("marked late by the LMS"), rows["obrienzoe"]["late"]
+    assert rows["smithjohn"]["late"] == "", rows["smithjohn"]["late"]
+    page = (canvas_graded["out"] / "feedback" / rows["obrienzoe"]["id"] / f"{NB}.html").read_text(encoding="utf-8")
+    assert "Late work:" in page and "marked late by the LMS; no late penalty" in page
     assert rows["smithjohn"]["notes"] == "notes.txt: ignored (not a notebook)", rows["smithjohn"]["notes"]
 
 
@@ -184,6 +187,32 @@ def test_a_moodle_display_name_cannot_take_another_students_file(tmp_path):
     assert other.notes[0] == f"{theirs} (the file of Alice Smith (1001) or {impostor} (2002)): {DISPUTED}", other.notes
     assert other.notes[-1].startswith("refused: no file is this student's alone"), other.notes
     assert not (tmp_path / "course" / "submitted" / other.student).exists(), "a disputed file was staged"
+
+
+def test_a_disputed_file_cannot_stop_the_class_export(tmp_path):
+    """Participant 2002 (Bob) uploads `x_1001_assignsubmission_file_<nb>.ipynb`; in a flat Moodle export it reads
+    as Bob's and as the file of a student `Bob_2002_assignsubmission_file_x` with participant id 1001, Alice's.
+    That row rests on no file of its own: it takes no part in the shared-id check (which refused the whole
+    export) and is not exported under Alice's id; Alice is, and Bob, whose prefix the file carries, is flagged
+    (and, with no file of his own either, not exported: a person decides whose the file is)."""
+    from grading.lms_export import NO_OWN_FILE, exported
+    from grading.results import class_results
+
+    alices = f"Alice Smith_1001_assignsubmission_file_{NB}.ipynb"
+    bobs = f"Bob_2002_assignsubmission_file_x_1001_assignsubmission_file_{NB}.ipynb"
+    export = tmp_path / "moodle.zip"
+    with zipfile.ZipFile(export, "w") as zf:
+        zf.writestr(alices, nbformat.writes(filled_submission(NB)))
+        zf.writestr(bobs, nbformat.writes(filled_submission(NB)))
+    results, loose = intake(export, tmp_path / "course")
+    rows = {(r.name, r.lms_id): r for r in results}
+    phantom, bob = rows[("Bob_2002_assignsubmission_file_x", "1001")], rows[("Bob", "2002")]
+    assert not phantom.own_files and not bob.own_files and rows[("Alice Smith", "1001")].own_files, rows
+    assert DISPUTED_FLAG in bob.flags and DISPUTED_FLAG in phantom.flags, (bob.flags, phantom.flags)
+    written, missing = exported(class_results(results, {}), "moodle")  # refused the whole class before
+    assert [(s.outcome.name, s.outcome.lms_id) for s in written] == [("Alice Smith", "1001")], written
+    assert {s.outcome.name: why for s, why in missing} == {"Bob_2002_assignsubmission_file_x": NO_OWN_FILE,
+                                                           "Bob": NO_OWN_FILE}, missing
 
 
 def test_intake_refuses_only_what_cannot_be_a_folder(tmp_path):

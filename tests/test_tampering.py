@@ -518,6 +518,35 @@ def graded_05(tmp_path_factory, grading_db, trained_model_file):
             "one_step": one_step, "before": before}
 
 
+def test_missing_work_is_named_in_the_row_the_page_and_the_lms_comment(graded_05):
+    """hoarder handed in notebooks 04 and 05 only, with a trained model too large to keep; trained 02-05 and its model.
+    Each row's not_handed_in names the other notebooks with their points; hoarder's also the trained model, and so do
+    hoarder's feedback pages and LMS comment; a student whose model was measured has no such line."""
+    from grading.lms_export import summary
+    from grading.results import class_results
+
+    rows = graded_05["rows"]
+    points = {}
+    for stem, _, p in graded_columns() + nbs.written_columns():
+        points[stem] = points.get(stem, 0.0) + p
+
+    def absent(*handed_in: str) -> list[str]:
+        return [f"{stem} not handed in: its {points[stem]:g} points are 0" for stem in points if stem not in handed_in]
+
+    model = f"no trained model to measure (not handed in, or not kept: see the notes): {NB05}'s test_trained_model (3 points) is 0"
+    hoarders = absent(MODEL_NB, NB05) + [model]
+    assert rows["hoarder"]["not_handed_in"] == " | ".join(hoarders), rows["hoarder"]["not_handed_in"]
+    assert rows["trained"]["not_handed_in"] == " | ".join(absent(MODEL_NB, NB05, "02_positional_encoding",
+                                                                 "03_multi_head_attention")), rows["trained"]
+    page = (graded_05["out"] / "feedback" / "hoarder" / f"{NB05}.html").read_text()
+    assert "Not in your submission" in page and "no trained model to measure" in page and hoarders[0] in page
+    trained_page = (graded_05["out"] / "feedback" / "trained" / f"{NB05}.html").read_text()
+    assert "Not in your submission" in trained_page and "no trained model to measure" not in trained_page
+    results = class_results(list(graded_05["results"].values()), {})
+    hoarder = next(s for s in results.students if s.student == "hoarder")
+    assert summary(results, hoarder).endswith("; ".join(hoarders) + "."), summary(results, hoarder)
+
+
 def test_a_checkpoint_that_carries_code_is_refused(graded_05):
     """Notebook 05's trained model is a file the student hands in: one that runs code when loaded earns that
     cell nothing, with torch's reason, and runs nothing (weights_only loading, inside the sandbox); a big
