@@ -23,15 +23,8 @@ from pathlib import Path
 from .settings import add_options, from_options
 
 
-def main(argv: list[str] | None = None) -> int:
-    # the grading modules log what they do (logging.getLogger("grading....")); the command shows that log, and
-    # only that (not Dask's or Jupyter's), as plain lines
-    handler = logging.StreamHandler(sys.stdout)
-    handler.setFormatter(logging.Formatter("%(message)s"))
-    log = logging.getLogger("grading")
-    log.addHandler(handler)
-    log.setLevel(logging.INFO)
-    log.propagate = False
+def command_line() -> argparse.ArgumentParser:
+    """The command's parser: every subcommand and its options."""
     parser = argparse.ArgumentParser(prog="python -m grading", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -72,7 +65,19 @@ def main(argv: list[str] | None = None) -> int:
     ex = sub.add_parser("execute", help="execute solution notebooks end to end")
     ex.add_argument("names", nargs="*", help="notebook names or numbers (default: all)")
     ex.add_argument("--out", type=Path, default=None)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    # the grading modules log what they do (logging.getLogger("grading....")); the command shows that log, and
+    # only that (not Dask's or Jupyter's), as plain lines
+    handler = logging.StreamHandler(sys.stdout)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    log = logging.getLogger("grading")
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    log.propagate = False
+    args = command_line().parse_args(argv)
 
     if args.command == "release":
         from .course import release
@@ -132,8 +137,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: no student of {args.out} could be exported to {args.to.capitalize()}; "
                   f"{listed} says why for each (an export from the other LMS?)", file=sys.stderr)
             return 1
-        if left_out:
-            print(f"{left_out} student(s) not exported, each with the reason: {listed}")
+        print(f"exported {students[0] - left_out} of {students[0]} students to {args.to.capitalize()}"
+              + (f"; {left_out} not exported, each with the reason: {listed}" if left_out else ""))
     elif args.command == "rubric":
         from .rubric import DEFAULT, write, written_questions
         questions = written_questions()
@@ -201,6 +206,9 @@ def _from_class_results(args, command: str, write) -> bool:
             given = late_given(args) if hasattr(args, "due") else {}
             policy = update_policy(course_dir, **given) if given else read_policy(course_dir)
             results = read_class_results(args.out, db_url, policy)
+            if policy.active:
+                late = sum(s.lateness.late for s in results.students)
+                print(f"late work: {policy.describe()}; {late} of {len(results.students)} students late")
             # the feedback pages in OUT (which the export zips) with the gradebook's scores now, before any output
             made, notes = refresh_feedback(args.out, course_dir if uses_course else None, results, db_url)
             write(results)

@@ -117,6 +117,7 @@ def autograde(submissions: Path, out: Path, course_dir: Path | None = None, db_u
                 for student in chosen:
                     (finished / f"{student.student}.json").unlink(missing_ok=True)
             gradable = [r.student for r in results if r.status not in (Status.FAILED, Status.NO_NOTEBOOKS)]
+            kept = set(engine.finished(root)) & set(gradable)  # graded by an earlier run, not again by this one
             for sending in started:  # each worker's warm-up done before any student is sent (`engine.settle`)
                 if sending.exception() is None:  # (one not sent is done by its worker's first student instead)
                     engine.settle(sending.result())
@@ -132,7 +133,10 @@ def autograde(submissions: Path, out: Path, course_dir: Path | None = None, db_u
             reporting = _meanwhile(report, out, root, results, graded, loose, run.gradebook)
         results = reporting.result()
     for r in results:
-        log.info("%s: %s (%.1f s)", r.student, r.status, r.seconds)
+        if r.student in kept:
+            log.info("%s: %s (kept from the course folder's last run)", r.student, r.status)
+        else:
+            log.info("%s: %s (%.1f s)", r.student, r.status, r.seconds)
     if loose:
         log.warning("ignored files outside student folders: %s", ", ".join(loose))
     return results

@@ -124,7 +124,7 @@ def test_scores_given_in_formgrader_reach_the_feedback_page_and_the_lms_zip(grad
 def test_a_late_policy_given_after_the_run_reaches_the_page_and_the_grade(graded, capsys, tmp_path):
     """Due dates and submission times given to `report` after grading: the page is made again with how late and the
     rule (a change of the policy is a change of the page), and the export writes the total less the penalty."""
-    out, course = graded["out"], str(graded["course"])
+    out = graded["out"]
     times = tmp_path / "submitted.csv"
     times.write_text(f"student,submitted\n{LMS_ID},2026-12-02 08:00\n", encoding="utf-8")
     said = _run(capsys, "report", str(out), "--due", "2026-12-01 23:59", "--late-penalty", "zero",

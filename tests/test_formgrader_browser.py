@@ -117,10 +117,11 @@ def test_score_given_in_formgrader_reaches_grades_and_class_report(chromium, gra
     after = {r["student"]: r for r in read_csv(out / "grades.csv")}
     alice = after["alice"]
     assert float(alice[COLUMN] or "nan") == SCORE, f"grades.csv has {alice[COLUMN]!r} for the score given"
-    for total in (f"{NB01}:total", "total"):
+    for total in (f"{NB01}:total", "total", "final"):  # no late penalty: the final grade is the total
         assert float(alice[total]) == float(before["alice"][total]) + SCORE, f"{total} did not take the score in"
     assert float(alice["written_pending"]) == float(before["alice"]["written_pending"]) - 2, "written_pending did not drop by the 2 points graded"
-    moved = {c for c in alice if alice[c] != before["alice"][c]} - {COLUMN, f"{NB01}:total", "total", "written_pending"}
+    moved = {c for c in alice if alice[c] != before["alice"][c]} - {COLUMN, f"{NB01}:total", "total", "final",
+                                                                     "written_pending"}
     assert not moved, f"columns changed that no one graded: {sorted(moved)}"
     assert after["bob"] == before["bob"], "bob's row changed, only alice was graded"
 

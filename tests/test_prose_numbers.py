@@ -35,6 +35,7 @@ from __future__ import annotations
 import io
 import math
 import re
+import sys
 import tokenize
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,6 +45,9 @@ from support import colab
 
 from grading import execute
 from grading import notebooks as nbs
+
+sys.path.insert(0, str(nbs.ROOT / "benchmarks"))
+from instructor_walk import MARKERS as WALK
 
 ROOT = nbs.ROOT
 README = ROOT / "README.md"
@@ -380,11 +384,23 @@ def _cell_name(cell) -> str:
     return nbs.nbgrader_meta(cell).get("grade_id") or cell.get("id", "?")
 
 
+# the README's first page and the documents it sends each reader to: their numbers are held to the README's rules
+README_PAGES = [README] + [ROOT / "docs" / f"{reader}.md" for reader in ("students", "instructors", "maintainers")]
+
+
 def readme_prose() -> str:
-    """The README less its generated block of run figures (checked on its own)."""
+    """The README less its generated block of run figures (checked on its own), and the pages it sends students,
+    instructors and maintainers to, less the instructors' generated walk (what a run printed)."""
     text = README.read_text(encoding="utf-8")
     start, end = text.find(execute.RUN_FIGURES[0]), text.find(execute.RUN_FIGURES[1])
-    return text[:start] + " " * (end + len(execute.RUN_FIGURES[1]) - start) + text[end + len(execute.RUN_FIGURES[1]):]
+    text = text[:start] + " " * (end + len(execute.RUN_FIGURES[1]) - start) + text[end + len(execute.RUN_FIGURES[1]):]
+    for page in README_PAGES[1:]:
+        doc = page.read_text(encoding="utf-8")
+        start, end = doc.find(WALK[0]), doc.find(WALK[1])
+        if 0 <= start < end:
+            doc = doc[:start] + doc[end + len(WALK[1]):]
+        text += "\n\n" + doc
+    return text
 
 
 def benchmark_sentences() -> list[str]:
@@ -572,7 +588,8 @@ def test_every_markdown_table_renders():
         for cell in nbs.read(path).cells:
             if cell.cell_type == "markdown":
                 problems += table_problems(path.stem, _cell_name(cell), cell.source)
-    problems += table_problems("README", "", README.read_text(encoding="utf-8"))
+    for page in README_PAGES:
+        problems += table_problems(page.name, "", page.read_text(encoding="utf-8"))
     assert not problems, "\n".join(problems)
 
 
