@@ -190,8 +190,12 @@ def _from_class_results(args, command: str, write) -> bool:
     if not (args.out / "outcomes").is_dir():
         print(f"error: {args.out} holds no graded run (no outcomes/): run autograde first", file=sys.stderr)
         return True
-    if args.course is None:  # the course folder the run graded in, as it recorded it
-        args.course = recorded_course(args.out)
+    course, gradebook = recorded_course(args.out)  # where the run graded, as it recorded it
+    if args.course is None and args.db is None and gradebook and not gradebook.startswith("sqlite"):
+        args.db = gradebook
+        print(f"gradebook {gradebook} (where the run in {args.out} graded)")
+    if args.course is None:
+        args.course = course
         if args.course is not None:
             print(f"course folder {args.course} (where the run in {args.out} graded)")
     course_dir = args.course or DEFAULT_COURSE

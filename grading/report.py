@@ -49,18 +49,25 @@ MADE_FROM = "feedback_made_from.json"
 COURSE_RECORD = "course.json"  # the course folder the run in OUT graded in: `report` and `export` read it there
 
 
-def write_course_record(out: Path, root: Path) -> Path:
+def write_course_record(out: Path, root: Path, db_url: str) -> Path:
+    """Record in OUT the course folder the run graded in and its gradebook's URL, without any password (PostgreSQL
+    finds it again in ~/.pgpass or PGPASSWORD, as for any client)."""
+    from sqlalchemy.engine import make_url
+
     path = out / COURSE_RECORD
-    path.write_text(json.dumps({"course": str(root.resolve())}) + "\n")
+    gradebook = make_url(db_url)._replace(password=None).render_as_string(hide_password=False)  # set() keeps it
+    path.write_text(json.dumps({"course": str(root.resolve()), "gradebook": gradebook}) + "\n")
     return path
 
 
-def recorded_course(out: Path) -> Path | None:
-    """The course folder the run in `out` graded in, as autograde recorded it (None: no record, or unreadable)."""
+def recorded_course(out: Path) -> tuple[Path | None, str | None]:
+    """The course folder the run in `out` graded in and its gradebook's URL, as autograde recorded them (None: no
+    record, or unreadable)."""
     try:
-        return Path(json.loads((out / COURSE_RECORD).read_text())["course"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
+        record = json.loads((out / COURSE_RECORD).read_text())
+        return Path(record["course"]), record.get("gradebook") if isinstance(record.get("gradebook"), str) else None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None, None
 
 
 def made_from(submission, outcome: StudentOutcome, page: Sequence[str] = ()) -> str:
@@ -278,7 +285,7 @@ def report(out: Path, root: Path, results: list[StudentOutcome], graded: dict[st
     write_made_from(out, {o.student: digests[o.student] for o in graded_now
                           if (out / "feedback" / o.student).is_dir()})
     write_outputs(out, class_)
-    write_course_record(out, root)
+    write_course_record(out, root, db_url)
     return outcomes
 
 

@@ -173,3 +173,17 @@ def test_the_gradebook_is_read_in_as_few_queries_for_eight_students_as_for_two(t
     finally:
         event.remove(Engine, "before_cursor_execute", count)
     assert asked[8] == asked[2] < 60, f"queries for 2 and 8 students: {asked}"
+
+
+def test_out_records_its_course_folder_and_gradebook_but_never_a_password(tmp_path):
+    """`report` and `export` find the run's course folder and gradebook in OUT; a PostgreSQL URL is kept without its
+    password (the client finds that in ~/.pgpass or PGPASSWORD), and a damaged record is no record."""
+    from grading.report import COURSE_RECORD, recorded_course, write_course_record
+
+    url = "postgresql+psycopg2://grader:s3cret-pw@db.example:5432/attention"
+    write_course_record(tmp_path, tmp_path / "course", url)
+    assert "s3cret-pw" not in (tmp_path / COURSE_RECORD).read_text()
+    assert recorded_course(tmp_path) == ((tmp_path / "course").resolve(),
+                                         "postgresql+psycopg2://grader@db.example:5432/attention")
+    (tmp_path / COURSE_RECORD).write_text("[1, 2]")
+    assert recorded_course(tmp_path) == (None, None)
