@@ -35,7 +35,8 @@ def command_line() -> argparse.ArgumentParser:
     ag.add_argument("--out", type=Path, default=Path("grading/work/results"), help="grades, feedback, report")
     ag.add_argument("--course", type=Path, default=None, help="nbgrader course folder (default grading/work/course)")
     ag.add_argument("--db", default=None, help="gradebook SQLAlchemy URL (default: SQLite in the course folder)")
-    ag.add_argument("--student", action="append", help="grade this student again (repeatable); the rest of the "
+    ag.add_argument("--student", action="append", help="grade this student again (repeatable; the name as the export "
+                    "gives it, the id in grades.csv or the LMS id); the rest of the "
                     "class keeps its results from the course folder's last run, and OUT holds the whole class")
     ag.add_argument("--resume", action="store_true", help="keep students finished by an interrupted run")
     add_options(ag)  # the settings of grading/settings.py: --cell-seconds, --notebook-seconds, ..., --no-sandbox
@@ -43,9 +44,10 @@ def command_line() -> argparse.ArgumentParser:
     rp = sub.add_parser("report", help="write the class report of a graded run (autograde writes it too)")
     rp.add_argument("out", type=Path, nargs="?", default=Path("grading/work/results"), help="autograde's --out folder")
     rp.add_argument("--anonymise", action="store_true", help="students as 'student 01', ... in the report")
-    rp.add_argument("--course", type=Path, default=None, help="the run's nbgrader course folder (default "
-                    "grading/work/course): its gradebook's scores, those given by hand included, are the report's")
-    rp.add_argument("--db", default=None, help="the run's gradebook URL, if it was not the course's SQLite file")
+    rp.add_argument("--course", type=Path, default=None, help="the run's nbgrader course folder (default: the one "
+                    "the run recorded in OUT): its gradebook's scores, those given by hand included, are the report's")
+    rp.add_argument("--db", default=None, help="the run's gradebook URL (default: the one the run "
+                    "recorded in OUT, else the course folder's SQLite file)")
     add_late_options(rp)
     xp = sub.add_parser("export", help="grades and feedback pages as Moodle's or Canvas's import reads them")
     xp.add_argument("out", type=Path, nargs="?", default=Path("grading/work/results"), help="autograde's --out folder")
@@ -53,9 +55,10 @@ def command_line() -> argparse.ArgumentParser:
     xp.add_argument("--percent", action="store_true", help="grades as a percentage of the maximum, not points")
     xp.add_argument("--assignment", default=None, help="Canvas: the assignment's column as Canvas's gradebook "
                     "export heads it, 'Name (id)' (default: the assignment's name, matched by title)")
-    xp.add_argument("--course", type=Path, default=None, help="the run's nbgrader course folder (default "
-                    "grading/work/course): its gradebook's scores, those given by hand included, are exported")
-    xp.add_argument("--db", default=None, help="the run's gradebook URL, if it was not the course's SQLite file")
+    xp.add_argument("--course", type=Path, default=None, help="the run's nbgrader course folder (default: the one "
+                    "the run recorded in OUT): its gradebook's scores, those given by hand included, are exported")
+    xp.add_argument("--db", default=None, help="the run's gradebook URL (default: the one the run "
+                    "recorded in OUT, else the course folder's SQLite file)")
     rb = sub.add_parser("rubric", help="the graders' sheet of the written questions (model answers and rubrics)")
     rb.add_argument("dest", type=Path, nargs="?", default=None, help="the HTML file (default grading/work/rubric.html)")
     pb = sub.add_parser("publish", help="copy the student-facing files into an empty folder")
@@ -178,6 +181,21 @@ def late_given(args) -> dict:
     return {k: v for k, v in given.items() if v is not None}
 
 
+def late_warnings(policy, results) -> list[str]:
+    """What the late policy's files say of nobody in the class, and the graded students it has no time for."""
+    from .late import LateFacts
+    from .results import student_keys
+
+    facts = LateFacts.read(policy)
+    lines = facts.unmatched([student_keys(s.outcome) for s in results.students])
+    if policy.submitted:
+        untimed = [s.outcome.name or s.student for s in results.graded if s.lateness.submitted is None]
+        if untimed:
+            lines.append(f"{policy.submitted} gives no submission time for {len(untimed)} graded student(s) "
+                         f"({', '.join(untimed[:5])}{' …' if len(untimed) > 5 else ''}): not late by time")
+    return lines
+
+
 def _from_class_results(args, command: str, write) -> bool:
     """`write(results)`: the class's results of the run in `args.out` (its outcomes, the gradebook's points
     now), holding the course folder while it reads and writes, after the feedback pages in OUT are made again
@@ -213,6 +231,8 @@ def _from_class_results(args, command: str, write) -> bool:
             if policy.active:
                 late = sum(s.lateness.late for s in results.students)
                 print(f"late work: {policy.describe()}; {late} of {len(results.students)} students late")
+                for line in late_warnings(policy, results):
+                    print(f"warning: {line}", file=sys.stderr)
             # the feedback pages in OUT (which the export zips) with the gradebook's scores now, before any output
             made, notes = refresh_feedback(args.out, course_dir if uses_course else None, results, db_url)
             write(results)

@@ -37,6 +37,13 @@ GRADING_RUN_NOT_SHOWN = (
     "nor the message of an error your code raised in a case: run your notebook to see them.*")
 
 
+# The seam between the kit's apps and their steps: nbconvert's `resources`, the dict every step of a notebook's
+# pipeline receives, which nbgrader's converters make per notebook (`init_single_notebook_resources`). The kit's
+# apps (grading.worker.StudentAutograde, StudentFeedback) put the student's grading there under this key; a step
+# run by nbgrader's own apps finds none.
+GRADING = "grading"
+
+
 def submission_cell(missing: Sequence[str], late: str) -> str:
     """The page's note of what the student did not hand in and how late (the kit's words, the assignment's names,
     times and the instructor's rule only)."""
@@ -127,26 +134,26 @@ class GetGradesNotYet(GetGrades):
 
 class RedactHiddenTests(NbGraderPreprocessor):
     """The page's cells: hidden-test source out of test cells, whose outputs become the judge's lines in the kit's
-    words (from the judge's records of the student's notebooks, `judged`, which grading.worker.StudentFeedback
-    gives; without them, as under nbgrader's own generate_feedback, a test cell shows each case's mark and label), no
-    output of any other code cell, written answers as text, hidden case names out of them."""
+    words (from the judge's records of the student's notebooks, in the student's grading that
+    grading.worker.StudentFeedback puts in `resources`; without them, as under nbgrader's own generate_feedback, a test
+    cell shows each case's mark and label), no output of any other code cell, written answers as text, hidden case
+    names out of them; and what the student did not hand in, and how late, at the top."""
 
     # the hidden cases' names are taken from here, so that nbgrader's own generate_feedback hides them too
     hidden_dir = Unicode(str(HIDDEN_REFERENCES), help="folder of the hidden reference files (for their case names)"
                          ).tag(config=True)
-    judged: Sequence[NotebookRecord] = ()  # the judge's records of the student's notebooks (set per student)
-    missing_work: Sequence[str] = ()  # what the student did not hand in, a line each (set per student)
-    late_line: str = ""  # how late, and the rule (set per student)
-
     def preprocess(self, nb, resources):
         names = sorted(case_names(self.hidden_dir), key=len, reverse=True)
         self._pattern = re.compile("|".join(re.escape(n) for n in names)) if names else None
         notebook = (resources.get("nbgrader") or {}).get("notebook")
-        self._cells = {c.grade_id: c for r in self.judged if r.notebook == notebook for c in r.cells}
+        # the student's grading (`grading.worker.JudgedStudent`), which the kit's feedback app puts in `resources`
+        grading = resources.get(GRADING)
+        judged: Sequence[NotebookRecord] = grading.judged if grading is not None else ()
+        self._cells = {c.grade_id: c for r in judged if r.notebook == notebook for c in r.cells}
         nb, resources = super().preprocess(nb, resources)
         nb.cells.insert(0, nbformat.v4.new_markdown_cell(GRADING_RUN_NOT_SHOWN))
-        if self.missing_work or self.late_line:
-            nb.cells.insert(1, nbformat.v4.new_markdown_cell(submission_cell(self.missing_work, self.late_line)))
+        if grading is not None and (grading.missing_work or grading.late_line):
+            nb.cells.insert(1, nbformat.v4.new_markdown_cell(submission_cell(grading.missing_work, grading.late_line)))
         return nb, resources
 
     def _scrub(self, text):

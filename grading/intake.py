@@ -543,7 +543,7 @@ def _entry_of(member: str, wrapper: tuple[str, ...]) -> tuple[str, bool] | None:
 def intake(submissions: Path, root: Path, students: list[str] | None = None) -> tuple[list[StudentOutcome], list[str]]:
     """Stage every student of `submissions` (a folder or a zip) into `root`/submitted; one result per
     student (refused ones marked failed, with the reason), and the files that belong to no student.
-    `students`: only those (by name as given, by id, or by the name of their folder or file)."""
+    `students`: only those (by name as given, by id, by LMS id, or by the name of their folder or file)."""
     known = {p.name[:2]: p.stem for p in notebooks.solution_notebooks()}
     results: list[StudentOutcome] = []
     with tempfile.TemporaryDirectory(prefix="submissions-") as tmp:
@@ -569,7 +569,7 @@ def intake(submissions: Path, root: Path, students: list[str] | None = None) -> 
         for handin in sorted(found, key=lambda h: h.key):
             why = unusable_name(handin.name)
             student = handin.key if why else student_id(handin.key)
-            if students and not {handin.key, handin.name, student, *handin.entries} & set(students):
+            if students and not {handin.key, handin.name, student, handin.lms_id, *handin.entries} - {""} & set(students):
                 continue
             if why is None and any(f.is_symlink() for f in handin.folders):
                 why = "a symbolic link, not a folder"

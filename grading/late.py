@@ -69,18 +69,25 @@ def parse_time(text: str, what: str) -> datetime:
 
 def check_rule(rule: str) -> str:
     rule = rule.strip().lower()
-    if rule in ("none", "zero") or RULE.fullmatch(rule):
+    if rule in ("none", "zero"):
         return rule
-    raise PolicyError(f"late penalty {rule!r} is not a rule: give {RULE_HELP}")
+    m = RULE.fullmatch(rule)
+    if m is None:
+        raise PolicyError(f"late penalty {rule!r} is not a rule: give {RULE_HELP}")
+    if not (0 < float(m["rate"]) <= 100 and (m["cap"] is None or 0 < float(m["cap"]) <= 100)):
+        raise PolicyError(f"late penalty {rule!r}: a day's share and the cap are per cent of the total, more than 0 "
+                          "and at most 100 (for late work that gets 0, give zero)")
+    return rule
 
 
-def _rows(path: Path, what: str) -> list[dict[str, str]]:
+def _rows(path: Path, what: str, option: str) -> list[dict[str, str]]:
     try:
         with open(path, newline="", encoding="utf-8-sig") as f:
             return [{(k or "").strip(): (v or "").strip() for k, v in row.items() if isinstance(v, str)}
                     for row in csv.DictReader(f)]
     except (OSError, UnicodeDecodeError, csv.Error) as exc:
-        raise PolicyError(f"the {what} file {path} cannot be read ({exc})") from None
+        raise PolicyError(f"the {what} file {path} of the late policy cannot be read ({exc}): give {option} again "
+                          f"with the file, or {option} '' to stop using one") from None
 
 
 @dataclass(frozen=True)
@@ -118,7 +125,7 @@ class LatePolicy:
         if not self.extensions:
             return {}
         path, found = Path(self.extensions), {}
-        for line, row in enumerate(_rows(path, "extensions"), start=2):
+        for line, row in enumerate(_rows(path, "extensions", "--extensions"), start=2):
             who, due, penalty = row.get("student", ""), row.get("due", ""), row.get("penalty", "")
             if not who:
                 raise PolicyError(f"{path}, line {line}: no student (columns: student, due, penalty)")
@@ -136,7 +143,7 @@ class LatePolicy:
         if not self.submitted:
             return {}
         path, found = Path(self.submitted), {}
-        rows = _rows(path, "submission times")
+        rows = _rows(path, "submission times", "--submitted")
         moodle = bool(rows) and MOODLE_ID in rows[0] and MOODLE_SUBMITTED in rows[0]
         if rows and not moodle and not {"student", "submitted"} <= set(rows[0]):
             raise PolicyError(f"{path} has neither Moodle's worksheet columns ({MOODLE_ID}, {MOODLE_SUBMITTED}) "
@@ -220,6 +227,17 @@ class LateFacts:
     def read(cls, policy: LatePolicy) -> LateFacts:
         return cls(policy, policy.read_extensions(), policy.read_times())
 
+    def unmatched(self, class_keys: list[list[str]]) -> list[str]:
+        """A line for each row of the files that names no student of the class (a typo loses an extension or a
+        time without a word otherwise)."""
+        known = {k for keys in class_keys for k in keys}
+        lines = [f"{self.policy.extensions}: {who!r} is no student of the class (names: the name as the export gives "
+                 "it, the id in grades.csv, or the LMS id); its row is not used" for who in self.extensions
+                 if who not in known]
+        lines += [f"{self.policy.submitted}: {who!r} is no student of the class; its time is not used"
+                  for who in self.times if who not in known]
+        return lines
+
     def of(self, keys: list[str], lms_late: bool) -> Lateness:
         """A student's lateness: `keys` are the ways the files may name them (name, id, LMS id)."""
         own = next((self.extensions[k] for k in keys if k and k in self.extensions), None)
@@ -254,12 +272,14 @@ def stamp(when: datetime | None) -> str:
 def late_line(policy: LatePolicy, late: Lateness) -> str:
     """One line for the student's page and LMS comment (no points: those follow the total); "" when nothing to say."""
     by_hand = "" if late.penalty_by_hand is None else f"late penalty set by your instructor: {late.penalty_by_hand:g} points"
+    due = f"due {stamp(late.due)}" + (", your extension" if late.extended else "")
     if late.days > 0:
-        due = f"due {stamp(late.due)}" + (", your extension" if late.extended else "")
         said = f"handed in {stamp(late.submitted)}, {late.days} day{'s' * (late.days > 1)} late ({due})"
     elif late.late:
         said = "marked late by the LMS" + (
             " (how late is not known: no penalty counted)" if RULE.fullmatch(policy.rule) and not by_hand else "")
+    elif late.extended and late.submitted is not None:  # on time thanks to the extension: say so
+        return f"handed in {stamp(late.submitted)}, on time ({due})" + (f"; {by_hand}" if by_hand else "")
     else:
         return by_hand
     return f"{said}; {by_hand or policy.describe()}"

@@ -206,6 +206,8 @@ def moodle_folder(name: str, lms_id: str) -> str:
 def export_moodle(out: Path, results: ClassResults, percent: bool = False, now: datetime | None = None) -> list[Path]:
     students, missing = exported(results, MOODLE)  # before anything is written: a refused class leaves no files
     dest = _fresh(out / "moodle")
+    if not students:  # nothing the LMS could import: only the reasons, no file to upload by mistake
+        return [write_not_exported(dest, missing)]
     students.sort(key=lambda s: int(s.outcome.lms_id) if s.outcome.lms_id.isdigit() else 0)
     # strtotime() reads ISO 8601; the import keeps a grade changed in Moodle after this time (locallib.php)
     stamp = (now or datetime.now(timezone.utc)).replace(microsecond=0).isoformat()
@@ -252,6 +254,8 @@ def canvas_attachments(s: StudentResult) -> dict[str, str]:
 def export_canvas(out: Path, results: ClassResults, percent: bool = False, assignment: str = ASSIGNMENT) -> list[Path]:
     students, missing = exported(results, CANVAS)
     dest = _fresh(out / "canvas")
+    if not students:  # as Moodle's
+        return [write_not_exported(dest, missing)]
     students.sort(key=lambda s: (_name(s).casefold(), s.outcome.lms_id))
 
     def cell(s: StudentResult) -> float | str:

@@ -11,8 +11,8 @@ The course's configuration puts the kit's steps in nbgrader's pipelines: `GradeN
 thin adapter around `grade_notebook`, which runs one notebook in the student's sandbox and has the judge
 (grading/judge.py) score it, appending the judge's record to `StudentGrading.judged`; `SaveJudgedScores` in the place
 of SaveAutoGrades, which writes the points of those records into the gradebook; and `feedback.RedactHiddenTests`,
-whose test cells show the judge's lines from them. Each step gets the `StudentGrading` as its one attribute
-`grading`, from the app that runs it. This process never runs student code itself. The API (importing nbgrader
+whose test cells show the judge's lines from them. Each step gets the `StudentGrading` in the `resources` of the
+notebook it works on (`feedback.GRADING`), where the kit's app that runs it put it. This process never runs student code itself. The API (importing nbgrader
 costs seconds) is made once per worker process (`course.api`).
 
 Grading compares the course folder's preparation digest with the run's (`GradingRun.prepared`) before and after the
@@ -40,7 +40,7 @@ from starter.notebook_loader import read_cells
 
 from . import course, judge, late, notebooks, sandbox, trained_model
 from .course import CourseFiles, GradingRun
-from .feedback import RedactHiddenTests
+from .feedback import GRADING
 from .host_bounds import Bound, PastBound, each_bounded, run_bounded
 from .judge import NOT_RUN, NotebookRecord
 from .notebooks import ASSIGNMENT
@@ -138,7 +138,7 @@ def plain_code(source: str, language: str | None = None, metadata: dict | None =
 
 @dataclass(frozen=True)
 class StudentGrading:
-    """One student's grading, the one value nbgrader's steps receive (as their attribute `grading`, from the app
+    """One student's grading, the one value nbgrader's steps receive (in each notebook's `resources`, from the app
     that runs them): the run, the student, the sandbox all of the student's notebooks run in, and the judge's
     record of each notebook (`judged`, in order: GradeNotebook appends to it, SaveJudgedScores and the feedback
     pages read it)."""
@@ -147,6 +147,9 @@ class StudentGrading:
     student: str
     sandbox: StudentSandbox
     judged: list[NotebookRecord] = field(default_factory=list)
+
+    def __deepcopy__(self, memo: dict) -> StudentGrading:
+        return self  # nbconvert deep-copies `resources` before its steps: they must all share this one
 
     @functools.cached_property
     def _handed_in(self) -> StudentOutcome | None:
@@ -184,6 +187,9 @@ class PageOf:
     missing_work: Sequence[str]
     late_line: str
 
+    def __deepcopy__(self, memo: dict) -> PageOf:
+        return self  # as StudentGrading's
+
 
 class JudgedStudent(Protocol):
     """What the feedback pages of a student need: who, the judge's records of their notebooks, what they did not
@@ -212,13 +218,8 @@ class StudentFeedback(GenerateFeedback):
         super().__init__(**kwargs)
         self.grading = grading
 
-    def convert_notebooks(self) -> None:
-        for step in self.exporter._preprocessors:  # made by `start`, once for all of the student's notebooks
-            if isinstance(step, RedactHiddenTests):
-                step.judged = self.grading.judged  # the list GradeNotebook filled
-                step.missing_work = list(self.grading.missing_work)
-                step.late_line = self.grading.late_line
-        super().convert_notebooks()
+    def init_single_notebook_resources(self, notebook_filename: str) -> dict:
+        return with_grading(super().init_single_notebook_resources(notebook_filename), self.grading)
 
 
 def generate_feedback(api, grading: JudgedStudent, plain: bool) -> dict:
@@ -283,21 +284,32 @@ NOT_IN_A_RUN = ("the kit's grading steps run within `python -m grading autograde
                 "sandbox and keeps the judge's records), not from nbgrader's own autograde")
 
 
+def with_grading(resources: dict, grading: JudgedStudent) -> dict:
+    resources[GRADING] = grading
+    return resources
+
+
+def grading_of(resources: dict) -> StudentGrading:
+    """The student's grading a step of the kit's autograde needs; under nbgrader's own autograde, an error that says
+    where it must run."""
+    grading = resources.get(GRADING)
+    if grading is None:
+        raise NbGraderException(NOT_IN_A_RUN)
+    return grading
+
+
 class GradeNotebook(NbGraderPreprocessor):
     """nbgrader's Execute step, done by `grade_notebook` in the student's sandbox with the run's settings and the
-    course's files, all from `grading` (the StudentGrading that StudentAutograde gives it), where the judge's record
-    of the notebook is kept. Nothing of it is configured in the course's configuration."""
-
-    grading: StudentGrading | None = None
+    course's files, all from the student's grading (the StudentGrading that StudentAutograde puts in `resources`),
+    where the judge's record of the notebook is kept. Nothing of it is configured in the course's configuration."""
 
     def preprocess(self, nb, resources):
-        if self.grading is None:
-            raise NbGraderException(NOT_IN_A_RUN)
-        run = self.grading.run
+        grading = grading_of(resources)
+        run = grading.run
         folder = (resources.get("metadata") or {}).get("path") or ""
         record = grade_notebook(nb, resources["nbgrader"]["student"], resources["nbgrader"]["notebook"],
-                                Path(folder) if folder else None, run.settings, run.files, self.grading.sandbox)
-        self.grading.judged.append(record)
+                                Path(folder) if folder else None, run.settings, run.files, grading.sandbox)
+        grading.judged.append(record)
         return nb, resources
 
 
@@ -305,15 +317,12 @@ class SaveJudgedScores(SaveAutoGrades):
     """nbgrader's SaveAutoGrades, but a test cell's points are the judge's number from its record of the notebook
     (`grading.judged`), not parsed back from the cell's output; written answers and comments as nbgrader does."""
 
-    grading: StudentGrading | None = None
-
     def _add_score(self, cell, resources) -> None:
         if not notebooks.is_test(cell):  # a written answer: 0 if left as released, else for a person to grade
             return super()._add_score(cell, resources)
-        if self.grading is None:
-            raise NbGraderException(NOT_IN_A_RUN)
+        grading = grading_of(resources)
         grade_id = cell.metadata.nbgrader["grade_id"]
-        points = {c.grade_id: c.points for r in self.grading.judged if r.notebook == self.notebook_id for c in r.cells}
+        points = {c.grade_id: c.points for r in grading.judged if r.notebook == self.notebook_id for c in r.cells}
         if grade_id not in points:
             raise NbGraderException(f"the judge has no score for test cell {grade_id} of {self.notebook_id}")
         grade = self.gradebook.find_grade(grade_id, self.notebook_id, self.assignment_id, self.student_id)
@@ -323,20 +332,17 @@ class SaveJudgedScores(SaveAutoGrades):
 
 
 class StudentAutograde(Autograde):
-    """nbgrader's autograde of one student (the gradebook's rows, the autograded copies, late penalties), whose
-    notebooks all run in one sandbox: the course's configuration puts the kit's two steps in its pipeline,
-    GradeNotebook in the place of Execute and SaveJudgedScores in the place of SaveAutoGrades, and this gives them
-    the student's grading (`grading`: the run, the sandbox, the judge's records)."""
+    """nbgrader's autograde of one student (the gradebook's rows, the autograded copies), whose notebooks all run in
+    one sandbox: the course's configuration puts the kit's two steps in its pipeline, GradeNotebook in the place of
+    Execute and SaveJudgedScores in the place of SaveAutoGrades, and this gives them the student's grading (the run,
+    the sandbox, the judge's records) in each notebook's `resources`."""
 
     def __init__(self, grading: StudentGrading, **kwargs) -> None:
         super().__init__(**kwargs)
         self.grading = grading
 
-    def _init_preprocessors(self) -> None:
-        super()._init_preprocessors()  # new steps for each notebook, and for each of its two passes
-        for step in self.exporter._preprocessors:
-            if isinstance(step, (GradeNotebook, SaveJudgedScores)):
-                step.grading = self.grading
+    def init_single_notebook_resources(self, notebook_filename: str) -> dict:
+        return with_grading(super().init_single_notebook_resources(notebook_filename), self.grading)
 
 
 def autograde_student(api, grading: StudentGrading) -> dict:

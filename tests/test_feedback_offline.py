@@ -11,11 +11,13 @@ from __future__ import annotations
 import base64
 import binascii
 import os
+from types import SimpleNamespace
 
 import nbformat
 import pytest
 
 from grading.feedback import (
+    GRADING,
     POLICY_META,
     FeedbackHTMLExporter,
     RedactHiddenTests,
@@ -91,9 +93,9 @@ def _graded_notebook():
 
 
 def _page(nb, records: list[NotebookRecord] | None) -> str:
-    step = RedactHiddenTests()
-    step.judged = list(records or [])  # as grading.worker.StudentFeedback gives it
-    nb, resources = step.preprocess(nb, {"nbgrader": {"notebook": "01_scaled_dot_product_attention"}})
+    grading = SimpleNamespace(judged=list(records or []), missing_work=[], late_line="")  # as StudentFeedback gives it
+    nb, resources = RedactHiddenTests().preprocess(nb, {"nbgrader": {"notebook": "01_scaled_dot_product_attention"},
+                                                        GRADING: grading})
     page, _ = FeedbackHTMLExporter(template_name="lab").from_notebook_node(nb, resources)
     return page
 

@@ -1052,6 +1052,7 @@ def test_the_gradebook_gets_the_judges_number_not_what_the_cell_shows():
     record of the notebook; the cell's output (what a student's code could have printed into) is not read."""
     from types import SimpleNamespace
 
+    from grading.feedback import GRADING
     from grading.judge import CellResult, NotebookRecord
     from grading.worker import SaveJudgedScores
 
@@ -1063,12 +1064,10 @@ def test_the_gradebook_gets_the_judges_number_not_what_the_cell_shows():
     step.notebook_id, step.assignment_id, step.student_id = "01_nb", "a", "s"
     step.gradebook = SimpleNamespace(find_grade=lambda *key: grade, db=SimpleNamespace(commit=lambda: None))
     record = NotebookRecord("s", "01_nb", "finished", "", True, 1.0, [], [CellResult("t", 0.5, 2.0)])
-    step.grading = SimpleNamespace(judged=[record])
-    step._add_score(cell, {})
+    step._add_score(cell, {GRADING: SimpleNamespace(judged=[record])})  # as StudentAutograde gives it
     assert (grade.auto_score, grade.needs_manual_grade) == (0.5, False)
-    step.grading = SimpleNamespace(judged=[dataclasses.replace(record, notebook="02_other")])
     with pytest.raises(Exception, match="no score for test cell t of 01_nb"):
-        step._add_score(cell, {})
+        step._add_score(cell, {GRADING: SimpleNamespace(judged=[dataclasses.replace(record, notebook="02_other")])})
 
 
 def test_the_kits_steps_refuse_to_run_under_nbgraders_own_autograde():
