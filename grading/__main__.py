@@ -203,13 +203,14 @@ def _from_class_results(args, command: str, write) -> bool:
     from .course import DEFAULT_COURSE, GRADEBOOK_FILE, CourseLockError, hold, sqlite_url
     from .late import read_policy, update_policy
     from .report import recorded_course, refresh_feedback
-    from .results import read_class_results
+    from .results import missing_from_out, read_class_results
 
     if not (args.out / "outcomes").is_dir():
         print(f"error: {args.out} holds no graded run (no outcomes/): run autograde first", file=sys.stderr)
         return True
     course, gradebook = recorded_course(args.out)  # where the run graded, as it recorded it
-    if args.course is None and args.db is None and gradebook and not gradebook.startswith("sqlite"):
+    same_course = args.course is None or (course is not None and Path(args.course).resolve() == course)
+    if same_course and args.db is None and gradebook and not gradebook.startswith("sqlite"):
         args.db = gradebook
         print(f"gradebook {gradebook} (where the run in {args.out} graded)")
     if args.course is None:
@@ -223,6 +224,12 @@ def _from_class_results(args, command: str, write) -> bool:
         return True
     # not while a run grades in the course folder: its gradebook and report are still being written
     uses_course = (args.course or not args.db) and course_dir.is_dir()
+    absent = missing_from_out(args.out, course_dir if uses_course else None)
+    if absent:  # OUT is not the whole class: its grades would leave students out
+        print(f"error: {args.out} holds no outcome of {len(absent)} student(s) of the class graded in {course_dir} "
+              f"({', '.join(absent[:3])}{' …' if len(absent) > 3 else ''}): it is not that class's last run (grade "
+              "the class into it again, or give the --course it was graded in)", file=sys.stderr)
+        return True
     try:
         with hold(course_dir, f"{command} {args.out}") if uses_course else contextlib.nullcontext():
             given = late_given(args) if hasattr(args, "due") else {}

@@ -91,8 +91,9 @@ def autograde(submissions: Path, out: Path, course_dir: Path | None = None, db_u
             update_policy(root, **late)
         out.mkdir(parents=True, exist_ok=True)
         finished = root / FOLDER  # the outcomes of the students graded so far: a resumed run keeps them
-        if not resume and not students and finished.exists():
-            shutil.rmtree(finished)
+        if not resume and not students:  # a fresh run: the folder's class is this zip's, from nothing
+            for folder in (finished, root / ROSTER):
+                shutil.rmtree(folder, ignore_errors=True)
         with engine.cluster(workers, scheduler, warm=True) as client:  # the workers start while the course is prepared
             # each worker starts its first student's sandbox once what it mounts is in place (sent from a thread, as
             # a local cluster's workers may still be starting: the course's preparation and intake go on meanwhile),

@@ -25,7 +25,7 @@ from pathlib import Path
 from .judge import CellResult, NotebookRecord
 from .late import NO_LATE_POLICY, ON_TIME, LateFacts, Lateness, LatePolicy, late_line, penalty
 from .notebooks import ASSIGNMENT, graded_columns, written_columns
-from .outcome import FOLDER, Status, StudentOutcome, read_outcomes
+from .outcome import FOLDER, ROSTER, Status, StudentOutcome, read_outcomes
 
 LOOSE_FILES = "loose_files.json"  # in OUT: the files intake found outside any student's folder
 
@@ -234,6 +234,15 @@ def write_loose_files(out: Path, loose: tuple[str, ...]) -> Path:
     path = out / LOOSE_FILES
     path.write_text(json.dumps(list(loose)))
     return path
+
+
+def missing_from_out(out: Path, root: Path | None) -> list[str]:
+    """The students of the course folder's class (its roster: who the last run took in) with no outcome in OUT: a
+    report or export of OUT would leave them out."""
+    if root is None or not (root / ROSTER).is_dir():
+        return []
+    have = {p.stem for p in (out / FOLDER).glob("*.json")}
+    return sorted(p.stem for p in (root / ROSTER).glob("*.json") if p.stem not in have)
 
 
 def read_class_results(out: Path, db_url: str, late: LatePolicy = NO_LATE_POLICY) -> ClassResults:

@@ -69,6 +69,7 @@ def graded(tmp_path_factory, grading_db):
     autograde(subs, out, **run)
     first = json.loads((out / "class_report.json").read_text())
     first_outcomes = {p.name: p.read_bytes() for p in (root / "outcomes").glob("*.json")}
+    first_rows, first_pages = _rows_and_pages(out)
     # a re-submission round: the no_diagonal students fix their mask, and only they are graded again, by name
     again = [_student("no_diagonal", i) for i in range(BUGS["no_diagonal"][1])]
     for student in again:
@@ -77,7 +78,15 @@ def graded(tmp_path_factory, grading_db):
     kept = {p.name: p.read_bytes() for p in (root / "outcomes").glob("*.json")}
     return {"out": out, "first": first, "second": json.loads((out / "class_report.json").read_text()),
             "course": root, "db_url": db_url or f"sqlite:///{root / 'gradebook.db'}", "again": again,
-            "first_outcomes": first_outcomes, "second_outcomes": kept, "subs": subs}
+            "first_outcomes": first_outcomes, "second_outcomes": kept, "subs": subs,
+            "first_rows": first_rows, "first_pages": first_pages}
+
+
+def _rows_and_pages(out) -> tuple[dict[str, str], dict[str, bytes]]:
+    """grades.csv's line of each student (by id), and each feedback page's bytes (by its path in OUT)."""
+    with open(out / "grades.csv", newline="") as f:
+        rows = {r[2]: ",".join(r) for r in csv.reader(f)}
+    return rows, {str(p.relative_to(out)): p.read_bytes() for p in (out / "feedback").rglob("*.html")}
 
 
 def _entry(report: dict, task: str, diagnosis: str) -> dict | None:
@@ -179,6 +188,29 @@ def test_a_regrade_of_some_students_keeps_the_whole_class(graded):
     assert len(list((graded["out"] / "outcomes").glob("*.json"))) == CLASS_SIZE
     fixed = [r for r in read_class_results(graded["out"], graded["db_url"]).students if f"{r.outcome.student}.json" in again]
     assert len(fixed) == len(again) and all(r.outcome.status == "graded" for r in fixed)
+    # everyone else's row of grades.csv and feedback pages are what the first run wrote, byte for byte
+    rows, pages = _rows_and_pages(graded["out"])
+    changed = {s for s in rows if rows[s] != graded["first_rows"].get(s)}
+    assert changed == set(graded["again"]), sorted(changed)
+    changed_pages = {p.split("/")[1] for p in pages if pages[p] != graded["first_pages"].get(p)}
+    assert pages.keys() == graded["first_pages"].keys() and changed_pages == set(graded["again"]), sorted(changed_pages)
+
+
+def test_a_report_of_an_out_that_lacks_students_of_the_class_is_refused(graded, tmp_path, capsys):
+    """OUT must hold the course folder's whole class (who its last run took in): one whose outcomes lack a student
+    (an old run's OUT, a file deleted) is refused by report and export, naming the student, writing nothing."""
+    from grading.__main__ import main
+
+    out = tmp_path / "out"
+    shutil.copytree(graded["out"], out)
+    lost = sorted((out / "outcomes").glob("*.json"))[0]
+    lost.unlink()
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    for command in (["report", str(out)], ["export", str(out), "--to", "moodle"]):
+        assert main([*command, "--course", str(graded["course"])]) == 2
+        said = capsys.readouterr().err
+        assert "holds no outcome of 1 student(s)" in said and lost.stem in said, said
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
 
 
 def test_a_regrade_of_a_name_not_in_the_class_is_refused_and_changes_nothing(graded, grading_db):
