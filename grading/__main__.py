@@ -224,14 +224,14 @@ def _from_class_results(args, command: str, write) -> bool:
         return True
     # not while a run grades in the course folder: its gradebook and report are still being written
     uses_course = (args.course or not args.db) and course_dir.is_dir()
-    absent = missing_from_out(args.out, course_dir if uses_course else None)
-    if absent:  # OUT is not the whole class: its grades would leave students out
-        print(f"error: {args.out} holds no outcome of {len(absent)} student(s) of the class graded in {course_dir} "
-              f"({', '.join(absent[:3])}{' …' if len(absent) > 3 else ''}): it is not that class's last run (grade "
-              "the class into it again, or give the --course it was graded in)", file=sys.stderr)
-        return True
     try:
         with hold(course_dir, f"{command} {args.out}") if uses_course else contextlib.nullcontext():
+            absent = missing_from_out(args.out, course_dir if uses_course else None)
+            if absent:  # OUT is not the whole class: its grades would leave students out
+                raise ValueError(f"{args.out} holds no outcome of {len(absent)} student(s) of the class graded in "
+                                 f"{course_dir} ({', '.join(absent[:3])}{' …' if len(absent) > 3 else ''}): it is not "
+                                 "that class's last run (grade the class into it again, or give the --course it was "
+                                 "graded in)")
             given = late_given(args) if hasattr(args, "due") else {}
             policy = update_policy(course_dir, **given) if given else read_policy(course_dir)
             results = read_class_results(args.out, db_url, policy)

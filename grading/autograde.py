@@ -1,28 +1,7 @@
 """Autograde a folder or zip of student submissions: the whole flow, read top to bottom in `autograde`.
 
-One student, from the zip to each output, by the calls that carry them:
-
-1. `course.prepare_grading_course(root, gradebook)` lays out the course folder (nbgrader's configuration, the
-   source notebooks, the hidden cases' inputs) and returns its `course.CourseFiles`; autograde then makes the run's
-   one `course.GradingRun(root, settings, files, prepared, gradebook)`, `prepared` being
-   `course.preparation_digest(root)`. Every setting reaches the student's grading in it, never through
-   `nbgrader_config.py`. Once the hidden cases' inputs and the dataset are in place, and before nbgrader records the
-   assignment, each worker starts the sandbox its first student will take (`worker.warm_up`) and is sent the
-   references the judge compares with, read once in this process (`judge.keep_references`);
-2. `intake.intake(submissions, root, students)` unpacks and stages the student's notebooks, rebuilt on the release,
-   in `root/submitted/<student>/`; the student's outcome (`outcome.StudentOutcome`) starts there;
-3. `engine.run(root, students, task)` sends `worker.grade_student(run, student)` to a worker (one Dask task per
-   student, the run pickled with it). It opens the student's sandbox (`sandbox.StudentSandbox`) and makes
-   `worker.StudentGrading(run, student, sandbox)`, the one value nbgrader's steps receive:
-   `worker.autograde_student(api, grading)` is nbgrader's autograde, whose `GradeNotebook` runs each notebook in
-   the sandbox and has the judge (`judge.py`) score it, keeping the judge's record in `grading.judged`, and whose
-   `SaveJudgedScores` writes those records' points into the gradebook; `worker.feedback_pages(api, grading)` makes
-   the feedback pages from the same records; the worker writes the student's outcome, with the judge's record of
-   each notebook, to `root/outcomes/<student>.json`;
-4. `report.report(out, root, results, graded, loose, run.gradebook)`, written while the cluster closes, joins intake's outcome and the worker's,
-   writes it to `OUT/outcomes/` and the feedback pages to `OUT/feedback/<student>/`, and the class's results (`results.ClassResults`: the outcomes and
-   the gradebook's points, a person's included) with every view of them: `report.json`, `grades.csv`,
-   `failures.csv`/`.png` and `class_report.html` (`class_report.py`), what the class got wrong.
+One student's way through it, from the zip to each output by the calls that carry them, with why each step is as
+it is, is told once, in docs/grading.md ("The steps").
 
 Layout of SUBMISSIONS (a folder, or a zip of one): one folder per student, holding that student's
 notebooks (any depth; names such as `01_scaled_dot_product_attention (1).ipynb` are recognised by

@@ -50,7 +50,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, Protocol
 
 import nbformat
 
@@ -771,18 +771,28 @@ def _identity(path: Path | None) -> tuple:
     return (info.st_dev, info.st_ino, info.st_mtime_ns) if info else ()
 
 
-def run_in_sandbox(nb, stem: str, folder: Path | None, limits: Limits, isolate: bool = Settings.isolate,
-                   case_inputs: Path | None = None, data_dir: Path | None = None,
-                   reuse: bool = Settings.reuse_sandbox,
+class SandboxFiles(Protocol):
+    """What a sandbox mounts of the prepared course (grading.course.CourseFiles has them)."""
+
+    @property
+    def case_inputs(self) -> Path | None: ...  # the hidden cases' inputs under opaque ids
+
+    @property
+    def data_dir(self) -> Path | None: ...  # the datasets, read-only
+
+
+def run_in_sandbox(nb, stem: str, folder: Path | None, settings: Settings, files: SandboxFiles,
                    student: StudentSandbox | None = None) -> SandboxResult:
     """Run notebook `stem` (`nb`, handed in in `folder` with the files it reads) in the student's sandbox
-    (`student`; a sandbox of its own when None), its hidden cases under opaque ids; put the sandbox's
-    outputs in `nb`'s code cells (nbgrader's cell metadata kept as restored) and return the result, its
-    observations under the hidden cases' names. An observation filed under a hidden case's real name was not
-    made by its check: it is dropped."""
+    (`student`; a sandbox of its own when None), under the run's `settings` (its limits, isolation, whether a
+    sandbox is kept for the next student) with the course's `files` (the hidden cases' inputs under opaque ids, the
+    datasets); put the sandbox's outputs in `nb`'s code cells (nbgrader's cell metadata kept as restored) and return
+    the result, its observations under the hidden cases' names. An observation filed under a hidden case's real
+    name was not made by its check: it is dropped."""
+    case_inputs, limits, isolate = files.case_inputs, settings.limits, settings.isolate
     names = json.loads(case_inputs.with_suffix(".json").read_text()) if case_inputs is not None else {}
-    with (contextlib.nullcontext(student.session(case_inputs, limits, isolate, data_dir, reuse)) if student
-          else Session(case_inputs, limits, isolate, data_dir)) as session:
+    with (contextlib.nullcontext(student.session(case_inputs, limits, isolate, files.data_dir, settings.reuse_sandbox))
+          if student else Session(case_inputs, limits, isolate, files.data_dir)) as session:
         result = session.run(hide_case_names(nb, {v: k for k, v in names.items()}),
                              files_beside(folder, stem) if folder is not None else {})
     real_names = set(names.values())
