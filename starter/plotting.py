@@ -281,8 +281,10 @@ def plot_losses(history, title: str = "training loss", ax=None):
 
 
 def show_captions(images, generated: Sequence[str], references: Sequence[Sequence[str] | str],
-                  ncols: int = 3, title: str = "generated (bold) vs ground truth", max_refs: int = 3):
-    """Images with their generated caption and ground-truth captions underneath.
+                  ncols: int = 3, title: str = "generated (bold) vs ground truth", max_refs: int = 3,
+                  label: str = "generated"):
+    """Images with a caption each (bold, after `label`: a model's "generated" one, or one of the data's) and their
+    ground-truth captions underneath.
 
     images: list of (H, W, 3) arrays (None for an image that is not available);
     generated: one string per image; references: list of strings (or one string) per image.
@@ -304,7 +306,7 @@ def show_captions(images, generated: Sequence[str], references: Sequence[Sequenc
         else:
             ax.text(0.5, 0.5, "(no image)", ha="center", va="center", transform=ax.transAxes)
         refs = [references[i]] if isinstance(references[i], str) else list(references[i])
-        gen = "\n".join(textwrap.wrap(f"generated: {generated[i]}", 42))
+        gen = "\n".join(textwrap.wrap(f"{label}: {generated[i]}", 42))
         truth = "\n".join("\n".join(textwrap.wrap(f"truth: {r}", 42)) for r in refs[:max_refs])
         ax.set_title(gen, fontsize=9, fontweight="bold", loc="left")
         ax.text(0.0, -0.03, truth, fontsize=8, va="top", ha="left", transform=ax.transAxes, color="0.25")

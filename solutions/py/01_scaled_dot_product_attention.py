@@ -114,7 +114,7 @@ check("loop/float64", attention_loop)
 ### END HIDDEN TESTS
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_06", "locked": true, "schema_version": 3, "solution": false, "task": false}
-# A tiny example you can reason about by hand: three keys that are one-hot vectors, and a query that points mostly along the second one. The weights should peak on key 1, and the output should be close to value 1.
+# A tiny example you can reason about by hand: three keys that are one-hot vectors, and a query that points mostly along the second one. The weights should peak on key 1, and the output should lean towards value 1, $(0, 1)$, pulled a little towards the other two values by the weight they keep.
 
 # %% nbgrader={"grade": false, "grade_id": "code_07", "locked": true, "schema_version": 3, "solution": false, "task": false}
 keys = torch.eye(3, 4)                       # 3 keys in 4 dimensions
@@ -165,7 +165,7 @@ plt.show()
 #
 # ## 4 · Vectorised attention with masks
 #
-# Loops are clear but slow. Stack the queries into a matrix $Q$ and the keys and values into $K$ and $V$:
+# Loops are clear, but they take one small step per query and key, and each step pays Python's overhead. Stack the queries into a matrix $Q$ and the keys and values into $K$ and $V$:
 #
 # $$\mathrm{Attention}(Q, K, V) = \mathrm{softmax}\!\left(\frac{QK^\top}{\sqrt{d_k}}\right)V$$
 #
@@ -182,7 +182,7 @@ plt.show()
 
 # %% [markdown] nbgrader={"grade": true, "grade_id": "q_scaling", "locked": false, "points": 2, "schema_version": 3, "solution": true, "task": false}
 # ### BEGIN SOLUTION
-# **Model answer.** Each term $q_m k_m$ has variance $\sigma_q^2 \sigma_k^2 = 4 \cdot 4 = 16$, so $q\cdot k$ has variance $16\,d_k$ and $q\cdot k/\sqrt{d_k}$ has variance 16 (standard deviation 4) for every $d_k$. Logits spread by about $\pm 4$ make the softmax over 16 keys far from uniform, close to the unscaled curve at small $d$ (low entropy, close to one-hot), with the small gradients that come with it. The factor removes the dependence on the *dimension* only; it cannot correct the scale of the entries themselves, which is why the projections are initialised to keep unit variance and why a LayerNorm sits before attention in a pre-norm block.
+# **Model answer.** Each term $q_m k_m$ has variance $\sigma_q^2 \sigma_k^2 = 4 \cdot 4 = 16$, so $q\cdot k$ has variance $16\,d_k$ and $q\cdot k/\sqrt{d_k}$ has variance 16 (standard deviation 4) for every $d_k$. Logits spread by about $\pm 4$ make the softmax over 16 keys far from uniform, close to the unscaled curve at small $d$ (low entropy: a few keys take most of the weight), with the small gradients that come with it. The factor removes the dependence on the *dimension* only; it cannot correct the scale of the entries themselves, which is why the projections are initialised to keep unit variance and why a LayerNorm sits before attention in a pre-norm block.
 #
 # **Rubric.** 1 point: variance 16 (the variances multiply; the dimension cancels). 1 point: the softmax is sharp/low-entropy with small gradients, and the factor fixes the dependence on $d_k$ only, not the entries' scale (mention of initialisation or normalisation welcome, not required). Half a point for a correct conclusion with a wrong variance.
 # ### END SOLUTION
@@ -251,7 +251,8 @@ print("loop == vectorised:", torch.allclose(out_loop, out_vec, atol=1e-5),
 rounds, calls = (3, 5) if GRADING else (5, 20)
 t_loop = min(timeit.repeat(lambda: attention_loop(q, k, v), number=calls, repeat=rounds)) / calls
 t_vec = min(timeit.repeat(lambda: scaled_dot_product_attention(q, k, v), number=calls, repeat=rounds)) / calls
-print(f"loop {t_loop * 1e3:.1f} ms, vectorised {t_vec * 1e3:.3f} ms per call: {t_loop / t_vec:.0f}x faster")
+print(f"loop {t_loop * 1e3:.1f} ms, vectorised {t_vec * 1e3:.3f} ms per call: the loop takes {t_loop / t_vec:.1f} "
+      "times as long on this machine now")
 
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_13", "locked": true, "schema_version": 3, "solution": false, "task": false}

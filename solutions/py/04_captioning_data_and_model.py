@@ -98,7 +98,8 @@ print("special tokens: <NULL> =", vocab.null_idx, " <START> =", vocab.start_idx,
 if DATASET == "shapes" or DATASET == "coco-grid":
     idx = image_idxs.tolist()
     show_captions([train_split.image(i) for i in idx], [vocab.decode(c) for c in captions],
-                  [train_split.references(i) for i in idx], title="training images, one caption each (bold) and all their captions")
+                  [train_split.references(i) for i in idx], title="training images, one caption each (bold) and all their captions",
+                  label="caption")
     plt.show()
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_prep_1", "locked": true, "schema_version": 3, "solution": false, "task": false}

@@ -46,6 +46,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from starter.checks import check, load_case
+from starter.metrics import tokenize
 from starter.plotting import (overlay_attention, show_attention, show_attention_layers, show_matrix,
                               show_similarity_vs_distance, show_word_overlays)
 
@@ -327,8 +328,11 @@ def caption_with_attention(model, features):
 if RUN_MODEL:
     SHOW = [0, 3, 4, 7]                                          # a few validation images
     words, attn = caption_with_attention(model, val.features(SHOW).to(device))
-    for i, w in zip(SHOW, words):
-        print(f"image {i:3d}: {' '.join(w):<55s} | reference: {val.references(i)[0]}")
+    for i, w in zip(SHOW, words):  # a caption may be right and still differ from the first reference
+        refs = val.references(i)
+        right = tokenize(" ".join(w)) in {tokenize(r) for r in refs}  # word for word, as exact match counts
+        said = "one of its references" if right else f"none of its references, e.g. {refs[0]}"
+        print(f"image {i:3d}: {' '.join(w):<55s} | {said}")
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_19", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ## 4 · Self-attention over the words
@@ -580,7 +584,7 @@ if RUN_MODEL and ds.num_regions > 1 and ds.name == "shapes":
 # How to read the number. Chance is what a model that attends to a random cell would score: $1/R = 1/49 \approx 2\%$ for the exact cell, about $9/49 \approx 18\%$ for the $3\times 3$ block (objects never sit on the border of the grid here, so no block is clipped). A hit rate far above that means the words do come from looking at the right place. It will not be 100%: the attention of one step may already be on the *next* object, or spread over a large object whose centre lies near a cell border, and the decoder can also find the object through self-attention to earlier words instead of looking again. The headline number is the last layer's, the layer whose output becomes the word; the best single map can be another layer's, and this run prints which, under its table, with whether one head localises better than the mean of its layer's heads: heads share the work (one may follow the named object while the others look at the background, at the other object, or at nothing in particular), so a head can be sharper than the mean or blurrier, and an earlier layer may already have found the object that the last layer no longer needs to look at.
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_q_heads_mean", "locked": true, "schema_version": 3, "solution": false, "task": false}
-# **Question 8 (2 points).** The table above gives the localisation accuracy of every head of every layer and of the mean of each layer's heads, and the printout compares the best head of the last layer with the mean of its heads. (a) Why can one head localise the objects better than the mean of the heads, and why can the mean sometimes do better than every single head? (b) What does this say about reading an attention map as an explanation of why the model wrote a word?
+# **Question 8 (2 points).** The table above gives the localisation accuracy of every head of every layer and of the mean of each layer's heads, and the printout compares the best head of the last layer with the mean of its heads. (a) In your run, which localises the objects better: the last layer's best head, or the mean of its heads? Why can the mean of the heads do better than every single head, and why could one head do better than the mean in another model? (b) What does this say about reading an attention map as an explanation of why the model wrote a word?
 #
 # If your own model does not train, answer from the course's reference run: section 6 of `reference_run/07_visualizing_attention.md`, in the course repository (on Colab under `/content/attention-transformers/`), has its table and its printout.
 #
@@ -588,7 +592,7 @@ if RUN_MODEL and ds.num_regions > 1 and ds.name == "shapes":
 
 # %% [markdown] nbgrader={"grade": true, "grade_id": "q_heads_mean", "locked": false, "points": 2, "schema_version": 3, "solution": true, "task": false}
 # ### BEGIN SOLUTION
-# **Model answer.** (a) Heads specialise: one head may attend sharply to the object named by the word, others to positions, to the other object, or diffusely to the background. Averaging mixes the sharp head with the others, so the mean can be worse than the best head; when several heads each point roughly at the object but with different errors, averaging cancels their noise and the mean can beat every single head. (b) An attention map shows where information was read from, in one layer and head, not why the word was chosen: other heads, layers, the residual path and the feed-forward layers also contribute. Conclusions drawn from one map (or from the mean) can mislead; they should be checked quantitatively, as with this accuracy against chance.
+# **Model answer.** (a) In the course's reference run the mean of the last layer's heads localises better than its best head. Heads specialise: one head may attend sharply to the object named by the word, others to positions, to the other object, or diffusely to the background. Averaging mixes the sharp head with the others, so the mean can be worse than the best head; when several heads each point roughly at the object but with different errors, averaging cancels their noise and the mean can beat every single head. (b) An attention map shows where information was read from, in one layer and head, not why the word was chosen: other heads, layers, the residual path and the feed-forward layers also contribute. Conclusions drawn from one map (or from the mean) can mislead; they should be checked quantitatively, as with this accuracy against chance.
 #
 # **Rubric.** 1 point: specialisation of heads and the averaging argument in both directions. 1 point: attention is where information flows from, not a full explanation; maps need quantitative checks. Answers that use the printed numbers earn full credit more easily than generic ones.
 # ### END SOLUTION
@@ -596,7 +600,7 @@ if RUN_MODEL and ds.num_regions > 1 and ds.name == "shapes":
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_29", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ## 7 · Failure cases
 #
-# Now the captions that are **wrong**: the generated sentence matches none of the image's reference captions. For each we print both and show the attention of every word, with the true objects outlined. Notebook 06 counted the kinds of mistake: on `shapes` most wrong captions **reverse a relation**, the right two objects in the wrong order ("a small red square above a large green cross" when the cross is above the square); the few others get an attribute wrong or leave an object out (or add one). Read the attention of each word. In a reversal whose object words attend to their own objects, the model found both objects and got wrong *which is where*: a relation is read off where the two objects are relative to each other, not off what either region contains. A wrong colour or shape whose attention lies on the *other* object says instead that the model looked at the wrong place and named what it saw there.
+# Now the captions that are **wrong**: the generated sentence matches none of the image's reference captions. For each we print both and show the attention of every word, with the true objects outlined. Notebook 06 counted the kinds of mistake: on `shapes` most wrong captions **reverse a relation**, the right two objects in the wrong order ("a small red square above a large green cross" when the cross is above the square); the few others, where there are any, get an attribute wrong (a colour, shape, size or position) or leave an object out or add one: notebook 06's counts say which occur in your run. Read the attention of each word. In a reversal whose object words attend to their own objects, the model found both objects and got wrong *which is where*: a relation is read off where the two objects are relative to each other, not off what either region contains. A wrong colour or shape whose attention lies on the *other* object says instead that the model looked at the wrong place and named what it saw there.
 
 # %% nbgrader={"grade": false, "grade_id": "code_30", "locked": true, "schema_version": 3, "solution": false, "task": false}
 if RUN_MODEL and ds.num_regions > 1 and ds.name == "shapes":
