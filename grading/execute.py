@@ -431,9 +431,10 @@ def trained_numbers_vary() -> str:
 
 
 def run_figures(results: list[dict], date: str | None = None, machine: str | None = None,
-                wall: float | None = None) -> str:
+                wall: float | None = None, trained: tuple[float, float] | None = None) -> str:
     """The README's block of run figures: per notebook its points, run time, tests passed and key numbers, and
-    the estimated student time; the whole run's wall time (`wall`, default the notebooks' sum)."""
+    the estimated student time; the whole run's wall time (`wall`, default the notebooks' sum); and what the
+    trained-model cell measures of this run's notebook-05 model (`trained`: its public and hidden shares)."""
     lines = ["",
              f"Measured by `python3 kit.py run` on {date or time.strftime('%Y-%m-%d')} ({machine or _machine()}): each "
              "solution notebook run top to bottom in a fresh kernel, on the default data; \"all\" is the whole run's wall "
@@ -452,7 +453,25 @@ def run_figures(results: list[dict], date: str | None = None, machine: str | Non
                      f"{format_numbers(r['numbers'])} | {student_hours(notebooks.SOLUTIONS / (r['name'] + '.ipynb')):.2f} h |")
     total = sum(r["seconds"] for r in results) if wall is None else wall
     lines.append(f"| all | {sum(points.values())} | {total:.0f} s | | | |")
+    if trained is not None:
+        lines += ["", f"Notebook 05's trained model of this run, measured as the trained-model cell measures a student's "
+                      f"checkpoint: it captions {trained[0]:.0%} of the public case's new scenes and {trained[1]:.0%} of "
+                      "the hidden cases' exactly right (`python -m grading.cases.captioning "
+                      "build/executed/runs/captioning_transformer.pt` prints the same)."]
     return "\n".join([*lines, ""])
+
+
+def trained_model_shares(out: Path) -> tuple[float, float] | None:
+    """(public, hidden) share of the trained-model cases' scenes that the notebook-05 model a run saved in `out`
+    captions exactly right (the hidden cases share their images: one share); None without that model."""
+    checkpoint = out / notebooks.TRAINED_CHECKPOINT
+    if not checkpoint.is_file():
+        return None
+    from .cases.captioning.training import trained_shares
+
+    shares = trained_shares(checkpoint)
+    public = shares.pop("trained/new_scenes", None)
+    return (public, next(iter(shares.values()))) if public is not None and shares else None
 
 
 def replace_block(readme: Path, markers: tuple[str, str], block: str, what: str) -> None:
@@ -465,9 +484,10 @@ def replace_block(readme: Path, markers: tuple[str, str], block: str, what: str)
                       encoding="utf-8")
 
 
-def write_run_figures(results: list[dict], readme: Path = README, wall: float | None = None) -> None:
+def write_run_figures(results: list[dict], readme: Path = README, wall: float | None = None,
+                      trained: tuple[float, float] | None = None) -> None:
     """Replace the README's block of run figures with those of `results`."""
-    replace_block(readme, RUN_FIGURES, run_figures(results, wall=wall), "run figures")
+    replace_block(readme, RUN_FIGURES, run_figures(results, wall=wall, trained=trained), "run figures")
 
 
 def execute_all(names: list[str] | None = None, out: Path | None = None, figures: Path | None = None,
@@ -512,7 +532,7 @@ def execute_all(names: list[str] | None = None, out: Path | None = None, figures
           f"HTML in {rel(out)}, {n_figures} figure{'s' * (n_figures != 1)} in {rel(figures)}, index in {rel(index)}")
     passed = all(r["ok"] for r in results)
     if readme is not None and not names and passed:
-        write_run_figures(results, readme, wall=total)
+        write_run_figures(results, readme, wall=total, trained=trained_model_shares(out))
         print(f"run figures written into {rel(readme)}")
     if reference is not None and not names and passed:
         from . import reference_run

@@ -6,6 +6,7 @@ import base64
 import importlib.util
 import json
 import os
+import re
 
 import nbformat
 import pytest
@@ -143,9 +144,25 @@ def test_the_run_figures_are_written_into_the_readme_block(tmp_path):
     points = execute.notebook_points(execute.notebooks.SOLUTIONS / "05_training_and_evaluation.ipynb")
     hours = execute.student_hours(execute.notebooks.SOLUTIONS / "05_training_and_evaluation.ipynb")
     assert f"| `05_training_and_evaluation` | {points} | 42 s | 7/7 | BLEU-4 0.972; exact-match 86.2% | {hours:.2f} h |" in text
+    execute.write_run_figures([result], readme, trained=(0.89, 0.85))  # what the trained-model cell measured
+    assert "it captions 89% of the public case's new scenes and 85% of the hidden cases' exactly right" in readme.read_text()
+    assert execute.trained_model_shares(tmp_path) is None  # no model saved there: nothing to say
     readme.write_text("no block\n")
     with pytest.raises(ValueError, match="no block of run figures"):
         execute.write_run_figures([result], readme)
+
+
+def test_the_readme_gives_the_trained_model_shares_of_its_own_run():
+    """The README's figures of the graded trained model are the run's (written with its run figures), measured as
+    the grader measures a checkpoint: the model the run saved in build/executed, where there is one."""
+    text = (ROOT / "README.md").read_text()
+    block = text[text.index(execute.RUN_FIGURES[0]):text.index(execute.RUN_FIGURES[1])]
+    found = re.search(r"it captions (\d+)% of the public case's new scenes and (\d+)% of the hidden", block)
+    assert found, "the run figures do not give the trained model's shares: run `python3 kit.py run`"
+    shares = execute.trained_model_shares(ROOT / "build" / "executed")
+    if shares is not None:  # this machine ran the notebooks: its model, within what training varies by machine
+        for shown, measured in zip(found.groups(), shares):
+            assert abs(int(shown) / 100 - measured) <= execute.TRAINED_NUMBERS_VARY["exact_match"], (found.groups(), shares)
 
 
 def test_another_machines_figures_agree_within_what_training_varies_and_nothing_else_does():

@@ -8,7 +8,7 @@
 # - **the training script**: the learning-rate schedule `lr_at_step`, one optimisation step `train_step`, the validation loss `validation_loss`, and the loop `fit` around them;
 # - **generation and the evaluation script**: `greedy_decode`, and `evaluate_captions` (BLEU, CIDEr, ROUGE-L and the share of captions exactly right).
 #
-# Then your model is trained on `shapes` (the training cell prints how long it took on your machine), saved, graded on new scenes, and an experiment measures what attention over the regions buys. Notebook 06 goes on with the same model: other decoders, the kinds of mistakes it makes, and what the causal mask is for.
+# Then your model is trained on `shapes`, saved, graded on new scenes, and an experiment measures what attention over the regions buys. Notebook 06 goes on with the same model: other decoders, the kinds of mistakes it makes, and what the causal mask is for.
 #
 # Given: the driver that calls your loop (`starter.training.train`: device moves, a progress bar with the time left), the metric implementations (BLEU, CIDEr, ROUGE-L from `pycocoevalcap`, in `starter/metrics.py`) and the plots. The kit has no version of these pieces: while one does not pass its public check yet, the notebook says so in one line and skips what needs it (training, the scores).
 #
@@ -520,7 +520,7 @@ check("train_script/damaged_checkpoint", with_train_script(train_script))
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_step_2", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # **Settings.** The script's defaults are the `shapes` settings: a small model (2 layers, $d_{model} = 64$, 4 heads, about 0.14 M parameters) trains 700 steps; the script prints a line every 100 steps and the training cell prints how long the run took on your machine. It trains without dropout: 700 steps of 64 captions see each of the 9000 training captions about 5 times, too few to overfit (the validation loss still falls at the end, see the curve below). The COCO settings, with far more parameters per caption, keep it (`CONFIGS` below, and section 6). When nbgrader runs this notebook, `GRADING` is True and nothing trains (the overfit check, the script's runs and section 5's comparison are skipped): the graded tests don't depend on training at all, and the trained-model cell measures the checkpoint you hand in.
 #
-# **Sanity check first: overfit one small batch.** Before a long run, train a fresh model on one batch of 8 captions, as at the end of notebook 04, but now with your `train_step`: a correct step drives the loss close to zero within the cell's 150 steps (it prints the loss before and after, and the time they took). If it stalls while notebook 04's memorisation passed, look at the step (the learning rate it sets, the gradients it clears, the loss it returns).
+# **Sanity check first: overfit one small batch.** Before a long run, train a fresh model on one batch of 8 captions, as at the end of notebook 04, but now with your `train_step`: a correct step drives the loss close to zero. If it stalls while notebook 04's memorisation passed, look at the step (the learning rate it sets, the gradients it clears, the loss it returns).
 
 # %% nbgrader={"grade": false, "grade_id": "code_15", "locked": true, "schema_version": 3, "solution": false, "task": false}
 CONFIGS = {
@@ -938,11 +938,9 @@ if history is not None and evaluate is not None and ds.num_regions > 1:
         print(f"  {name:<27} exact match {scores['exact_match']:6.1%}, teacher-forced val loss "
               f"{run['val_loss'][-1]:.4f}")
     pooled_captions = runs["one mean-pooled vector"][2]
-    for i in range(3):  # a caption may be right and still differ from the first reference
-        refs = compare_split.references(i)
-        right = tokenize(pooled_captions[i]) in [tokenize(r) for r in refs]  # word for word, as exact match counts
-        said = "one of its references" if right else f"none of its references, e.g. {refs[0]}"
-        print(f"  one vector: {pooled_captions[i]:<50} | {said}")
+    for i, caption in enumerate(pooled_captions[:3]):
+        refs = [tokenize(r) for r in compare_split.references(i)]
+        print(f"  one vector: {caption:<50} | {'right' if tokenize(caption) in refs else 'wrong'}")
     plt.figure(figsize=(6, 2.5))
     for name, (run, _, _) in runs.items():
         plt.plot(run["val_step"], run["val_loss"], marker=".", label=name)
