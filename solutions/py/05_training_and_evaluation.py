@@ -56,7 +56,7 @@ from torch.utils.data import DataLoader, Dataset
 from starter.checks import check
 from starter.data import StoredBatches, Vocab, load_dataset
 from starter.layers import get_layers, with_model
-from starter.metrics import caption_scores, format_scores
+from starter.metrics import caption_scores, format_scores, shapes_error
 from starter.notebook_loader import load_or_none
 from starter.pipeline import yours_if_it_passes
 from starter.plotting import plot_losses, show_attention, show_captions
@@ -938,9 +938,8 @@ if history is not None and evaluate is not None and ds.num_regions > 1:
         print(f"  {name:<27} exact match {scores['exact_match']:6.1%}, teacher-forced val loss "
               f"{run['val_loss'][-1]:.4f}")
     pooled_captions = runs["one mean-pooled vector"][2]
-    for i, caption in enumerate(pooled_captions[:3]):
-        refs = [tokenize(r) for r in compare_split.references(i)]
-        print(f"  one vector: {caption:<50} | {'right' if tokenize(caption) in refs else 'wrong'}")
+    for i, caption in enumerate(pooled_captions[:3]):  # "correct", or the kind of mistake (notebook 06)
+        print(f"  one vector: {caption:<50} | {shapes_error(caption, compare_split.references(i))}")
     plt.figure(figsize=(6, 2.5))
     for name, (run, _, _) in runs.items():
         plt.plot(run["val_step"], run["val_loss"], marker=".", label=name)

@@ -46,7 +46,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from starter.checks import check, load_case
-from starter.metrics import tokenize
+from starter.metrics import shapes_error
 from starter.plotting import (overlay_attention, show_attention, show_attention_layers, show_matrix,
                               show_similarity_vs_distance, show_word_overlays)
 
@@ -330,8 +330,8 @@ if RUN_MODEL:
     words, attn = caption_with_attention(model, val.features(SHOW).to(device))
     for i, w in zip(SHOW, words):  # a caption may be right and still differ from the first reference
         refs = val.references(i)
-        right = tokenize(" ".join(w)) in {tokenize(r) for r in refs}  # word for word, as exact match counts
-        said = "one of its references" if right else f"none of its references, e.g. {refs[0]}"
+        kind = shapes_error(" ".join(w), refs)  # "correct" (one of its references), else the kind of mistake
+        said = "one of its references" if kind == "correct" else f"{kind}; a reference: {refs[0]}"
         print(f"image {i:3d}: {' '.join(w):<55s} | {said}")
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_19", "locked": true, "schema_version": 3, "solution": false, "task": false}
