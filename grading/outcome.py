@@ -13,6 +13,7 @@ the class's results (`grading.results.ClassResults`), which the rest of OUT is w
 """
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import asdict, dataclass, field, fields
 from enum import Enum
@@ -83,20 +84,30 @@ class StudentOutcome:
 def missing_work(outcome: StudentOutcome) -> list[str]:
     """A line for each piece of work the student did not hand in and the points it costs: a notebook, or notebook
     05's trained model where 05 came without one. None for a student with no notebook at all (the status says it)."""
-    from .notebooks import TRAINED_MODEL_CELL, graded_columns, written_columns
+    from .notebooks import TRAINED_MODEL_CELL
 
     if outcome.status == Status.NO_NOTEBOOKS or not outcome.notebooks:
         return []
-    points: dict[str, float] = {}
-    for stem, _, worth in graded_columns() + written_columns():
-        points[stem] = points.get(stem, 0.0) + worth
+    points = _points()
     lines = [f"{stem} not handed in: its {points.get(stem, 0.0):g} points are 0" for stem in outcome.missing]
     training, cell = TRAINED_MODEL_CELL
     if not outcome.model_kept and training in outcome.notebooks:
-        worth = next((p for stem, task, p in graded_columns() if (stem, task) == TRAINED_MODEL_CELL), 0.0)
         lines.append(f"no trained model to measure (not handed in, or not kept: see the notes): {training}'s "
-                     f"{cell} ({worth:g} points) is 0")
+                     f"{cell} ({points.get(TRAINED_MODEL_CELL, 0.0):g} points) is 0")
     return lines
+
+
+@functools.cache
+def _points() -> dict[str | tuple[str, str], float]:
+    """{notebook: its points, (notebook, grade_id): a cell's}, read from the solution notebooks once a process
+    (each student's lines use them: reading seven notebooks each time cost 16 ms a line)."""
+    from .notebooks import graded_columns, written_columns
+
+    points: dict[str | tuple[str, str], float] = {}
+    for stem, task, worth in graded_columns() + written_columns():
+        points[stem] = points.get(stem, 0.0) + worth
+        points[(stem, task)] = worth
+    return points
 
 
 def joined(intake: StudentOutcome, graded: StudentOutcome | None) -> StudentOutcome:

@@ -85,14 +85,14 @@ def made_from(submission, outcome: StudentOutcome, page: Sequence[str] = ()) -> 
     return hashlib.sha256(json.dumps(content, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def page_lines(results: ClassResults) -> dict[str, tuple[list[str], str]]:
-    """{student: (what they did not hand in, how late)} for each graded student: what their pages say of the
-    submission besides the notebooks."""
-    return {s.student: (s.outcome.missing_work, s.late_line) for s in results.graded}
+def page_lines(results: ClassResults) -> dict[str, list[str]]:
+    """{student: what their pages say of the submission besides the notebooks (what they did not hand in, how
+    late)} for each graded student."""
+    return {s.student: [*s.outcome.missing_work, s.late_line] for s in results.graded}
 
 
 def feedback_made_from(db_url: str, outcomes: list[StudentOutcome],
-                       pages: dict[str, tuple[list[str], str]] | None = None) -> dict[str, str]:
+                       pages: dict[str, list[str]] | None = None) -> dict[str, str]:
     """{student: `made_from`} of each of `outcomes` (`pages`: their pages' lines about the submission), read from
     the gradebook once."""
     if not outcomes:
@@ -103,12 +103,7 @@ def feedback_made_from(db_url: str, outcomes: list[StudentOutcome],
     with Gradebook(db_url) as gb, warnings.catch_warnings():
         warnings.simplefilter("ignore", SAWarning)  # nbgrader's own ORM use (grading.results.read_points)
         found = submissions(gb, [o.student for o in outcomes])
-        return {o.student: made_from(found.get(o.student), o, _page(pages, o.student)) for o in outcomes}
-
-
-def _page(pages: dict[str, tuple[list[str], str]] | None, student: str) -> list[str]:
-    missing, late = (pages or {}).get(student, ([], ""))
-    return [*missing, late]
+        return {o.student: made_from(found.get(o.student), o, (pages or {}).get(o.student, ())) for o in outcomes}
 
 
 def read_made_from(out: Path) -> dict[str, str]:
@@ -146,8 +141,8 @@ def refresh_feedback(out: Path, root: Path | None, results: ClassResults,
     students made again, notes for the instructor). No course folder (None: not held), or one whose gradebook is
     not `db_url`, is left alone (a note says so)."""
     graded = [s.outcome for s in results.graded]
-    about = page_lines(results)
-    digests, recorded = feedback_made_from(db_url, graded, about), read_made_from(out)
+    late_lines = {s.student: s.late_line for s in results.graded}
+    digests, recorded = feedback_made_from(db_url, graded, page_lines(results)), read_made_from(out)
     stale = [o for o in graded if recorded.get(o.student) != digests[o.student]]
     if not stale:
         return [], []
@@ -171,7 +166,7 @@ def refresh_feedback(out: Path, root: Path | None, results: ClassResults,
         for page in pages.glob("*.html") if pages.is_dir() else []:  # a failed attempt must not leave old scores
             page.unlink()
         recorded.pop(o.student, None)
-        made_of = worker.PageOf(o.student, o.judged, *about[o.student])
+        made_of = worker.PageOf(o.student, o.judged, o.missing_work, late_lines[o.student])
         notes += [f"{o.student}: {note}" for note in worker.feedback_pages(api, made_of)]
         copy_feedback(root, out, o.student, o.name)
         if any(pages.glob("*.html")):
