@@ -387,27 +387,51 @@ README = notebooks.ROOT / "README.md"
 # the README's block of run figures, between these two lines, is written by a run of every notebook
 RUN_FIGURES = ("<!-- run figures: written by `python3 kit.py run` (grading/execute.py); do not edit by hand -->",
                "<!-- end of run figures -->")
-# the course's estimate of a student's time on a notebook, from what the notebook asks: its text read closely
-# (technical prose with formulas and code, about 100 words a minute), each point of an automatic check (writing,
-# testing and fixing the code: about 8 minutes a point) and each point of a written question (about 12 minutes)
+# the course's estimate of a student's time on a notebook, from what the student reads and writes: its text read
+# closely (technical prose with formulas and code, about 100 words a minute), each line of answer code (about a
+# minute: typing, and the thought behind it), each task (about 23 minutes of its own: working out the spec, running
+# the checks, fixing what they find) and each written question (about 15 minutes). The per-line and per-task figures
+# are fitted to an independent walk of the student copy (04: 5 hours; 05 with its 196 answer lines: 5.5 to 10); the
+# other notebooks' walk times (2 to 4 hours) come out within that walk's range.
 READING_WORDS_PER_MINUTE = 100
-MINUTES_PER_CHECKED_POINT = 8
-MINUTES_PER_WRITTEN_POINT = 12
-MOST_HOURS = 3.5  # a sitting: no notebook's estimate may exceed it (tests/test_execute.py)
+MINUTES_PER_ANSWER_LINE = 1
+MINUTES_PER_TASK = 23
+MINUTES_PER_WRITTEN_QUESTION = 15
+MOST_HOURS = 3.5  # a sitting (tests/test_execute.py)
+# notebooks over a sitting by the estimate, until they are split or cut: the test holds them to this list
+OVER_A_SITTING = {"04_captioning_data_and_model", "05_training_and_evaluation"}
+
+
+def answer_lines(source: str) -> int:
+    """The lines of code between a cell's solution markers, less blank lines and comments."""
+    inside, count = False, 0
+    for line in source.splitlines():
+        text = line.strip()
+        if text.startswith("### BEGIN SOLUTION"):
+            inside = True
+        elif text.startswith("### END SOLUTION"):
+            inside = False
+        elif inside and text and not text.startswith("#"):
+            count += 1
+    return count
+
+
+def student_work(path: Path) -> dict[str, int]:
+    """What a solution notebook asks of a student: words of text read (a written answer's model text is not read),
+    lines of answer code, tasks (answer cells of code) and written questions."""
+    cells = notebooks.read(path).cells
+    return {"words": sum(len(c.source.split()) for c in cells if c.cell_type == "markdown"
+                         and not notebooks.nbgrader_meta(c).get("grade")),
+            "answer_lines": sum(answer_lines(c.source) for c in cells if c.cell_type == "code" and notebooks.is_solution(c)),
+            "tasks": sum(1 for c in cells if c.cell_type == "code" and notebooks.is_solution(c)),
+            "questions": sum(1 for c in cells if notebooks.is_written_answer(c))}
 
 
 def student_hours(path: Path) -> float:
-    """The estimated hours a student spends on notebook `path` (the release or the solution: the same text and
-    points), rounded to a quarter of an hour."""
-    cells = notebooks.read(path).cells
-    words = sum(len(c.source.split()) for c in cells if c.cell_type == "markdown"
-                and not notebooks.nbgrader_meta(c).get("grade"))  # a written answer's model text is not read
-    minutes = words / READING_WORDS_PER_MINUTE
-    for c in cells:
-        meta = notebooks.nbgrader_meta(c)
-        if meta.get("grade"):
-            per_point = MINUTES_PER_WRITTEN_POINT if c.cell_type == "markdown" else MINUTES_PER_CHECKED_POINT
-            minutes += per_point * meta.get("points", 0)
+    """The estimated hours a student spends on solution notebook `path`, rounded to a quarter of an hour."""
+    work = student_work(path)
+    minutes = (work["words"] / READING_WORDS_PER_MINUTE + MINUTES_PER_ANSWER_LINE * work["answer_lines"]
+               + MINUTES_PER_TASK * work["tasks"] + MINUTES_PER_WRITTEN_QUESTION * work["questions"])
     return round(minutes / 15) / 4
 
 
@@ -440,9 +464,10 @@ def run_figures(results: list[dict], date: str | None = None, machine: str | Non
              "solution notebook run top to bottom in a fresh kernel, on the default data; \"all\" is the whole run's wall "
              "time (each kernel starts, and imports torch, while the notebook before runs, which takes about 1 s "
              "off each run time from 02 on). A student's time is the course's estimate, not a measurement: the "
-             f"text read at {READING_WORDS_PER_MINUTE} words a minute, {MINUTES_PER_CHECKED_POINT} minutes per point "
-             f"of an automatic check and {MINUTES_PER_WRITTEN_POINT} per point of a written question "
-             "(grading/execute.py, `student_hours`). The numbers of the trained model land a little differently on "
+             f"text read at {READING_WORDS_PER_MINUTE} words a minute, {MINUTES_PER_ANSWER_LINE} minute per line of "
+             f"answer code, {MINUTES_PER_TASK} minutes per task and {MINUTES_PER_WRITTEN_QUESTION} per written question, "
+             "fitted to an independent walk of the student copy (grading/execute.py, `student_hours`); a notebook over "
+             f"{MOST_HOURS:g} h is more than one sitting. The numbers of the trained model land a little differently on "
              "another machine (its CPU's arithmetic, its thread count): another run of the same notebooks gives them "
              f"within {trained_numbers_vary()}, and every other figure to the digit but the seconds.", "",
              "| notebook | points | run time | tests passed | key numbers | a student's time (estimate) |",

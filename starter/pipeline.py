@@ -457,6 +457,18 @@ def with_split(evaluate):
 
 
 # ---- your version, once it passes ---------------------------------------------------------------------
+
+
+def _with_train_script(script):
+    from .scripts import with_train_script
+    return with_train_script(script)
+
+
+def _with_eval_script(script):
+    from .scripts import with_eval_script
+    return with_eval_script(script)
+
+
 # the public case and adapter of each piece
 PUBLIC_CASES = {
     "extract_grid_features": ("features/basic", with_cnn),
@@ -470,6 +482,8 @@ PUBLIC_CASES = {
     "validation_loss": ("validation/basic", with_batches),
     "fit": ("fit/basic", with_loader),
     "evaluate_captions": ("evaluate/basic", with_split),
+    "train_script": ("train_script/resume", _with_train_script),  # notebook 05's scripts, as modules
+    "eval_script": ("eval_script/greedy", _with_eval_script),
     "sample_decode": ("sample/basic", with_sampler),
     # the model and its loss (notebook 04), as notebook 05 takes them over
     "CaptioningTransformer": ("captioner/basic", lambda model_class: model_class),

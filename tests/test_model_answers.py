@@ -44,8 +44,8 @@ def _scores(line: str) -> dict[str, float]:
     return {k: float(v) for k, v in re.findall(r"(BLEU-\d|CIDEr|ROUGE-L) " + NUMBER, line)}
 
 
-def test_q4_the_mistake_bleu_barely_punishes_is_the_commonest(printed):
-    """Q4 names the relation swap as the shapes mistake BLEU-4 barely punishes: it is the commonest kind of
+def test_q7_the_mistake_bleu_barely_punishes_is_the_commonest(printed):
+    """Q7 names the relation swap as the shapes mistake BLEU-4 barely punishes: it is the commonest kind of
     greedy's mistakes in notebook 06's comparison."""
     assert "Swapping the two objects of a relation" in _model_answer("06_decoding", "q_bleu_exact")
     counts = dict(re.findall(r"(\w+) (\d+)", re.search(r"greedy +: (.*)", printed["06_decoding"]).group(1)))
@@ -53,8 +53,8 @@ def test_q4_the_mistake_bleu_barely_punishes_is_the_commonest(printed):
     assert max(wrong, key=wrong.get) == "relation", wrong
 
 
-def test_q6_the_leaky_model_copies_and_then_writes_one_caption(printed):
-    """Q6 (notebook 06): the leaky model's teacher-forced loss is far below notebook 05's phrasing floor and the
+def test_q9_the_leaky_model_copies_and_then_writes_one_caption(printed):
+    """Q9 (notebook 06): the leaky model's teacher-forced loss is far below notebook 05's phrasing floor and the
     honest model's; it writes a handful of captions whatever the image; its exact match is close to zero."""
     text = printed["06_decoding"]
     answer = _model_answer("06_decoding", "q_causal_mask")
@@ -87,8 +87,8 @@ def test_section_5_compares_one_short_budget_and_attention_wins(printed):
     assert exact["attention over the regions"] > exact["one mean-pooled vector"] + 20, exact
 
 
-def test_q5_beam_search_gains_at_many_more_model_calls_and_sampling_trades_accuracy(printed):
-    """Q5: beam raised the exact match and every score, calling the model many times as often as greedy and taking
+def test_q8_beam_search_gains_at_many_more_model_calls_and_sampling_trades_accuracy(printed):
+    """Q8: beam raised the exact match and every score, calling the model many times as often as greedy and taking
     longer; sampling at the lowest temperature matches greedy's exact match with about 2 different captions in 3;
     higher temperatures lose accuracy and gain diversity."""
     text = printed["06_decoding"]

@@ -236,8 +236,8 @@ def test_two_workers_grade_the_training_script_and_name_a_lost_optimiser_state(t
     """Notebook 05 graded as a class on two workers: a training script whose --resume starts the optimiser
     afresh loses part of its cell's points, and the student's outcome names the bug; the correct one loses none."""
     train_script = nbs.solution_sources(SCRIPTS_NB)["train_script"]
-    assert "optimizer.load_state_dict(state[0])" in train_script
-    fresh_optimiser = train_script.replace("optimizer.load_state_dict(state[0])", "pass")
+    assert 'optimizer.load_state_dict(state["optimizer"])' in train_script
+    fresh_optimiser = train_script.replace('optimizer.load_state_dict(state["optimizer"])', "pass")
     write_nb(filled_submission(SCRIPTS_NB), tmp_path / "subs" / "right" / f"{SCRIPTS_NB}.ipynb")
     write_nb(filled_submission(SCRIPTS_NB, {"train_script": fresh_optimiser}),
              tmp_path / "subs" / "fresh" / f"{SCRIPTS_NB}.ipynb")

@@ -18,7 +18,7 @@ when it is one of:
 (f) a threshold of the notebook's own grading cases, public or hidden: a number among the arguments of a stored
     case's properties ("exact_match_at_least captions 0.55" backs "55 % right earn a point").
 
-Not stated numbers, by rule: cross-references (notebook 05, question 3, section 4, tasks 1-2, layer names),
+Not stated numbers, by rule: cross-references (notebook 05, question 4, section 4, tasks 1-2, layer names),
 heading and list numbering, numbers joined to a word (BLEU-4, GPT-2, float32, 7x7, d_k), file names and links,
 inline code and code blocks (code, run by the notebooks' tests), years of cited papers ("Xiong et al., 2020").
 
@@ -617,7 +617,7 @@ def test_the_number_check_catches_the_known_contradictions():
     assert arithmetic_match(ln) and ln.number == "2.30"
     (wrong,) = stated_numbers("03", "md", r"guessing scores $\ln 10 \approx 2.40$")
     assert not arithmetic_match(wrong)
-    assert [s.number for s in stated_numbers("x", "y", "BLEU-4 of notebook 05, question 3, (Xiong et al., 2020), "
+    assert [s.number for s in stated_numbers("x", "y", "BLEU-4 of notebook 05, question 4, (Xiong et al., 2020), "
                                                        "`x = 15`, $a_{t,i}$")] == []
 
 

@@ -863,8 +863,8 @@ SPEC_POINT_BUGS = {
         ('    for group in optimizer.param_groups:\n        group["lr"] = lr',
          '    optimizer.param_groups[0]["lr"] = lr')], "first parameter group only"),
     "<UNK> dropped with the special tokens": ("evaluate_captions", [
-        ("if t not in (vocab.null_idx, vocab.start_idx):",
-         "if t not in (vocab.null_idx, vocab.start_idx, vocab.unk_idx):")], "<UNK> is left out"),
+        ("if t not in (vocab.null_idx, vocab.start_idx)]",
+         "if t not in (vocab.null_idx, vocab.start_idx, vocab.unk_idx)]")], "<UNK> is left out"),
     "the model left in train mode after validation": ("validation_loss", [
         ("model.train(was_training)", "model.train()")], "came in eval mode"),
     "features extracted with gradients on": ("extract_grid_features", [

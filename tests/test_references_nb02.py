@@ -111,3 +111,22 @@ def test_cases_cover_the_notebook():
         assert any(c.grad_wrt for c in mine) or target == "sinusoidal_encoding", f"{target}: no gradient check"
     assert any(c.target == "sinusoidal_encoding" and c.const_args[1] % 2 == 1 for c in cases), "odd d_model"
     assert sum(c.expects_error for c in cases) >= 2
+
+
+def test_question_3s_model_answer_holds_for_the_solutions_encoding():
+    """Q3: PE(p)·PE(p+k) = sum_i cos(omega_i k) for every start p, the same for +k and -k; a rotation M(phi) of each
+    frequency pair between the two codes makes the score peak at the signed offset k = -phi."""
+    ns = nbs.execute_definitions(nbs.SOLUTIONS / f"{STEM}.ipynb")
+    d, phi = 16, 3
+    pe = ns["sinusoidal_encoding"](60, d).double()
+    omega = 1.0 / 10000 ** (torch.arange(0, d, 2, dtype=torch.float64) / d)
+    for k in range(0, 20):
+        dots = [float(pe[p] @ pe[p + k]) for p in (0, 7, 20)]
+        assert max(dots) - min(dots) < 1e-5 and abs(dots[0] - float(torch.cos(omega * k).sum())) < 1e-5
+        assert abs(float(pe[30] @ pe[30 - k]) - dots[0]) < 1e-5  # +k and -k alike
+    rotation = torch.block_diag(*[torch.tensor([[torch.cos(w * phi), torch.sin(w * phi)],
+                                                [-torch.sin(w * phi), torch.cos(w * phi)]], dtype=torch.float64)
+                                  for w in omega])
+    assert torch.allclose(rotation @ pe[10], pe[10 + phi], atol=1e-5), "M(phi) moves a code phi positions on"
+    scores = {k: float(pe[30] @ (rotation @ pe[30 + k])) for k in range(-8, 9)}
+    assert max(scores, key=scores.get) == -phi and scores[phi] != scores[-phi], scores

@@ -164,9 +164,14 @@ def test_the_evaluation_script_writes_the_metrics_of_a_checkpoint(course):
     ("train_captioner.py", ["--steps", "3", "--resume", "--checkpoint", "runs/none.pt"], "no checkpoint at"),
     ("evaluate_captioner.py", ["runs/none.pt"], "no checkpoint at"),
     ("evaluate_captioner.py", ["runs/one_go.pt", "--beam", "0"], "--beam"),
+    ("train_captioner.py", ["--steps", "3", "--resume", "--checkpoint", "runs/damaged.pt"], "damaged or is not a checkpoint"),
+    ("evaluate_captioner.py", ["runs/damaged.pt"], "damaged or is not a checkpoint"),
+    *([("train_captioner.py", ["--steps", "3", "--device", "cuda"], "no CUDA device")]
+      if not torch.cuda.is_available() else []),
 ])
 def test_a_bad_command_line_ends_in_one_line_and_changes_nothing(course, script, args, words):
     folder, _ = course
+    (folder / "runs" / "damaged.pt").write_bytes((folder / "runs" / "one_go.pt").read_bytes()[:300])
     before = {p: p.read_bytes() for p in (folder / "runs").iterdir()}
     done = _run(folder, script, *args)
     lines = done.stderr.strip().splitlines()
@@ -193,7 +198,7 @@ def test_the_stand_in_resume_is_the_uninterrupted_run():
         outs.append(module(spec.inputs["features"], spec.inputs["captions"], runs, spec.const_kwargs["val_rows"]))
     resumed_out, one_go_out = outs
     assert "--stop-at" in spec.const_kwargs["runs"][0]
-    for a, b in zip(resumed_out[:3], one_go_out[:3]):
+    for a, b in zip(resumed_out[:2], one_go_out[:2]):  # the weights and the log
         assert torch.equal(torch.nan_to_num(a, nan=-7.0), torch.nan_to_num(b, nan=-7.0))
     assert case.name == "train_script/one_run"  # public: a student sees it
 
@@ -214,7 +219,7 @@ def test_the_solutions_scripts_pass_every_public_case():
 @pytest.mark.parametrize("bug", sorted(TRAIN_SCRIPT_BUGS))
 def test_each_known_training_script_bug_is_named(bug, hidden_references):
     messages = [m for name in ("train_script/one_run", "train_script/resume", "train_script/interrupted",
-                               "train_script/resume_after_crash", "train_script/stopped")
+                               "train_script/resume_after_crash")
                 if (m := _check_message(name, _train_script_bug(bug)))]
     assert messages, f"{bug} passed every case"
     assert any(TRAIN_SCRIPT_BUGS[bug][:40] in m for m in messages), messages
@@ -222,34 +227,9 @@ def test_each_known_training_script_bug_is_named(bug, hidden_references):
 
 @pytest.mark.parametrize("bug", sorted(EVAL_SCRIPT_BUGS))
 def test_each_known_evaluation_script_bug_is_named(bug, hidden_references):
-    messages = [m for name in ("eval_script/greedy", "eval_script/beam", "eval_script/first_images")
+    messages = [m for name in ("eval_script/greedy", "eval_script/beam")
                 if (m := _check_message(name, _eval_script_bug(bug)))]
     assert any(EVAL_SCRIPT_BUGS[bug][:40] in m for m in messages), messages
-
-
-def test_a_script_that_crashes_on_a_missing_checkpoint_is_told_to_stop_in_one_line(hidden_references):
-    """A traceback is refused with a message that says what to write; a CheckpointError left to `run_script`
-    (which turns it into that line on a command line) is the same as catching it."""
-    import types
-    module = types.SimpleNamespace(**vars(_scripts()["train_captioner.py"]))
-    solution_main = module.main
-
-    def main(argv=None, experiment=None):  # resumes with torch.load, which raises a traceback for a missing file
-        if "--resume" in (argv or []):
-            torch.load(argv[argv.index("--checkpoint") + 1])
-        return solution_main(argv, experiment)
-
-    module.main = main
-    message = _check_message("train_script/missing_checkpoint", module)
-    assert message and "FileNotFoundError" in message and "error: what is wrong" in message
-
-    def main_letting_the_kit_say_it(argv=None, experiment=None):  # run_script's one line, as on a command line
-        if "--resume" in (argv or []):
-            read_checkpoint(argv[argv.index("--checkpoint") + 1])
-        return solution_main(argv, experiment)
-
-    module.main = main_letting_the_kit_say_it
-    assert _check_message("train_script/missing_checkpoint", module) is None
 
 
 def test_the_scripts_stand_ins_are_not_the_answers():
@@ -272,9 +252,9 @@ def test_run_command_shows_the_output_as_it_comes_and_says_whether_it_succeeded(
 
 
 def test_notebook_05_runs_to_the_end_while_the_training_script_is_unfinished(tmp_path, monkeypatch):
-    """Every piece done but the script's command line and checkpoints (Task 5, as released): the loop of Task 4 in
-    the same file is graded, the notebook says in one line that the script is not finished, and no cell but
-    Task 5's test cell and the trained-model cell fails (nothing trains, nothing is saved)."""
+    """Every piece done but what the script's checkpoint holds (Task 5, as released): the loop of Task 4 in the same
+    file is graded, the notebook says in one line that the script does not pass yet, and no cell but Task 5's test
+    cell and the trained-model cell fails (nothing trains, nothing is saved)."""
     import nbformat
     from nbclient import NotebookClient
 
@@ -294,5 +274,38 @@ def test_notebook_05_runs_to_the_end_while_the_training_script_is_unfinished(tmp
         printed += "".join(o.get("text", "") for o in cell.get("outputs", []) if o.output_type == "stream")
     assert failed == ["test_train_script", "test_trained_model"], failed  # no script, no checkpoint to measure
     assert "✓ fit/basic passed" in printed
-    assert "train_captioner.py's main: not available, train_captioner.py is not finished yet" in printed
+    assert "train_script: yours does not pass train_script/resume yet" in printed
     assert not (tmp_path / "runs" / "captioning_transformer.pt").exists()
+
+
+def test_question_6_a_lost_random_state_shows_with_dropout_only(course, tmp_path, monkeypatch):
+    """Notebook 05's question 6 (a): a restore that leaves torch's generator as new_model seeded it resumes to the
+    weights of a run that never stopped at --dropout 0 (nothing else draws from it), and to other weights at
+    --dropout 0.1 (the dropout masks are drawn again)."""
+    from starter.scripts import Experiment, train_main
+    folder, _ = course
+    monkeypatch.setenv("COURSE_NOTEBOOKS_DIR", str(notebooks.SOLUTIONS))  # the model's layers load from there
+    script = load_script(folder / "train_captioner.py")
+    experiment = Experiment.open("shapes", device="cpu", folder=notebooks.SOLUTIONS)
+
+    def restore_without_rng(saved, model, optimizer):
+        seeded = torch.get_rng_state()
+        step = script.restore(saved, model, optimizer)
+        torch.set_rng_state(seeded)  # the generator stays as new_model seeded it
+        return step
+
+    def weights(dropout, stop_at):
+        small = ["--steps", "6", "--warmup", "1", "--save-every", "2", "--batch-size", "8", "--d-model", "16",
+                 "--heads", "2", "--layers", "1", "--dropout", dropout,
+                 "--checkpoint", str(tmp_path / f"{dropout}-{stop_at}.pt")]
+        runs = [small] if stop_at is None else [[*small, "--stop-at", stop_at], [*small, "--resume"]]
+        for argv in runs:
+            train_main(argv, experiment, fit=script.fit, checkpoint_state=script.checkpoint_state,
+                       restore=restore_without_rng)
+        return read_checkpoint(tmp_path / f"{dropout}-{stop_at}.pt")["state_dict"]
+
+    def same(a, b):
+        return all(torch.equal(a[k], b[k]) for k in a)
+
+    assert same(weights("0", None), weights("0", "3"))
+    assert not same(weights("0.1", None), weights("0.1", "3"))

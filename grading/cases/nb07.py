@@ -279,7 +279,7 @@ def _grid_spec(c: GridCase, g: torch.Generator) -> CaseSpec:
         inputs={"weights": _attention(*c.shape, g=g, dtype=c.dtype)}, outputs=["grid"],
         grad_wrt=["weights"] if c.grad else [], public=c.public,
         variants={} if mismatch else _grid_variants(c.grid_shape), properties=[raises] if mismatch else [],
-        hint="" if mismatch else "grid[..., i, j] = weights[..., i * W + j] (row-major), leading dims unchanged.")
+        hint="" if mismatch else "the regions in the order the grid was flattened, row after row (the first W regions are the top row), leading dims unchanged.")
 
 
 def _upsample_spec(c: UpsampleCase, g: torch.Generator) -> CaseSpec:
@@ -292,7 +292,7 @@ def _upsample_spec(c: UpsampleCase, g: torch.Generator) -> CaseSpec:
         name=c.name, target="upsample_attention", args=["grid"], const_args=[list(c.size)], inputs={"grid": grid},
         outputs=["heat"], grad_wrt=["grid"] if c.grad else [], public=c.public,
         variants=_upsample_variants(len(c.shape) > 2, c.zero_first),
-        hint="F.interpolate(mode='bilinear', align_corners=False) on (N, 1, H, W), then each map / its own max.")
+        hint="each map resized to `size` by bilinear interpolation (corners not aligned), then scaled so that its own largest value is 1.")
 
 
 def _collect_spec(c: CollectCase, g: torch.Generator) -> CaseSpec:
@@ -301,7 +301,7 @@ def _collect_spec(c: CollectCase, g: torch.Generator) -> CaseSpec:
         inputs={"layers": _attention(*c.shape, g=g, dtype=c.dtype)}, outputs=["weights"],
         grad_wrt=["layers"] if c.grad else [], public=c.public, variants=_collect_variants(c.head, c.layer),
         properties=[["rows_sum_to_one", "weights"]],
-        hint="layers[layer] is (B, heads, T, S): mean over dim 1 (head=None) or [:, head].")
+        hint="the weights of layer `layer` for every generated word: the heads' average (head=None) or head `head` alone, shape (B, T, S).")
 
 
 def _locacc_spec(c: LocaccCase, g: torch.Generator) -> CaseSpec:
@@ -312,7 +312,7 @@ def _locacc_spec(c: LocaccCase, g: torch.Generator) -> CaseSpec:
         const_args=[list(c.grid_shape)], const_kwargs={"radius": c.radius},
         inputs={"cross": cross, "target_cells": target}, outputs=["accuracy"], public=c.public,
         variants=_locacc_variants(c.radius, c.grid_shape[0] == c.grid_shape[1]),
-        hint="hit: |peak // W - target // W| <= radius and |peak % W - target % W| <= radius; return hits / words.")
+        hint="a word is a hit when the region its attention peaks on is within `radius` rows and columns of its target region; the accuracy is the share of words that hit.")
 
 
 def _chance_spec(c: ChanceCase) -> CaseSpec:
@@ -320,7 +320,7 @@ def _chance_spec(c: ChanceCase) -> CaseSpec:
         name=c.name, target="chance_accuracy", args=["target_cells"], const_args=[list(c.grid_shape)],
         const_kwargs={"radius": c.radius}, inputs={"target_cells": torch.tensor(c.cells)}, outputs=["chance"],
         public=c.public, variants=_chance_variants(c.radius, c.grid_shape[0] == c.grid_shape[1]),
-        hint="mean over targets of (cells of the grid within radius of the target, clipped at the border) / (H*W).")
+        hint="the chance that a peak drawn uniformly over the grid hits: the share of the grid's cells within `radius` of each target (none outside the grid), averaged over the targets.")
 
 
 def cases(ns) -> list[CaseSpec]:

@@ -266,7 +266,20 @@ plt.show()
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_17", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # The three curves lie on top of each other: the similarity is a function of the distance alone. (The dot product cannot tell $+k$ from $-k$; attention layers recover the direction through their learned projections $W_q$, $W_k$, which can implement the rotations of section 4.)
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "md_q_offset", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# **Question 3 (2 points).** The plot above shows the similarity $PE(p) \cdot PE(p+k)$ as the same curve for every start $p$. (a) Show it from the formula: write the dot product as a sum over the frequency pairs $(\sin \omega_i t, \cos \omega_i t)$ and simplify it. (b) That sum is the same for $+k$ and $-k$, yet a head can attend to the word *before* rather than the word after. A head's score is $q \cdot k = (W_q x_p) \cdot (W_k x_{p+k})$, not $PE \cdot PE$: explain, with section 4's rotation, how the projections can make the score depend on the sign of the offset.
 #
+# Write your answer in the cell below.
+
+# %% [markdown] nbgrader={"grade": true, "grade_id": "q_offset", "locked": false, "points": 2, "schema_version": 3, "solution": true, "task": false}
+# ### BEGIN SOLUTION
+# **Model answer.** (a) With $PE(t) = (\sin \omega_1 t, \cos \omega_1 t, \ldots)$: $PE(p) \cdot PE(p+k) = \sum_i [\sin \omega_i p \, \sin \omega_i (p+k) + \cos \omega_i p \, \cos \omega_i (p+k)] = \sum_i \cos(\omega_i (p+k) - \omega_i p) = \sum_i \cos \omega_i k$, by $\cos(a-b) = \cos a \cos b + \sin a \sin b$. The start $p$ cancels: the similarity depends on the offset alone. (b) The cosine is even, so $\sum_i \cos \omega_i k$ cannot tell $+k$ from $-k$. The projections put a matrix between the two codes: the positional part of the score is $PE(p)^\top W_q^\top W_k \, PE(p+k)$. If $W_q^\top W_k$ acts on a frequency pair as the rotation $M(\phi)$ of section 4, then $M(\phi) PE(p+k) = PE(p+k+\phi)$ in that pair and the term becomes $\cos \omega_i (k + \phi)$, largest at $k = -\phi$ and different for $+k$ and $-k$: a head can learn to score the word $\phi$ positions back highest. A symmetric matrix could not do this; a rotation, which is not symmetric, can.
+#
+# **Rubric.** 1 point: the sum of $\cos \omega_i k$ (the identity, $p$ cancels). 1 point: the matrix $W_q^\top W_k$ between the codes can rotate (or otherwise act non-symmetrically on) the frequency pairs, which shifts the peak to a signed offset. Half a point for "the projections can learn it" without saying how.
+# ### END SOLUTION
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "md_17b", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ## 6 · A `PositionalEncoding` layer
 #
 # The table does not depend on the data, so it is **computed once**, up to a maximum length, and reused for every batch, during training and generation: adding it costs one slice and one addition. We store it in the module with `register_buffer("pe", table, persistent=False)`. A **buffer** is a tensor that belongs to the module but is not a parameter: the optimiser leaves it alone, and `module.to(device)` moves it together with the weights, so the layer works on CPU and GPU inputs without any `.to()` in `forward`. (`persistent=False` keeps it out of `state_dict()`: it can always be recomputed.)

@@ -555,6 +555,18 @@ print(f"{DATASET}: {share:.0%} of the target positions of 20 batches of 64 are p
       f"{full:.0%} if every caption were padded to T = {encoded['train'].shape[1]}")
 
 
+# %% [markdown] nbgrader={"grade": false, "grade_id": "md_q_padding", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# **Question 5 (2 points).** The cell above printed the share $s$ of padding among the target positions of your batches, and what it would be if every caption were padded to $T$. (a) Suppose the loss were averaged over every position, padding included, and the model had learned to predict `<NULL>` after `<END>` (a loss of about 0 there). Then the loss, and the gradient, of the real words are scaled by a factor: which, in terms of $s$, and what is it for each of the two shares printed? (b) Why does this amount to a learning rate that changes from batch to batch, and why does padding each batch only to its longest caption (your `collate_captions`) not remove the need to leave padding out of the loss?
+#
+# Write your answer in the cell below.
+
+# %% [markdown] nbgrader={"grade": true, "grade_id": "q_padding", "locked": false, "points": 2, "schema_version": 3, "solution": true, "task": false}
+# ### BEGIN SOLUTION
+# **Model answer.** (a) The mean over all positions is the sum over the real words divided by all positions, $N / (1 - s)$ of them: it is $(1 - s)$ times the mean over the real words, and so is its gradient. Each of the two shares printed gives its own factor $1 - s$: a share of 20 %, for instance, leaves the real words 0.8 of their weight, and the larger share (every caption padded to $T$) the smaller factor. (b) An update is the learning rate times the gradient, so scaling the gradient by $1 - s$ is the same as scaling the learning rate by it; $s$ depends on which captions a batch happens to hold (a batch of short captions is more padding), so each batch trains the real words at a different rate, and losses of batches or datasets with different padding are not comparable. Padding to the longest caption of the batch makes $s$ smaller but not 0: every caption shorter than the longest is still padded, so only dividing by the number of real words gives every real word the same weight in every batch.
+#
+# **Rubric.** 1 point: the factor $1 - s$, with the two printed shares put in (the student's own numbers). 1 point: the factor varies with the batch (an effective learning rate per batch) and padding to the longest caption leaves $s > 0$. Half a point for "padding dilutes the loss" without the factor.
+# ### END SOLUTION
+
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_12b", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ### Task 7 · `caption_loss(logits, targets, null_idx=0)`
 #

@@ -5,12 +5,12 @@
 #
 # Notebook 04 prepared the data and built the model. Here you write the two scripts of an experiment around it and run them:
 #
-# - **the training script**: the learning-rate schedule `lr_at_step`, one optimisation step `train_step`, the validation loss `validation_loss`, and the loop `fit` around them;
-# - **generation and the evaluation script**: `greedy_decode`, and `evaluate_captions` (BLEU, CIDEr, ROUGE-L and the share of captions exactly right).
+# - **the training script**: the learning-rate schedule `lr_at_step`, one optimisation step `train_step`, the validation loss `validation_loss`, the loop `fit` around them, and what a checkpoint must hold for a stopped run to go on exactly (`checkpoint_state`, `restore`);
+# - **generation and the evaluation script**: `greedy_decode`, `evaluate_captions` (BLEU, CIDEr, ROUGE-L and the share of captions exactly right), and `evaluate_checkpoint`, what the evaluation script measures.
 #
 # Then your model is trained on `shapes`, saved, graded on new scenes, and an experiment measures what attention over the regions buys. Notebook 06 goes on with the same model: other decoders, the kinds of mistakes it makes, and what the causal mask is for.
 #
-# Given: the driver that calls your loop (`starter.training.train`: device moves, a progress bar with the time left), the metric implementations (BLEU, CIDEr, ROUGE-L from `pycocoevalcap`, in `starter/metrics.py`) and the plots. The kit has no version of these pieces: while one does not pass its public check yet, the notebook says so in one line and skips what needs it (training, the scores).
+# Given: the scripts' command lines, logs and files (`starter/scripts.py`), the driver that calls your loop in this notebook (`starter.training.train`: device moves, a progress bar with the time left), the metric implementations (BLEU, CIDEr, ROUGE-L from `pycocoevalcap`, in `starter/metrics.py`) and the plots. The kit has no version of your pieces: while one does not pass its public check yet, the notebook says so in one line and skips what needs it (training, the scores).
 #
 # **What you need from notebook 04.** Section 1 loads your `build_vocab`, `encode_captions`, `CaptionFeatures`, `collate_captions`, `CaptioningTransformer`, `caption_loss`, `teacher_forcing_loss` and `make_optimizer` from your `04_captioning_data_and_model.ipynb` (its set-up and answer cells only: no plots, no test cells), found next to this notebook (on Colab: also in `My Drive/Colab Notebooks`). A data piece that does not pass its public check yet is replaced by the dataset's stored data (vocabulary, encoded captions, batches), with one line saying so; without a working model, loss and optimiser, nothing is trained. The graded checks of this notebook run on stand-ins and do not use notebook 04, except the trained-model cell, which measures your trained model.
 #
@@ -35,6 +35,7 @@ from starter.runtime import start_notebook
 COURSE_FOLDER = start_notebook(use_drive=USE_DRIVE, course_dir=COURSE_DIR)
 
 # %% nbgrader={"grade": false, "grade_id": "code_03", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["setup"]
+import itertools
 import json
 import math
 import os
@@ -186,13 +187,9 @@ if schedule is not None:
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_step_1", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ### Task 2 · `train_step(model, loss_fn, optimizer, features, captions, lr, grad_clip=1.0)`
 #
-# One optimisation step, in this order:
+# One optimisation step on one batch, at this step's learning rate `lr` (the optimiser keeps its rate in each of `optimizer.param_groups`, a list of dicts with an `"lr"` entry). The loss is `loss_fn(model, features, captions)` (your `teacher_forcing_loss` of notebook 04 in this notebook); return it as a Python float, as it was before the update. The model trains in training mode (dropout on). With `grad_clip` not `None`, the gradients' total norm is at most `grad_clip` when the update is made (`torch.nn.utils.clip_grad_norm_` rescales them), so that one unlucky batch cannot throw the weights far; with `None`, nothing is clipped.
 #
-# 1. set the learning rate `lr` in every parameter group of the optimiser (`optimizer.param_groups`: a list of dicts with an `"lr"` entry), and put the model in training mode (`model.train()`: dropout on);
-# 2. clear the gradients of the previous step (`optimizer.zero_grad()`): PyTorch **adds** each backward pass's gradients to `.grad`, so without it every step would use the sum of all gradients so far;
-# 3. `loss = loss_fn(model, features, captions)` (your `teacher_forcing_loss` of notebook 04 in this notebook), then `loss.backward()`;
-# 4. if `grad_clip` is not `None`, rescale the gradients so that their total norm is at most `grad_clip` (`torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)`): one unlucky batch then cannot throw the weights far. This must come **after** `backward` (there is nothing to clip before) and **before** the update;
-# 5. `optimizer.step()`, and return the loss as a Python float (`loss.item()`), for the progress bar and the loss curve.
+# Two facts of PyTorch that the check catches when they are forgotten: `backward()` **adds** each gradient to the parameter's `.grad` rather than overwriting it, and clipping sees only the gradients that exist when it is called.
 
 # %% nbgrader={"grade": false, "grade_id": "train_step", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def train_step(model, loss_fn, optimizer, features, captions, lr, grad_clip=1.0):
@@ -255,7 +252,7 @@ def validation_loss(model, loss_fn, batches):
     ### END SOLUTION
 
 
-# %% nbgrader={"grade": true, "grade_id": "test_validation_loss", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+# %% nbgrader={"grade": true, "grade_id": "test_validation_loss", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
 from starter.checks import check
 from starter.pipeline import with_batches
 check("validation/basic", with_batches(validation_loss))
@@ -268,38 +265,31 @@ check("validation/handed_over_in_eval_mode", with_batches(validation_loss))
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_fit_1", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ### The training script, `train_captioner.py`
 #
-# Training runs in a script, as it does wherever deep learning is done: a file you start from a terminal (`python train_captioner.py --steps 700`) or from a notebook (`!python …`), with its settings on the command line, which writes a **checkpoint** it can go on from and a **log** of every step. A run that dies (a closed laptop, a Colab runtime that times out) goes on with `--resume` and ends exactly where it would have ended without the interruption.
+# Training runs in a script, as it does wherever deep learning is done: a file you start from a terminal (`python train_captioner.py --steps 700`) or from a notebook (`!python …`), with its settings on the command line. It writes a **checkpoint** it can go on from and a **log** of every step. A run that dies (a closed laptop, a Colab runtime that times out) goes on with `--resume` and ends exactly where it would have ended without the interruption.
 #
-# You write it in two cells: the first (`%%writefile train_captioner.py`) starts the file with the training loop `fit` (Task 4), the second (`%%writefile -a`, *append*) adds the command line and the checkpoints (Task 5). Run both whenever you change either (the first starts the file over). The script takes everything that is not its own work from an `Experiment` (`starter/scripts.py`): the dataset, your pieces of notebooks 04 and 05 (loaded from your **saved** notebooks, like notebook 06 loads them: save this notebook before you run the script), the device, a plan of steps and the training batches.
+# The script is written by the cells of this section: the first (`%%writefile train_captioner.py`) starts the file with your loop `fit` (Task 4), the second (`%%writefile -a`, *append*) adds what a checkpoint holds (Task 5) and the given `main`. Run both whenever you change either (the first starts the file over). The script takes everything that is not its own work from an `Experiment` (`starter/scripts.py`): the dataset, your pieces of notebooks 04 and 05 (loaded from your **saved** notebooks, as notebook 06 loads them: save this notebook before you run the script), the device, a plan of steps and the training batches.
 #
 # ### Task 4 · the training loop: `fit(model, loss_fn, optimizer, loader, plan, config)`
 #
-# The loop puts the pieces together. `plan` is a `starter.training.TrainingPlan`: iterating over it gives `(step, lr)` pairs, `step` = the 0-based number of the step (0, 1, 2, … for a new run; a resumed run starts later) with the learning rate your schedule gives that step, until the run or the part of it is over (it may end early when a time budget binds, so loop over the plan rather than over a step count). `config` is a `starter.training.FitConfig`, the rest of what the loop needs, as five fields: `config.step_fn` (one training step), `config.val_fn` (the validation loss), `config.val_batches` (the fixed validation batches), `config.val_every` (how often to validate) and `config.device` (where the model is). For each `(step, lr)`:
+# `plan` (a `starter.training.TrainingPlan`) decides the steps: iterating over it gives `(step, lr)` pairs, `step` the 0-based number of the step in the whole run (a resumed run's plan starts later) and `lr` its learning rate. It may end early when a time budget binds: follow the plan, not a count. `config` (a `starter.training.FitConfig`) holds the rest: `step_fn` (one training step, with `train_step`'s arguments), `val_fn` and `val_batches` (the validation loss, with `validation_loss`'s arguments, and the fixed batches it measures), `val_every` and `device` (where the model is).
 #
-# 1. take the **next batch** `(features, captions)` from `loader`. A `DataLoader` runs out at the end of an epoch: then start the next epoch with a new `iter(loader)` (a shuffling loader draws a new order for it) and carry on. Keep one iterator between steps: `next(iter(loader))` every step would start a new epoch each time;
-# 2. move the batch to `config.device` (`.to(config.device)`: the model is there, on the GPU when there is one);
-# 3. `loss = config.step_fn(model, loss_fn, optimizer, features, captions, lr)`: your `train_step`;
-# 4. record the step in `history`: `history["step"]` the number of steps done (`step + 1`: counted from the start of the run, so a resumed plan's first record is not 1), `history["loss"]` the loss, `history["lr"]` the rate;
-# 5. every `config.val_every` steps (when `(step + 1) % config.val_every == 0`) append `step + 1` to `history["val_step"]` and `config.val_fn(model, loss_fn, config.val_batches)` (your `validation_loss`) to `history["val_loss"]`. The validation batches are only measured, never trained on: the validation loss is useful only as long as the model has not seen them.
+# What `fit` must do:
 #
-# After the loop, if the last step did not end with a validation, measure once more, so the curve ends where training ended. Return `history`, a dict of five lists with the keys `"step"`, `"loss"`, `"lr"`, `"val_step"`, `"val_loss"`.
+# - each step trains on the **next** batch `(features, captions)` of `loader`, on `config.device`. `loader` gives one epoch per pass, as a shuffling `DataLoader` does (each pass draws a new order): when it runs out, the next epoch begins and training goes on;
+# - it returns `history`, a dict of five lists. `"step"`, `"loss"` and `"lr"` get one entry per step: the number of steps done counted from the start of the run (`step + 1`: a resumed plan's first entry is not 1), the loss the step returned, its rate;
+# - `"val_step"` and `"val_loss"` record the validation loss with the number of steps done when it was measured: after each step that brings the count to a multiple of `config.val_every`, and after the last step if that one was not measured, so that the curve ends where training ended. The validation batches are only measured, never trained on.
 
 # %% nbgrader={"grade": false, "grade_id": "fit", "locked": false, "schema_version": 3, "solution": true, "task": false}
 # %%writefile train_captioner.py
 """Train the captioning Transformer of notebooks 04-05; a run stopped at any point goes on with --resume.
 
     python train_captioner.py                           # shapes: 700 steps into runs/captioning_transformer.pt
-    python train_captioner.py --steps 300               # ... 300 steps, then
-    python train_captioner.py --steps 700 --resume      # ... the rest: the weights of 700 steps in one run
+    python train_captioner.py --stop-at 300             # ... stopped at step 300, then
+    python train_captioner.py --resume                  # ... the rest: the weights of 700 steps in one run
 """
-import argparse
-import csv
-import sys
-from pathlib import Path
-
 import torch
 
-from starter.scripts import CheckpointError, Experiment, FitConfig, read_checkpoint, run_script, save_checkpoint
+from starter.scripts import run_script, train_main
 
 
 def fit(model, loss_fn, optimizer, loader, plan, config):
@@ -322,19 +312,18 @@ def fit(model, loss_fn, optimizer, loader, plan, config):
     ### BEGIN SOLUTION
     batches = iter(loader)
     for step, lr in plan:
-        try:
-            features, captions = next(batches)
-        except StopIteration:  # the end of an epoch: start the next one
+        batch = next(batches, None)
+        if batch is None:  # the end of an epoch: the next one begins
             batches = iter(loader)
-            features, captions = next(batches)
-        loss = config.step_fn(model, loss_fn, optimizer, features.to(config.device), captions.to(config.device), lr)
+            batch = next(batches)
+        features, captions = (t.to(config.device) for t in batch)
         history["step"].append(step + 1)
-        history["loss"].append(loss)
+        history["loss"].append(config.step_fn(model, loss_fn, optimizer, features, captions, lr))
         history["lr"].append(lr)
         if (step + 1) % config.val_every == 0:
             history["val_step"].append(step + 1)
             history["val_loss"].append(config.val_fn(model, loss_fn, config.val_batches))
-    if history["step"] and (not history["val_step"] or history["val_step"][-1] != history["step"][-1]):
+    if history["step"] and history["val_step"][-1:] != history["step"][-1:]:
         history["val_step"].append(history["step"][-1])
         history["val_loss"].append(config.val_fn(model, loss_fn, config.val_batches))
     ### END SOLUTION
@@ -357,142 +346,49 @@ check("fit/resumed_plan", with_loader(fit))
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_fit_2", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # *How this check works:* `with_loader(fit)` runs your loop on a tiny stand-in model with a stand-in loader (its order changes each epoch), a plan of stored rates, and a step and a validation that do not train but mark and read the weights. It compares the history and the weights with the stored ones: your loop alone is tested, whatever your `train_step` does.
 #
-# ### Task 5 · the script's command line and checkpoints: `parse_args(argv=None)` and `main(argv=None, experiment=None)`
+# ### Task 5 · what a checkpoint holds: `checkpoint_state(optimizer, step)` and `restore(saved, model, optimizer)`
 #
-# **The command line.** `parse_args(argv)` reads these options with `argparse` (`argv`: a list of strings, or `None` for the script's own command line) and returns them as `argparse`'s namespace. The defaults are the `shapes` settings:
+# The rest of the script is given: its `main` calls `train_main` (`starter/scripts.py`, a page to read). It reads the command line (`python train_captioner.py --help` lists the options; the defaults are the `shapes` settings), makes the model and the optimiser, and trains in rounds of `--save-every` steps with your `fit`. After each round it appends the round's rows to the log (the checkpoint's path with `.csv`) and saves a checkpoint. `--stop-at N` ends the run at the first checkpoint at or after step N, as a closed laptop would; `--resume` goes on from the checkpoint, with the options of the run it continues.
 #
-# | option | default | what it sets |
-# |---|---|---|
-# | `--data` | `shapes` | the dataset (`starter.data.load_dataset`'s names) |
-# | `--checkpoint` | `runs/captioning_transformer.pt` | the checkpoint; the log is the same path with `.csv` in place of `.pt` |
-# | `--steps` | `700` | the run's number of steps, at least 1 |
-# | `--batch-size` | `64` | captions per batch, at least 1 |
-# | `--lr` | `0.002` | the peak learning rate, above 0 |
-# | `--warmup` | `50` | the schedule's warm-up steps, 0 or more |
-# | `--weight-decay` | `0.01` | 0 or more |
-# | `--d-model`, `--heads`, `--layers` | `64`, `4`, `2` | the model's size, each at least 1; `--d-model` a multiple of `--heads` |
-# | `--dropout` | `0.0` | at least 0 and below 1 |
-# | `--save-every` | `100` | steps between two checkpoints (and validations), at least 1 |
-# | `--stop-at` | none | end the run after the first checkpoint at or after this step, at least 1: an interruption you choose (the schedule stays that of `--steps`), from which `--resume` goes on |
-# | `--seed` | `0` | the seed of the weights and of the order of the batches |
-# | `--device` | `auto` | `auto` (a GPU when there is one), `cpu`, `cuda` or `mps` |
-# | `--resume` | off | go on from the checkpoint instead of starting over |
+# What `train_main` cannot know is what a run carries from one step to the next. That is yours:
 #
-# A value out of range, an unknown option or one that is not a number stops the script with a non-zero exit status and, as its last line on the error output, the script's name, `error:` and what is wrong: `parser.error("--steps must be at least 1")` does all that (after `argparse`'s usage lines, which is fine), as does `argparse` itself for an unknown option or a `type=int` that fails. No traceback. Every other error of the script ends the same way: `sys.exit(f"train_captioner.py: error: {what}")` writes that line and exits with status 1.
+# - `checkpoint_state(optimizer, step)` returns a dict that goes into the checkpoint (as its `"extra"`) after `step` steps, beside what `save_checkpoint` stores itself: the model's weights (`"state_dict"`), its configuration and its vocabulary. Keep tensors, numbers, strings, lists, dicts and state dicts in it: the checkpoint is read back with `torch.load(weights_only=True)`, which refuses other objects.
+# - `restore(saved, model, optimizer)` gets that checkpoint as `read_checkpoint` returns it and a `model` and `optimizer` made afresh, as for a new run: `experiment.new_model` has just seeded torch's random generator with `--seed`. It puts the run back where the checkpoint left it and returns the number of steps done. `train_main` then keeps the log's rows up to that step (a run killed after logging and before saving leaves rows beyond it) and goes on from there.
 #
-# **The run.** `main(argv=None, experiment=None)`:
-#
-# 1. reads the options, and takes the experiment it is given, or `Experiment.open(args.data, device=args.device)` when it is `None` (the checks give a stand-in: use only `experiment`'s attributes and methods named here, never your notebook's variables);
-# 2. makes the model and the optimiser: `size = dict(d_model=…, num_heads=…, num_layers=…, dim_feedforward=4 * d_model, dropout=…)`, `model = experiment.new_model(size, seed=args.seed)` and `experiment.make_optimizer(model, args.lr, args.weight_decay)`;
-# 3. **without `--resume`** starts at step 0 and writes a new log (its header `step,loss,lr,val_loss`), replacing any earlier one. **With `--resume`** it reads the checkpoint (`read_checkpoint(path)`, which raises a `CheckpointError` naming the file for a missing or damaged one: then stop with one line, as above, before writing anything), puts back everything a run carries from one step to the next (run it with the options of the run it continues), and keeps the log's rows up to the checkpoint's step (a run killed after logging and before saving leaves rows beyond it). Resumed on the same machine, the weights, the log and the checkpoint must be exactly those of a run that never stopped;
-# 4. trains in **rounds** that end at the multiples of `--save-every` (and at `--steps`): each round calls your `fit` with `experiment.plan(args.steps, args.warmup, args.lr, start=…, stop=…)` (the round's steps, at the rates of the whole run's schedule), `experiment.train_batches(args.batch_size, args.seed, start=…)` (the training batches from that step on, the same ones a run that never stopped gets) and a `FitConfig` of `experiment.train_step`, `experiment.validation_loss`, `experiment.val_batches(args.batch_size)` (make them once), `val_every=args.save_every` and `experiment.device`; the loss is `experiment.loss_fn`. After each round it appends the round's steps to the log (one row per step: `step` (steps done), `loss`, `lr`, and `val_loss` where one was measured after that step, else empty), saves the checkpoint and prints one line (steps done, the last loss and validation loss);
-# 5. saves with `save_checkpoint(args.checkpoint, model, experiment.model_config(size), experiment.vocab, optimizer=…, step=…, rng=…, dataset=args.data)` (`starter.training`'s, written whole or not at all): `optimizer` is the optimiser's `state_dict()`, `step` the number of steps done, `rng` the random generator's state, `torch.get_rng_state()` (dropout draws from it; on a GPU add `cuda_rng=torch.cuda.get_rng_state()`). The trained-model mark of section 4 reads this checkpoint.
-#
-# With `--stop-at`, the run ends after the checkpoint of the first round that reaches that step. A run that is already at `--steps` does nothing more. The file ends with `if __name__ == "__main__": run_script(main)` (given): it runs `main()` and turns an error of the kit (a piece that does not pass its check yet) into one line too.
+# The test: a run stopped and resumed, on the same machine, ends with **exactly** the weights and the log of a run that never stopped. Ask what a training step depends on besides the weights and the batch, including on a GPU (`torch.cuda` has a random generator of its own).
 
 # %% nbgrader={"grade": false, "grade_id": "train_script", "locked": false, "schema_version": 3, "solution": true, "task": false}
 # %%writefile -a train_captioner.py
 
 
-### BEGIN SOLUTION
-def _at_least(low, kind, below=None):
-    """An argparse type: a number of `kind` >= low (and < below)."""
-    def parse(text):
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-        if value < low or (below is not None and value >= below):
-            raise argparse.ArgumentTypeError(f"{text} is not {'at least' if below is None else 'in'} "
-                                             f"{low if below is None else f'[{low}, {below})'}")
-        return value
-    return parse
+def checkpoint_state(optimizer, step):
+    """What the checkpoint holds besides the model's weights, its configuration and vocabulary, after `step` steps:
+    a dict of tensors, numbers, strings, lists, dicts and state dicts."""
+    ### BEGIN SOLUTION
+    state = {"step": step, "optimizer": optimizer.state_dict(), "rng": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda_rng"] = torch.cuda.get_rng_state()
+    return state
+    ### END SOLUTION
 
 
-def parse_args(argv=None):
-    parser = argparse.ArgumentParser(prog="train_captioner.py", description="Train the captioning Transformer.")
-    parser.add_argument("--data", default="shapes")
-    parser.add_argument("--checkpoint", type=Path, default=Path("runs/captioning_transformer.pt"))
-    parser.add_argument("--steps", type=_at_least(1, int), default=700)
-    parser.add_argument("--batch-size", type=_at_least(1, int), default=64)
-    parser.add_argument("--lr", type=float, default=2e-3)
-    parser.add_argument("--warmup", type=_at_least(0, int), default=50)
-    parser.add_argument("--weight-decay", type=_at_least(0.0, float), default=0.01)
-    parser.add_argument("--d-model", type=_at_least(1, int), default=64)
-    parser.add_argument("--heads", type=_at_least(1, int), default=4)
-    parser.add_argument("--layers", type=_at_least(1, int), default=2)
-    parser.add_argument("--dropout", type=_at_least(0.0, float, below=1.0), default=0.0)
-    parser.add_argument("--save-every", type=_at_least(1, int), default=100)
-    parser.add_argument("--stop-at", type=_at_least(1, int), default=None)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--device", choices=["auto", "cpu", "cuda", "mps"], default="auto")
-    parser.add_argument("--resume", action="store_true")
-    args = parser.parse_args(argv)
-    if not args.lr > 0:
-        parser.error(f"argument --lr: {args.lr} is not above 0")
-    if args.d_model % args.heads:
-        parser.error(f"--d-model {args.d_model} is not a multiple of --heads {args.heads}")
-    return args
-
-
-def _log_rows(history):
-    measured = dict(zip(history["val_step"], history["val_loss"]))
-    return [[step, loss, lr, measured.get(step, "")]
-            for step, loss, lr in zip(history["step"], history["loss"], history["lr"])]
+def restore(saved, model, optimizer):
+    """Put the run back where checkpoint `saved` (read_checkpoint's dict, "extra" being checkpoint_state's dict)
+    left it, into the freshly made `model` and `optimizer`; returns the number of steps done."""
+    ### BEGIN SOLUTION
+    state = saved["extra"]
+    model.load_state_dict(saved["state_dict"])
+    optimizer.load_state_dict(state["optimizer"])
+    torch.set_rng_state(state["rng"])
+    if "cuda_rng" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state(state["cuda_rng"])
+    return state["step"]
+    ### END SOLUTION
 
 
 def main(argv=None, experiment=None):
-    args = parse_args(argv)
-    exp = experiment or Experiment.open(args.data, device=args.device)
-    size = dict(d_model=args.d_model, num_heads=args.heads, num_layers=args.layers,
-                dim_feedforward=4 * args.d_model, dropout=args.dropout)
-    model = exp.new_model(size, seed=args.seed)
-    optimizer = exp.make_optimizer(model, args.lr, args.weight_decay)
-    log_path = args.checkpoint.with_suffix(".csv")
-    done, rows = 0, []
-    if args.resume:
-        try:
-            saved = read_checkpoint(args.checkpoint)
-            extra = saved["extra"]
-            state = (extra["optimizer"], int(extra["step"]), extra["rng"])
-        except CheckpointError as exc:
-            sys.exit(f"train_captioner.py: error: {exc}")
-        except KeyError as exc:
-            sys.exit(f"train_captioner.py: error: {args.checkpoint} has no {exc} to resume from: it was not "
-                     "saved by this script")
-        model.load_state_dict(saved["state_dict"])
-        optimizer.load_state_dict(state[0])
-        done = state[1]
-        torch.set_rng_state(state[2])
-        if "cuda_rng" in extra and torch.cuda.is_available():
-            torch.cuda.set_rng_state(extra["cuda_rng"])
-        if log_path.is_file():
-            with open(log_path, newline="", encoding="utf-8") as f:
-                rows = [row for row in csv.reader(f)][1:]
-            rows = [row for row in rows if row and float(row[0]) <= done]
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(log_path, "w", newline="", encoding="utf-8") as f:
-        csv.writer(f).writerows([["step", "loss", "lr", "val_loss"], *rows])
-    config = FitConfig(step_fn=exp.train_step, val_fn=exp.validation_loss,
-                       val_batches=exp.val_batches(args.batch_size), val_every=args.save_every, device=exp.device)
-    while done < args.steps:
-        stop = min(args.steps, (done // args.save_every + 1) * args.save_every)
-        plan = exp.plan(args.steps, args.warmup, args.lr, start=done, stop=stop)
-        history = fit(model, exp.loss_fn, optimizer, exp.train_batches(args.batch_size, args.seed, start=done), plan,
-                      config)
-        with open(log_path, "a", newline="", encoding="utf-8") as f:
-            csv.writer(f).writerows(_log_rows(history))
-        done = stop
-        extra = dict(optimizer=optimizer.state_dict(), step=done, rng=torch.get_rng_state(), dataset=args.data)
-        if torch.cuda.is_available():
-            extra["cuda_rng"] = torch.cuda.get_rng_state()
-        save_checkpoint(args.checkpoint, model, exp.model_config(size), exp.vocab, **extra)
-        print(f"step {done}/{args.steps}: loss {history['loss'][-1]:.4f}, validation loss "
-              f"{history['val_loss'][-1]:.4f}; saved {args.checkpoint}", flush=True)
-        if args.stop_at is not None and done >= args.stop_at and done < args.steps:
-            print(f"stopped at step {done} (--stop-at {args.stop_at}): --resume goes on from here")
-            return
-### END SOLUTION
+    """The script (given): its command line, rounds of fit, the log and a checkpoint after each round."""
+    train_main(argv, experiment, fit=fit, checkpoint_state=checkpoint_state, restore=restore)
 
 
 if __name__ == "__main__":
@@ -505,17 +401,13 @@ train_script = load_script("train_captioner.py")   # the whole file, as a module
 check("train_script/one_run", with_train_script(train_script))
 check("train_script/resume", with_train_script(train_script))
 ### BEGIN HIDDEN TESTS
-check("train_script/stopped", with_train_script(train_script))
 check("train_script/interrupted", with_train_script(train_script))
 check("train_script/resume_twice", with_train_script(train_script))
 check("train_script/resume_after_crash", with_train_script(train_script))
-check("train_script/bad_arguments", with_train_script(train_script))
-check("train_script/missing_checkpoint", with_train_script(train_script))
-check("train_script/damaged_checkpoint", with_train_script(train_script))
 ### END HIDDEN TESTS
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_script_check", "locked": true, "schema_version": 3, "solution": false, "task": false}
-# *How this check works:* `with_train_script(train_script)` calls your `main` with command lines and a stand-in experiment: a tiny model, a few rows of data, a made-up schedule, and a step that does not train but moves the weights by the batch, the rate, a drift kept in the optimiser's state and a random draw. A resume that loses any of these ends with other weights. It compares the checkpoint, the log and how each command line ended with the stored ones.
+# *How this check works:* `with_train_script(train_script)` calls your script's `main` with command lines and a stand-in experiment: a tiny model, a few rows of data, a made-up schedule, and a step that does not train but moves the weights by the batch, the rate, a drift kept in the optimiser's state and a random draw. A resume that loses any of these ends with other weights. It compares the final checkpoint's weights, the log and how each command line ended with the stored ones.
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_step_2", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # **Settings.** The script's defaults are the `shapes` settings: a small model (2 layers, $d_{model} = 64$, 4 heads, about 0.14 M parameters) trains 700 steps; the script prints a line every 100 steps and the training cell prints how long the run took on your machine. It trains without dropout: 700 steps of 64 captions see each of the 9000 training captions about 5 times, too few to overfit (the validation loss still falls at the end, see the curve below). The COCO settings, with far more parameters per caption, keep it (`CONFIGS` below, and section 6). When nbgrader runs this notebook, `GRADING` is True and nothing trains (the overfit check, the script's runs and section 5's comparison are skipped): the graded tests don't depend on training at all, and the trained-model cell measures the checkpoint you hand in.
@@ -564,8 +456,8 @@ pieces = TrainingPieces(fit=yours_if_it_passes("fit", fit, instead=untrained),
                         lr_at_step=yours_if_it_passes("lr_at_step", lr_at_step, instead=untrained),
                         validation_loss=yours_if_it_passes("validation_loss", validation_loss, instead=untrained),
                         make_optimizer=make_optimizer)   # notebook 04's, checked in section 1
-train_main = load_script("train_captioner.py", "main")   # Task 5: None, with a line saying why, until it is written
-can_train = model_ready and not pieces.missing() and train_main is not None
+train_script = yours_if_it_passes("train_script", load_script("train_captioner.py"), instead=untrained)  # Task 5
+can_train = model_ready and not pieces.missing() and train_script is not None
 
 # %% nbgrader={"grade": false, "grade_id": "code_16", "locked": true, "schema_version": 3, "solution": false, "task": false}
 if GRADING:  # nbgrader is running the notebook: no grade depends on training
@@ -594,6 +486,18 @@ elif can_train:
 else:
     print("the scripts need the model and loss of notebook 04, the training pieces above and the whole training script, "
           "which are not all there yet")
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "md_q_resume", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# **Question 6 (2 points).** The resume check above trains with `--dropout 0.1` and prints whether the resumed run ends with the weights of the run in one go. (a) Suppose your `restore` put back everything but the state of torch's random generator. Would the two runs still end with the same weights with `--dropout 0.1`? With `--dropout 0`, the `shapes` default? Explain from what draws random numbers while the script trains (the order of the batches comes from `train_batches`, drawn from the seed and the epoch's number alone). (b) The learning rate of every step is fixed by the schedule, whatever happened before. Why does the optimiser's state still matter for an exact resume? If your script does not run yet, `reference_run/05_training_and_evaluation.md` holds the check's line of the course's run.
+#
+# Write your answer in the cell below.
+
+# %% [markdown] nbgrader={"grade": true, "grade_id": "q_resume", "locked": false, "points": 2, "schema_version": 3, "solution": true, "task": false}
+# ### BEGIN SOLUTION
+# **Model answer.** (a) With `--dropout 0.1`, no: `new_model` seeds the generator with `--seed`, so without its saved state the resumed steps draw the dropout masks that the first steps drew again, other masks than the run in one go drew for those steps, and the gradients and weights differ. With `--dropout 0`, yes: nothing else in training draws from torch's generator (the batches come from their own generator, seeded by the seed and the epoch; the model's forward pass and AdamW's update draw nothing), so the lost state is never used and the weights come out the same. That is why the check's stand-in step draws a random number: a script that forgets the state must fail even where a real run would not show it. (b) AdamW keeps, for every parameter, running averages of the gradient and of its square, and a count of steps for their bias correction; each update divides by the square root of the second average. Started afresh after a resume, the averages are those of step 1, not of the steps done, so the updates, and then the weights, differ even at the same learning rates.
+#
+# **Rubric.** 1 point (a): not the same with dropout (the masks are drawn again from the seed), the same without (nothing else draws from the generator). 1 point (b): Adam's moment estimates (and step count) are state the updates depend on; lost, the updates differ. Half a point for "the optimiser has momentum" without saying why the update changes.
+# ### END SOLUTION
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_17", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # Now the real run, with the script's defaults: your loader, training loop, schedule, optimiser, training step and validation loss (under a minute on a laptop CPU for `shapes`; longer on a slower machine, with the same 700 steps). The validation loss is measured every 100 steps on 4 fixed batches of validation captions, the same every time, so that the curve moves only with the model; section 4 scores every validation image. Re-running the cell starts over with the same seed. The script saves `runs/captioning_transformer.pt` with the model's configuration and **your vocabulary**, and `runs/captioning_transformer.csv`, its log; notebooks 06 and 07 load the checkpoint from there. A COCO run saves `runs/captioning_transformer_coco-grid.pt` (or `_coco-fc7`) with `--checkpoint`, and never overwrites the graded one. Interrupted (*Kernel → Interrupt*, or a runtime that died), the run goes on from its last checkpoint when you add `--resume` to the command.
@@ -724,15 +628,10 @@ def evaluate_captions(model, decode_fn, split, vocab, max_len, batch_size=250):
     with torch.no_grad():
         for start in range(0, split.num_images, batch_size):
             idx = list(range(start, min(split.num_images, start + batch_size)))
-            tokens = decode_fn(model, split.features(idx).to(device), max_len)
-            for row in tokens.tolist():
-                words = []
-                for t in row:
-                    if t == vocab.end_idx:
-                        break
-                    if t not in (vocab.null_idx, vocab.start_idx):
-                        words.append(vocab.idx_to_word[t])
-                generated.append(" ".join(words))
+            for row in decode_fn(model, split.features(idx).to(device), max_len).tolist():
+                words = itertools.takewhile(lambda t: t != vocab.end_idx, row)
+                kept = [t for t in words if t not in (vocab.null_idx, vocab.start_idx)]
+                generated.append(" ".join(vocab.idx_to_word[t] for t in kept))
     references = {i: split.references(i) for i in range(split.num_images)}
     scores = caption_scores(references, dict(enumerate(generated)))
     hits = [tokenize(generated[i]) in [tokenize(r) for r in refs] for i, refs in references.items()]
@@ -756,70 +655,36 @@ check("evaluate/unknown_words", with_split(evaluate_captions))
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_eval_2", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ### Task 8 · the evaluation script, `evaluate_captioner.py`
 #
-# Evaluation is a script too: it loads a checkpoint, captions a split and writes its scores to a file, so that any model is measured the same way. Write `main(argv=None, experiment=None)` in the cell below (`%%writefile evaluate_captioner.py`); `experiment` as in Task 5 (`Experiment.open(dataset, device=args.device)` when it is `None`, with `also_06=True` when `--beam` is given: notebook 06's `beam_search`, once you have written it).
+# Evaluation is a script too: it loads a checkpoint, captions a split and writes the scores to a file, so that every model is measured the same way. Its command line, files and messages are given (`evaluate_main` in `starter/scripts.py`; `python evaluate_captioner.py --help`): it reads the checkpoint, opens the experiment of the dataset the checkpoint names, takes the images (`--split`, `--images`) and writes the scores, the captions and, on `shapes`, the count of each kind of mistake to a JSON file beside the checkpoint.
 #
-# | argument | default | what it sets |
-# |---|---|---|
-# | `checkpoint` (positional, optional) | `runs/captioning_transformer.pt` | the checkpoint to evaluate |
-# | `--split` | `val` | `train` or `val` |
-# | `--images` | all | evaluate the first this many images, at least 1 |
-# | `--beam` | greedy | beam search with this beam width (at least 1) instead of greedy decoding |
-# | `--out` | the checkpoint's path with `.json` in place of `.pt` | where the metrics go |
-# | `--device` | `auto` | as in the training script |
+# Yours is the part that decides what is measured: `evaluate_checkpoint(saved, experiment, split, beam=None)` returns `(scores, generated)` as your `evaluate_captions` does, for the model that checkpoint `saved` holds, decoded greedily (`beam=None`) or by beam search of width `beam`. The weights and the vocabulary come from the checkpoint, never from this notebook: a script must measure the file it is given. The experiment has what you need:
 #
-# `main` reads the checkpoint with `read_checkpoint` (a missing or damaged one: one line and a non-zero exit status, as in Task 5, and no file written or changed), opens the experiment of the dataset the checkpoint names (`checkpoint["extra"]["dataset"]`, `shapes` when it names none), and takes the model from `experiment.model_from(checkpoint)`, the decoder from `experiment.decoder(args.beam)` (`None`: greedy), the images from `experiment.split(args.split, args.images)` and the vocabulary from `experiment.vocab_of(checkpoint)`. It scores them with `experiment.evaluate_captions(model, decoder, split, vocab, max_len=experiment.max_len)` (your Task 7) and writes a JSON file with at least `"scores"` (the dict of scores), `"images"` (how many were captioned) and `"captions"` (the generated captions, in image order); on `shapes`, add `"mistakes"`, the count of each kind of mistake (`starter.metrics.shapes_error(caption, references)`, which notebook 06 explains). It prints the scores (`format_scores`) and where it wrote them. The file ends with `if __name__ == "__main__": run_script(main)`, given.
+# | `experiment.` | gives |
+# |---|---|
+# | `model_from(saved)` | the model a checkpoint holds, in eval mode on the device |
+# | `vocab_of(saved)` | the vocabulary it was trained with |
+# | `decoder(beam)` | `decode(model, features, max_len)`: your `greedy_decode` (`beam=None`), or notebook 06's `beam_search` of that width |
+# | `evaluate_captions` | your Task 7 |
+# | `max_len` | how many words a decoder may write |
 
 # %% nbgrader={"grade": false, "grade_id": "eval_script", "locked": false, "schema_version": 3, "solution": true, "task": false}
 # %%writefile evaluate_captioner.py
 """Evaluate a checkpoint of train_captioner.py: python evaluate_captioner.py [CHECKPOINT] [--beam K] [--images N]"""
-import argparse
-import json
-import sys
-from collections import Counter
-from pathlib import Path
+from starter.scripts import evaluate_main, run_script
 
-from starter.metrics import format_scores, shapes_error
-from starter.scripts import CheckpointError, Experiment, read_checkpoint, run_script
 
-### BEGIN SOLUTION
-def _positive(text):
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text} is not at least 1")
-    return value
+def evaluate_checkpoint(saved, experiment, split, beam=None):
+    """(scores, generated), as evaluate_captions returns them, for the model checkpoint `saved` holds on `split`,
+    decoded greedily (beam None) or by beam search of width `beam`."""
+    ### BEGIN SOLUTION
+    model, vocab = experiment.model_from(saved), experiment.vocab_of(saved)
+    return experiment.evaluate_captions(model, experiment.decoder(beam), split, vocab, max_len=experiment.max_len)
+    ### END SOLUTION
 
 
 def main(argv=None, experiment=None):
-    parser = argparse.ArgumentParser(prog="evaluate_captioner.py", description="Evaluate a captioning checkpoint.")
-    parser.add_argument("checkpoint", type=Path, nargs="?", default=Path("runs/captioning_transformer.pt"))
-    parser.add_argument("--split", choices=["train", "val"], default="val")
-    parser.add_argument("--images", type=_positive, default=None)
-    parser.add_argument("--beam", type=_positive, default=None)
-    parser.add_argument("--out", type=Path, default=None)
-    parser.add_argument("--device", choices=["auto", "cpu", "cuda", "mps"], default="auto")
-    args = parser.parse_args(argv)
-    try:
-        saved = read_checkpoint(args.checkpoint)
-    except CheckpointError as exc:
-        sys.exit(f"evaluate_captioner.py: error: {exc}")
-    dataset = saved["extra"].get("dataset", "shapes")
-    exp = experiment or Experiment.open(dataset, device=args.device, also_06=args.beam is not None)
-    model = exp.model_from(saved)
-    split = exp.split(args.split, args.images)
-    scores, captions = exp.evaluate_captions(model, exp.decoder(args.beam), split, exp.vocab_of(saved),
-                                             max_len=exp.max_len)
-    result = {"checkpoint": str(args.checkpoint), "dataset": dataset, "split": args.split,
-              "decoder": "greedy" if args.beam is None else f"beam search, width {args.beam}",
-              "images": len(captions), "scores": scores, "captions": captions}
-    if dataset == "shapes":
-        result["mistakes"] = dict(Counter(shapes_error(c, split.references(i)) for i, c in enumerate(captions)))
-    out = args.out or args.checkpoint.with_suffix(".json")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=1), encoding="utf-8")
-    print(format_scores(scores))
-    print(f"{result['decoder']}, {len(captions)} {'validation' if args.split == 'val' else 'training'} images; "
-          f"wrote {out}")
-### END SOLUTION
+    """The script (given): its command line, the checkpoint, the metrics file."""
+    evaluate_main(argv, experiment, evaluate_checkpoint=evaluate_checkpoint)
 
 
 if __name__ == "__main__":
@@ -830,27 +695,25 @@ from starter.checks import check
 from starter.scripts import load_script, with_eval_script
 eval_script = load_script("evaluate_captioner.py")   # the file, as a module, without running main
 check("eval_script/greedy", with_eval_script(eval_script))
-check("eval_script/missing_checkpoint", with_eval_script(eval_script))
 ### BEGIN HIDDEN TESTS
 check("eval_script/beam", with_eval_script(eval_script))
-check("eval_script/first_images", with_eval_script(eval_script))
-check("eval_script/damaged_checkpoint", with_eval_script(eval_script))
-check("eval_script/bad_arguments", with_eval_script(eval_script))
 ### END HIDDEN TESTS
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_eval_run", "locked": true, "schema_version": 3, "solution": false, "task": false}
-# *How this check works:* `with_eval_script(eval_script)` saves a checkpoint of a tiny stand-in model and calls your `main` on it with a stand-in experiment: stored captions for greedy decoding and for a beam of 3, stored references, and a stand-in evaluation (not Task 7) whose numbers tell which model, decoder, images and vocabulary it was given. It compares the JSON file's scores and image count, and how each command line ended, with the stored ones.
+# *How this check works:* `with_eval_script(eval_script)` saves a checkpoint of a tiny stand-in model and calls your script's `main` on it with a stand-in experiment: stored captions for greedy decoding and for a beam of 3, stored references, and a stand-in evaluation (not Task 7) whose numbers tell which model, decoder, images and vocabulary it was given. It compares the JSON file's scores and image count with the stored ones.
 #
 # Your evaluation of the trained model, with greedy decoding, on the validation images (all of them for `shapes`, the first 5000 for COCO), by the script. BLEU-4 alone hides failures: on `shapes` a caption with the two objects swapped still shares most of its 4-grams with the references, so the exact-match rate, the share of captions that are *fully* right, is printed too. Save this notebook first: the script loads your `evaluate_captions` and `greedy_decode` from the saved file.
 
 # %% nbgrader={"grade": false, "grade_id": "code_24", "locked": true, "schema_version": 3, "solution": false, "task": false}
 evaluate = yours_if_it_passes("evaluate_captions", evaluate_captions,
                               instead="no scores and no generated captions until it passes")
+eval_script = yours_if_it_passes("eval_script", load_script("evaluate_captioner.py"),
+                                 instead="the evaluation script does not run until it passes")  # Task 8
 eval_images = None if DATASET == "shapes" else 5000
 generated = metrics = None
 if GRADING:
     print("grading run: the scripts do not run")
-elif evaluate is not None and model is not None:
+elif evaluate is not None and eval_script is not None and model is not None:
     t0 = time.perf_counter()
     command = f"evaluate_captioner.py {CHECKPOINT}" + (f" --images {eval_images}" if eval_images else "")
     if run_command(command):
@@ -972,7 +835,7 @@ check_public("05_training_and_evaluation", globals());
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_summary", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ## Summary
 #
-# - A training script: a **warm-up then cosine** learning-rate schedule, **AdamW** with weight decay on the matrices only (your optimiser of notebook 04), a **step** (rate, `zero_grad`, loss, `backward`, clipping, update), a **validation loss** on data the model does not train on (in eval mode, without gradients), and the **loop** that calls them.
+# - A training script: a **warm-up then cosine** learning-rate schedule, **AdamW** with weight decay on the matrices only (your optimiser of notebook 04), a **step** (rate, `zero_grad`, loss, `backward`, clipping, update), a **validation loss** on data the model does not train on (in eval mode, without gradients), the **loop** that calls them, and a **checkpoint** that holds all a run carries from one step to the next (the weights, the optimiser's state, the step, the random state), so that a stopped run goes on exactly.
 # - Generation feeds back the model's own words: **greedy** decoding takes the argmax and stops each caption at `<END>`.
 # - An evaluation script: BLEU, CIDEr and ROUGE-L against all references of held-out images, and the share of captions exactly right, which BLEU alone hides.
 # - The bottleneck, measured: the same decoder given one mean-pooled vector instead of the regions (section 5).
