@@ -1,6 +1,6 @@
 """The reference run: what the solution notebooks printed and drew for the written questions, for the student copy.
 
-Notebook 05's question 6, notebook 06's questions 7 to 10 and notebook 07's question 11 ask about numbers and figures of the student's own
+Notebook 06's questions 7 to 10 and notebook 07's question 11 ask about numbers and figures of the student's own
 run: the greedy/beam comparison, the kinds of mistakes, the sampling plot, the leaky-mask experiment, the wrong
 captions, the localisation table. A student whose model of notebooks 04-05 does not train has nothing to answer
 from, so `reference_run/` (at the top of the repository, shipped by `python -m grading publish`) holds those
@@ -47,9 +47,6 @@ class Block:
 
 
 BLOCKS: dict[str, tuple[Block, ...]] = {
-    "05_training_and_evaluation": (
-        Block("code_resume_demo", "Section 2 · Resume, tried", ("md_q_resume",)),
-    ),
     "06_decoding": (
         Block("code_30", "Section 3 · Greedy against beam search", ("md_q_bleu_exact", "md_q_decoding")),
         Block("code_error_kinds", "Section 3 · What kind of mistakes?", ("md_q_bleu_exact", "md_q_exposure_bias")),

@@ -459,16 +459,6 @@ def with_split(evaluate):
 # ---- your version, once it passes ---------------------------------------------------------------------
 
 
-def _with_train_script(script):
-    from .scripts import with_train_script
-    return with_train_script(script)
-
-
-def _with_eval_script(script):
-    from .scripts import with_eval_script
-    return with_eval_script(script)
-
-
 # the public case and adapter of each piece
 PUBLIC_CASES = {
     "extract_grid_features": ("features/basic", with_cnn),
@@ -482,8 +472,6 @@ PUBLIC_CASES = {
     "validation_loss": ("validation/basic", with_batches),
     "fit": ("fit/basic", with_loader),
     "evaluate_captions": ("evaluate/basic", with_split),
-    "train_script": ("train_script/resume", _with_train_script),  # notebook 05's scripts, as modules
-    "eval_script": ("eval_script/greedy", _with_eval_script),
     "sample_decode": ("sample/basic", with_sampler),
     # the model and its loss (notebook 04), as notebook 05 takes them over
     "CaptioningTransformer": ("captioner/basic", lambda model_class: model_class),
@@ -492,13 +480,14 @@ PUBLIC_CASES = {
 }
 
 
-def yours_if_it_passes(name: str, yours, instead: str):
-    """`yours` if it passes its public check, else None; prints one line saying which, and (`instead`) what
-    the notebook does without it, so that an unfinished piece never stops the rest of the notebook."""
+def yours_if_it_passes(name: str, yours, instead: str, case: tuple | None = None):
+    """`yours` if it passes its public check (`case`, (case name, adapter), or PUBLIC_CASES[name]), else None;
+    prints one line saying which, and (`instead`) what the notebook does without it, so that an unfinished piece
+    never stops the rest of the notebook."""
     if yours is None:  # not defined, or its notebook could not be loaded (a line said why)
         print(f"{name}: not available; {instead}")
         return None
-    case_name, adapter = PUBLIC_CASES[name]
+    case_name, adapter = case or PUBLIC_CASES[name]
     case = load_case(case_name)
     message = verdict(case, observe(case, adapter(yours)))
     if message is None:

@@ -43,7 +43,7 @@ from .training import FitConfig, TrainingPlan, pick_device, save_checkpoint, see
 
 __all__ = ["load_script", "Experiment", "EpochBatches", "CheckpointError", "read_checkpoint", "save_checkpoint",
            "FitConfig", "read_log", "run_command", "run_script", "train_main", "evaluate_main", "train_arguments",
-           "eval_arguments", "with_train_script", "with_eval_script", "LOG_COLUMNS"]
+           "eval_arguments", "script_if_it_passes", "with_train_script", "with_eval_script", "LOG_COLUMNS"]
 
 DECODING_NOTEBOOK = "06_decoding.ipynb"
 LOG_COLUMNS = ("step", "loss", "lr", "val_loss")  # the training log's header: one row per step
@@ -847,6 +847,15 @@ def with_eval_script(script, model_class=None):
             return scores, torch.tensor(exits, dtype=dtype).reshape(-1, 3)
 
     return _on_model(run, model_class or ToyCaptioner, getattr(script, "main", None))
+
+
+def script_if_it_passes(name: str, script, instead: str):
+    """Notebook 05's script `name` ("train_script" or "eval_script", a module of `load_script`) if it passes its
+    public check, else None, with one line saying which (as starter.pipeline.yours_if_it_passes)."""
+    from .pipeline import yours_if_it_passes
+    case = {"train_script": ("train_script/resume", with_train_script),
+            "eval_script": ("eval_script/greedy", with_eval_script)}[name]
+    return yours_if_it_passes(name, script, instead, case=case)
 
 
 def run_script(main) -> None:

@@ -62,7 +62,7 @@ from starter.notebook_loader import load_or_none
 from starter.pipeline import yours_if_it_passes
 from starter.plotting import plot_losses, show_attention, show_captions
 from starter.runtime import checkpoint_file
-from starter.scripts import load_script, read_checkpoint, read_log, run_command
+from starter.scripts import load_script, read_checkpoint, read_log, run_command, script_if_it_passes
 from starter.training import (GRADING, TrainConfig, TrainingPieces, count_parameters, load_checkpoint,
                               overfit_small_batch, pick_device, seed_everything, train)
 
@@ -456,7 +456,7 @@ pieces = TrainingPieces(fit=yours_if_it_passes("fit", fit, instead=untrained),
                         lr_at_step=yours_if_it_passes("lr_at_step", lr_at_step, instead=untrained),
                         validation_loss=yours_if_it_passes("validation_loss", validation_loss, instead=untrained),
                         make_optimizer=make_optimizer)   # notebook 04's, checked in section 1
-train_script = yours_if_it_passes("train_script", load_script("train_captioner.py"), instead=untrained)  # Task 5
+train_script = script_if_it_passes("train_script", load_script("train_captioner.py"), instead=untrained)  # Task 5
 can_train = model_ready and not pieces.missing() and train_script is not None
 
 # %% nbgrader={"grade": false, "grade_id": "code_16", "locked": true, "schema_version": 3, "solution": false, "task": false}
@@ -488,7 +488,7 @@ else:
           "which are not all there yet")
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_q_resume", "locked": true, "schema_version": 3, "solution": false, "task": false}
-# **Question 6 (2 points).** The resume check above trains with `--dropout 0.1` and prints whether the resumed run ends with the weights of the run in one go. (a) Suppose your `restore` put back everything but the state of torch's random generator. Would the two runs still end with the same weights with `--dropout 0.1`? With `--dropout 0`, the `shapes` default? Explain from what draws random numbers while the script trains (the order of the batches comes from `train_batches`, drawn from the seed and the epoch's number alone). (b) The learning rate of every step is fixed by the schedule, whatever happened before. Why does the optimiser's state still matter for an exact resume? If your script does not run yet, `reference_run/05_training_and_evaluation.md` holds the check's line of the course's run.
+# **Question 6 (2 points).** The resume check above trains with `--dropout 0.1` and prints whether the resumed run ends with the weights of the run in one go. (a) Suppose your `restore` put back everything but the state of torch's random generator. Would the two runs still end with the same weights with `--dropout 0.1`? With `--dropout 0`, the `shapes` default? Explain from what draws random numbers while the script trains (the order of the batches comes from `train_batches`, drawn from the seed and the epoch's number alone). (b) The learning rate of every step is fixed by the schedule, whatever happened before. Why does the optimiser's state still matter for an exact resume? It needs no run of yours: the line above shows only what a correct script gives.
 #
 # Write your answer in the cell below.
 
@@ -707,7 +707,7 @@ check("eval_script/beam", with_eval_script(eval_script))
 # %% nbgrader={"grade": false, "grade_id": "code_24", "locked": true, "schema_version": 3, "solution": false, "task": false}
 evaluate = yours_if_it_passes("evaluate_captions", evaluate_captions,
                               instead="no scores and no generated captions until it passes")
-eval_script = yours_if_it_passes("eval_script", load_script("evaluate_captioner.py"),
+eval_script = script_if_it_passes("eval_script", load_script("evaluate_captioner.py"),
                                  instead="the evaluation script does not run until it passes")  # Task 8
 eval_images = None if DATASET == "shapes" else 5000
 generated = metrics = None
