@@ -82,10 +82,13 @@ class LearnedPositionalEncoding(nn.Module):
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x):
-        positions = torch.arange(x.shape[1], device=x.device)
-        if len(positions) > self.max_len:  # a lookup past the table would fail on a GPU without a message
-            raise ValueError(f"sequence of length {len(positions)} is longer than max_len={self.max_len}")
-        return self.dropout(x + self.embedding(positions).to(x.dtype))
+        return self.dropout(x + self.vectors(x.shape[1]).to(x.dtype))
+
+    def vectors(self, length: int) -> torch.Tensor:
+        """The trained vectors of positions 0 .. length - 1, (length, d_model)."""
+        if length > self.max_len:  # a lookup past the table would fail on a GPU without a message
+            raise ValueError(f"sequence of length {length} is longer than max_len={self.max_len}")
+        return self.embedding.weight[:length]
 
 
 def matches_torch_decoder(model, features, captions, atol=1e-5) -> bool:

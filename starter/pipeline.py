@@ -488,8 +488,8 @@ def yours_if_it_passes(name: str, yours, instead: str, case: tuple | None = None
         print(f"{name}: not available; {instead}")
         return None
     case_name, adapter = case or PUBLIC_CASES[name]
-    case = load_case(case_name)
-    message = verdict(case, observe(case, adapter(yours)))
+    loaded = load_case(case_name)
+    message = verdict(loaded, observe(loaded, adapter(yours)))
     if message is None:
         print(f"using your {name}")
         return yours

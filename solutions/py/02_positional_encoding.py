@@ -288,7 +288,7 @@ plt.show()
 #
 # ### Task 4 · `PositionalEncoding`
 #
-# Fill in the two marked places: build and register the buffer in `__init__` (use your `sinusoidal_encoding`), and write `forward`. Keep the given `self.dropout`. The result must keep `x`'s dtype (convert the slice of the table with `.to(x.dtype)`).
+# Fill in the two marked places: build and register the buffer in `__init__` (use your `sinusoidal_encoding`), and write `forward`. Keep the given `self.dropout`. The result has `x`'s dtype, whatever the table's.
 
 # %% nbgrader={"grade": false, "grade_id": "PositionalEncoding", "locked": false, "schema_version": 3, "solution": true, "task": false}
 class PositionalEncoding(nn.Module):

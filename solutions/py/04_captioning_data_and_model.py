@@ -445,15 +445,16 @@ DecoderLayer, PositionalEncoding = get_layers(LAYERS, verbose=True)
 #
 # ### Task 6 · `CaptioningTransformer.forward(features, captions, return_attention=False)`
 #
-# 1. memory = `feature_proj(features)` + the region embeddings of regions $0 \ldots R-1$ (use `self.region_embed.weight[:R]`, which broadcasts over the batch);
-# 2. x = `pos_encoding(word_embed(captions))` (the word embeddings are used as they are, not multiplied by $\sqrt{d_{model}}$);
-# 3. the **causal mask**, bool `(T, T)`, True = may attend: position $t$ sees positions $0 \ldots t$, itself included, and nothing later. This is what makes training with whole captions honest: without it the word at position $t$ could read the word it is supposed to predict;
-# 4. each decoder layer: `x, self_w, cross_w = layer(x, memory, tgt_mask=mask)`;
-# 5. logits = `vocab_head(final_norm(x))`: raw scores, no softmax (the loss applies it).
+# What it computes, in this order:
+#
+# - the **memory** the words attend to: one token per region, the region's projected feature plus the learned embedding of its region index;
+# - the **words**: their embeddings with the position vectors added by `pos_encoding` (the embeddings are not scaled by $\sqrt{d_{model}}$);
+# - the decoder layers in turn, each attending to the memory under a **causal mask**, a bool `(T, T)` mask with True = may attend: position $t$ sees positions $0 \ldots t$, itself included, and nothing later. This is what makes training on whole captions honest: without it the word at position $t$ could read the word it is supposed to predict. A layer is called as in notebook 03, `layer(x, memory, tgt_mask=mask)`, and returns `(x, self_weights, cross_weights)`;
+# - the **logits**: the final LayerNorm, then the vocabulary head; raw scores, no softmax (the loss applies it).
 #
 # Return the logits `(B, T, V)`; with `return_attention=True` return `(logits, {"self": [...], "cross": [...]})`, the per-layer weight lists, `(B, h, T, T)` and `(B, h, T, R)` per layer (notebook 07 draws them).
 #
-# No padding mask is needed for the words: padding only ever comes *after* a caption's last real word, and the causal mask already hides later positions from every real word. Padded positions still get (meaningless) outputs; the loss ignores them. Make the mask on the device of the inputs (`device=captions.device`) so that the model runs on a GPU too.
+# No padding mask is needed for the words: padding only ever comes *after* a caption's last real word, and the causal mask already hides later positions from every real word. Padded positions still get (meaningless) outputs; the loss ignores them. The mask must be on the inputs' device, so that the model runs on a GPU too.
 
 # %% nbgrader={"grade": false, "grade_id": "CaptioningTransformer", "locked": false, "schema_version": 3, "solution": true, "task": false}
 class CaptioningTransformer(nn.Module):
@@ -562,7 +563,7 @@ print(f"{DATASET}: {share:.0%} of the target positions of 20 batches of 64 are p
 
 # %% [markdown] nbgrader={"grade": true, "grade_id": "q_padding", "locked": false, "points": 2, "schema_version": 3, "solution": true, "task": false}
 # ### BEGIN SOLUTION
-# **Model answer.** (a) The mean over all positions is the sum over the real words divided by all positions, $N / (1 - s)$ of them: it is $(1 - s)$ times the mean over the real words, and so is its gradient. Each of the two shares printed gives its own factor $1 - s$: a share of 20 %, for instance, leaves the real words 0.8 of their weight, and the larger share (every caption padded to $T$) the smaller factor. (b) An update is the learning rate times the gradient, so scaling the gradient by $1 - s$ is the same as scaling the learning rate by it; $s$ depends on which captions a batch happens to hold (a batch of short captions is more padding), so each batch trains the real words at a different rate, and losses of batches or datasets with different padding are not comparable. Padding to the longest caption of the batch makes $s$ smaller but not 0: every caption shorter than the longest is still padded, so only dividing by the number of real words gives every real word the same weight in every batch.
+# **Model answer.** (a) The mean over all positions is the sum over the real words divided by all positions, $N / (1 - s)$ of them: it is $(1 - s)$ times the mean over the real words, and so is its gradient. Each of the two shares printed gives its own factor $1 - s$, the larger share (every caption padded to $T$) the smaller factor. (b) An update is the learning rate times the gradient, so scaling the gradient by $1 - s$ is the same as scaling the learning rate by it; $s$ depends on which captions a batch happens to hold (a batch of short captions is more padding), so each batch trains the real words at a different rate, and losses of batches or datasets with different padding are not comparable. Padding to the longest caption of the batch makes $s$ smaller but not 0: every caption shorter than the longest is still padded, so only dividing by the number of real words gives every real word the same weight in every batch.
 #
 # **Rubric.** 1 point: the factor $1 - s$, with the two printed shares put in (the student's own numbers). 1 point: the factor varies with the batch (an effective learning rate per batch) and padding to the longest caption leaves $s > 0$. Half a point for "padding dilutes the loss" without the factor.
 # ### END SOLUTION

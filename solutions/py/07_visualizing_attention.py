@@ -167,10 +167,10 @@ check("grid/mismatch_small", attention_to_grid)
 #
 # A $7 \times 7$ grid over a $112 \times 112$ image means one weight per $16 \times 16$ pixel block. Drawn as blocks the map looks like a chessboard; *Show, Attend and Tell* smooths it instead. You will
 #
-# 1. **upsample bilinearly** to the image size `(height, width)`, with the **pixel-centre convention**: the value of grid cell $(i, j)$ sits at the *centre* of its block, pixels between two centres are linear blends, and pixels outside the outermost centres take the edge value. That is `F.interpolate(x, size=image_size, mode="bilinear", align_corners=False)`. (`align_corners=True` would pin the cell values to the image *corners* instead, stretching the map by about one cell: the peak of an object would drift toward the image border.) `F.interpolate` wants a 4-D input `(N, C, H, W)`: flatten all leading dimensions into `N`, use `C = 1`, and restore them afterwards.
-# 2. **normalise each map for display**: divide every map (every `(height, width)` slice) by **its own maximum**, so that its peak is exactly 1 and zero stays zero. Then one colour scale, $[0, 1]$, fits every word, whether its attention is peaked (maximum 0.9) or spread out (maximum 0.05). Clamp the maximum at `1e-12` before dividing, so that an all-zero map stays zero instead of becoming NaN.
+# 1. **upsample bilinearly** to the image size `(height, width)`, with the **pixel-centre convention**: the value of grid cell $(i, j)$ sits at the *centre* of its block, pixels between two centres are linear blends, and pixels outside the outermost centres take the edge value. (The other convention pins the cell values to the image *corners* instead, stretching the map by about one cell: the peak of an object would drift toward the image border.) `torch.nn.functional.interpolate` has both conventions, and its documentation says which is which. The input may have any number of leading dimensions.
+# 2. **normalise each map for display**: every map (every `(height, width)` slice) scaled by **its own maximum**, so that its peak is exactly 1 and zero stays zero. Then one colour scale, $[0, 1]$, fits every word, whether its attention is peaked (maximum 0.9) or spread out (maximum 0.05). An all-zero map stays zero, not NaN.
 #
-# The result keeps the input's dtype and leading dimensions. Keep it differentiable (no `.numpy()`, no in-place edits).
+# The result keeps the input's dtype and leading dimensions. It stays differentiable: a gradient flows back to `grid`.
 
 # %% nbgrader={"grade": false, "grade_id": "upsample_attention", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def upsample_attention(grid, image_size):
@@ -250,7 +250,7 @@ print("captured weights:", tuple(captured[0].shape), "= (batch, heads, queries, 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_14", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ### Task 3 · `collect_attention(layers, layer=-1, head=None)`
 #
-# Pick the weights to draw: from the list of per-layer tensors `(B, heads, T, S)` (`S` = `T` for self-attention, `R` for cross-attention), take layer `layer` (Python indexing: `-1` is the last layer) and then either one head (`head` an integer) or the **mean over the heads** (`head=None`). The result has shape `(B, T, S)`; every row is still a probability distribution, because a mean of distributions is one. The checks pass the layers stacked into one `(L, B, heads, T, S)` tensor; `layers[layer]` works the same on a list and on such a tensor.
+# Pick the weights to draw: from the list of per-layer tensors `(B, heads, T, S)` (`S` = `T` for self-attention, `R` for cross-attention), take layer `layer` (Python indexing: `-1` is the last layer) and then either one head (`head` an integer) or the **mean over the heads** (`head=None`). The result has shape `(B, T, S)`; every row is still a probability distribution, because a mean of distributions is one. The checks pass the layers stacked into one `(L, B, heads, T, S)` tensor: a list and such a tensor must both work.
 
 # %% nbgrader={"grade": false, "grade_id": "collect_attention", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def collect_attention(layers, layer=-1, head=None):
