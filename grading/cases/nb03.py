@@ -25,11 +25,11 @@ FORBID_DECODER = FORBID + ["torch.nn.TransformerDecoderLayer.forward"]
 
 def _split_variants() -> dict:
     return {
-        "no_transpose": ("heads split without the transpose: reshape to (B, T, h, d_k) first, then "
-                         "transpose(1, 2); reshaping straight to (B, h, T, d_k) mixes positions between heads.",
+        "no_transpose": ("heads split by a reshape straight to (B, h, T, d_k): that mixes positions between heads. Head i "
+                         "must hold, at every position t, features i*d_k .. (i+1)*d_k - 1 of that same position.",
                          lambda ns: lambda x, h: x.reshape(x.shape[0], h, x.shape[1], x.shape[2] // h)),
         "feature_major": ("features dealt out to the heads in the wrong order: head i owns the contiguous block "
-                          "of features i*d_k .. (i+1)*d_k - 1 (reshape to (B, T, h, d_k), not (B, T, d_k, h)).",
+                          "of features i*d_k .. (i+1)*d_k - 1, not every h-th feature.",
                           lambda ns: lambda x, h: x.reshape(x.shape[0], x.shape[1], x.shape[2] // h, h)
                           .permute(0, 3, 1, 2)),
     }
@@ -37,11 +37,11 @@ def _split_variants() -> dict:
 
 def _merge_variants() -> dict:
     return {
-        "no_transpose": ("heads merged without the transpose: transpose(1, 2) to (B, T, h, d_k) first, then "
-                         "reshape to (B, T, h*d_k).",
+        "no_transpose": ("heads merged by a reshape straight from (B, h, T, d_k): that mixes positions. Position t "
+                         "of the result holds what every head computed at position t, side by side, head 0 first.",
                          lambda ns: lambda x: x.reshape(x.shape[0], x.shape[2], x.shape[1] * x.shape[3])),
-        "feature_major": ("heads interleaved feature by feature: head i's features must stay together "
-                          "(transpose(1, 2), not permute(0, 2, 3, 1)).",
+        "feature_major": ("heads interleaved feature by feature: head i's features must stay together, as the block "
+                          "i*d_k .. (i+1)*d_k - 1 of each position.",
                           lambda ns: lambda x: x.permute(0, 2, 3, 1).reshape(x.shape[0], x.shape[2], -1)),
     }
 
@@ -106,10 +106,12 @@ def _mha_variants(attn_mask: bool = False, padding: bool = False, heads: int = 2
     if heads == 1:  # d_k == d_model, and a single head needs no transpose
         del out["scale_d_model"]
     else:
-        out["split_no_transpose"] = v("heads split without the transpose: reshape to (B, T, h, d_k), then "
-                                      "transpose(1, 2) (and transpose back before merging).", split="no_transpose")
-        out["merge_no_transpose"] = v("heads merged without the transpose: transpose(1, 2) back to (B, T, h, d_k) "
-                                      "before reshaping to (B, T, embed_dim).", merge="no_transpose")
+        out["split_no_transpose"] = v("heads split by a reshape straight to (B, h, T, d_k), which mixes positions "
+                                      "between heads: head i holds features i*d_k .. (i+1)*d_k - 1 of every position.",
+                                      split="no_transpose")
+        out["merge_no_transpose"] = v("heads merged by a reshape straight from (B, h, T, d_k), which mixes positions: "
+                                      "position t of the merge holds every head's output at position t.",
+                                      merge="no_transpose")
     if attn_mask or padding:
         out["mask_after"] = v("mask applied after the softmax: fill blocked scores with -inf *before* the softmax, "
                               "so each row still sums to 1.", mask_after=True)
