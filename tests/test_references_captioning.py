@@ -707,9 +707,9 @@ def test_correct_alternatives_pass_every_case(task):
 
 
 PIPELINE_BUGS = [  # (case, look-alike buggy answer, words the one-line message must contain)
-    ("validation/basic", P.with_batches(_validation_with(eval_mode=False)), "model.eval()"),
-    ("validation/one_batch", P.with_batches(_validation_with(restore=False)), "restore"),
-    ("features/basic", P.with_cnn(_extract_without_eval), "cnn.eval()"),
+    ("validation/basic", P.with_batches(_validation_with(eval_mode=False)), "measured in eval mode"),
+    ("validation/one_batch", P.with_batches(_validation_with(restore=False)), "the mode it came in"),
+    ("features/basic", P.with_cnn(_extract_without_eval), "extracted in eval mode"),
     ("features/resize", P.with_cnn(lambda cnn, images, size=224: cnn.eval()(
         (F.interpolate(torch.as_tensor(images).permute(0, 3, 1, 2).float(), size=(size, size), mode="bilinear",
                        antialias=True) - torch.tensor(P.IMAGENET_MEAN)[:, None, None])
@@ -760,7 +760,7 @@ PIPELINE_BUGS = [  # (case, look-alike buggy answer, words the one-line message 
     ("evaluate/basic", P.with_split(_evaluate_with(eval_mode=False)), "train mode"),
     ("evaluate/many_references", P.with_split(_evaluate_with(all_refs=False)), "one reference only"),
     ("evaluate/uneven_batches", P.with_split(_evaluate_with(keep_end=True)), "<END>"),
-    ("fit/basic", P.with_loader(_fit_with(batches="cycle")), "new iter(loader)"),
+    ("fit/basic", P.with_loader(_fit_with(batches="cycle")), "a new pass over the loader"),
     ("fit/whole_epochs", P.with_loader(_fit_with(batches="zip")), "loader runs out"),
     ("fit/every_step", P.with_loader(_fit_with(batches="zip")), "loader runs out"),
     ("fit/basic", P.with_loader(_fit_with(val_at="start_of_every")), "(step + 1) % config.val_every"),

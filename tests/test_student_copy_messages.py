@@ -94,3 +94,80 @@ def test_no_message_a_student_reads_writes_out_an_answer(answer_runs):
     assert len(messages) > 500, "the messages were not found"
     found = giveaways(messages, answer_runs)
     assert not found, "\n".join(found)
+
+
+# ---- calls written out: a message that spells a call of the answer it checks (`model.eval()`, `mean(dim=1)`)
+CALL = re.compile(r"[A-Za-z_][\w.]*\((?:[^()]|\([^()]*\))*\)")
+
+
+def _call_forms(node: ast.Call) -> set[str]:
+    """A call as written and with its receivers dropped: a.b.c(x) -> {"a.b.c(x)", "b.c(x)", "c(x)"}."""
+    forms, func = {ast.unparse(node)}, node.func
+    while isinstance(func, ast.Attribute):
+        forms.add(ast.unparse(ast.Call(func=ast.Name(func.attr), args=node.args, keywords=node.keywords)))
+        func = func.value
+    return forms
+
+
+def calls_in_code(tree: ast.AST) -> set[str]:
+    return {form for node in ast.walk(tree) if isinstance(node, ast.Call) for form in _call_forms(node)}
+
+
+def calls_in_text(text: str) -> set[str]:
+    """The calls a sentence writes out, as code would write them."""
+    found = set()
+    for piece in CALL.findall(text):
+        try:
+            node = ast.parse(piece, mode="eval").body
+        except SyntaxError:
+            continue
+        if isinstance(node, ast.Call):
+            found |= _call_forms(node)
+    return found
+
+
+def spelled_calls() -> list[str]:
+    """Every stored message that writes out a call of the answer its case checks, beyond the calls the notebook's
+    own text writes out (a task's text may name the API it requires: `register_buffer("pe", table,
+    persistent=False)`); a call without arguments counts only when it is more than a method name (`cnn.eval()`)."""
+    answers = answer_functions()
+    spec = {stem[:2]: calls_in_text("\n".join(c.source for c in nbs.read(nbs.RELEASE / f"{stem}.ipynb").cells
+                                              if c.cell_type == "markdown"))
+            for stem in (p.stem for p in nbs.solution_notebooks())}
+    out = []
+    for folder in (nbs.PUBLIC_REFERENCES, nbs.HIDDEN_REFERENCES):
+        for path in sorted(Path(folder).glob("*.h5")):
+            nb = path.name[:2]
+            with h5py.File(path, "r") as f:
+                for name, group in case_groups(f):
+                    case = read_case(group, name)
+                    own = [a for a in answers if a.startswith(f"{nb}.")
+                           and re.search(rf"\b{re.escape(a.split('.')[1])}\b", case.target)]
+                    checked = set().union(*(calls_in_code(answers[a]) for a in own)) - spec[nb]
+                    messages = {"hint": case.hint, **{bug: m for bug, (m, _) in case.variants.items()}}
+                    for what, message in messages.items():
+                        spelled = {c for c in calls_in_text(message) & checked if not c.endswith("()") or "." in c}
+                        if spelled:
+                            out.append(f"{name}:{what} writes out {sorted(spelled)}: {message[:100]!r}")
+    return out
+
+
+def test_no_message_writes_out_a_call_of_the_answer_it_checks():
+    """A check's message says what is wrong and the rule, not the line that fixes it."""
+    found = spelled_calls()
+    assert not found, "\n".join(found)
+
+
+def test_the_call_scan_catches_the_old_messages():
+    """The messages of 3a265bf that wrote out the fix (tests/fixtures/student_copy/old_messages.json has the
+    token-run giveaways; these are the ones whose code was one call)."""
+    answers = answer_functions()
+    old = {"07.collect_attention": "averaged over the batch axis: the heads are axis 1 of (B, heads, T, S), so "
+                                   "mean(dim=1).",
+           "05.validation_loss": "the validation loss is measured in train mode (dropout on): call model.eval() first.",
+           "05.train_step": "the update uses unclipped gradients: call torch.nn.utils.clip_grad_norm_("
+                            "model.parameters(), grad_clip) after backward() and before optimizer.step().",
+           "04.CaptioningTransformer.forward": "features not projected: the memory is feature_proj(features) + "
+                                               "region embeddings."}
+    for answer, message in old.items():
+        assert calls_in_text(message) & calls_in_code(answers[answer]), answer

@@ -60,7 +60,7 @@ def _sdpa_variants(masked: bool) -> dict:
 
 def _loop_variants() -> dict:
     return {
-        "no_scale": ("looks unscaled: divide each score q·k by sqrt(D).",
+        "no_scale": ("looks unscaled: each score q·k is divided by the square root of the key dimension.",
                      deviation(_attend, scale=1.0)),
         "softmax_queries": ("weights normalised over the queries; each query's weights over the keys must sum to 1.",
                             deviation(_attend, softmax_dim=-2)),

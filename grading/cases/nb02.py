@@ -71,8 +71,8 @@ def _rotation(omega, phi, transpose=False, no_omega=False):
 
 def _shiftmat_variants() -> dict:
     return {
-        "transposed": ("that is M(-phi), the transpose: it shifts by -phi. The sine row is "
-                       "[cos(omega*phi), sin(omega*phi)], the cosine row [-sin(omega*phi), cos(omega*phi)].",
+        "transposed": ("that is M(-phi), the transpose: it shifts by -phi. The sine of pos + phi is the sine "
+                       "of pos times cos(omega phi) plus its cosine times sin(omega phi).",
                        deviation(_rotation, transpose=True)),
         "no_omega": ("the rotation angle is omega * phi, not phi.",
                      deviation(_rotation, no_omega=True)),
@@ -200,7 +200,8 @@ def _shift_matrix_spec(c: ShiftMatrixCase) -> CaseSpec:
     return CaseSpec(
         name=c.name, target="relative_shift_matrix", args=["omega"], const_args=[c.phi], inputs={"omega": c.omega},
         outputs=["M"], grad_wrt=["omega"] if c.grad else [], variants=_shiftmat_variants(), public=c.public,
-        hint="M = [[cos(omega*phi), sin(omega*phi)], [-sin(omega*phi), cos(omega*phi)]] for each omega.")
+        hint="one 2 x 2 rotation M(phi) per frequency omega, as section 4 defines it (the matrix that turns "
+             "PE(pos) into PE(pos + phi)).")
 
 
 def _shift_spec(c: ShiftCase) -> CaseSpec:

@@ -95,8 +95,8 @@ def _mha_variants(attn_mask: bool = False, padding: bool = False, heads: int = 2
         "softmax_queries": v("softmax over the wrong axis (the queries, dim=-2): it must be over the keys, dim=-1.",
                              softmax_dim=-2),
         # told apart only in training mode (the case about dropout)
-        "dropout_on_output": v("dropout applied to the output instead of the attention weights: drop the weights "
-                               "after the softmax, self.dropout(weights) @ v.", dropout="output"),
+        "dropout_on_output": v("dropout applied to the output instead of the attention weights: dropout acts on the "
+                               "weights after the softmax, before they weigh the values.", dropout="output"),
         "no_dropout": v("no dropout in training mode: apply self.dropout to the attention weights before "
                         "multiplying by v.", dropout="none"),
         "weights_after_dropout": v("returned the weights after dropout: return them as the softmax gave them "

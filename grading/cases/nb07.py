@@ -79,11 +79,10 @@ def _upsample_variants(batched: bool, zero: bool = False) -> dict:
                      "upsampled map, so that its peak is exactly 1.", deviation(_up, norm="grid_max")),
     }
     if zero:
-        variants["no_clamp"] = ("an all-zero map became NaN (0 / 0): clamp each maximum at 1e-12 before dividing "
-                                "(`.clamp_min(1e-12)`).", deviation(_up, norm="no_clamp"))
+        variants["no_clamp"] = ("an all-zero map became NaN (0 / 0): an all-zero map stays zero.", deviation(_up, norm="no_clamp"))
     if batched:
-        variants["global"] = ("one maximum for the whole batch: normalise every (height, width) map by its own "
-                              "maximum (amax over the last two dims, keepdim=True).", deviation(_up, norm="global"))
+        variants["global"] = ("one maximum for the whole batch: every (height, width) map is scaled by its own "
+                              "maximum.", deviation(_up, norm="global"))
     return variants
 
 
@@ -115,11 +114,11 @@ def _collect_variants(head, layer) -> dict:
         del out["first_layer"]
     if head is None:
         out.update({
-            "batch_mean": ("averaged over the batch axis: the heads are axis 1 of (B, heads, T, S), so mean(dim=1).",
+            "batch_mean": ("averaged over the batch axis: the heads are axis 1 of (B, heads, T, S).",
                            deviation(_collect, bug="batch_mean")),
             "sum": ("summed over the heads: take the mean, so that each row stays a probability distribution.",
                     deviation(_collect, bug="sum")),
-            "max": ("took the maximum over the heads: take the mean (dim=1).", deviation(_collect, bug="max")),
+            "max": ("took the maximum over the heads: head=None asks for their mean.", deviation(_collect, bug="max")),
         })
     else:
         out["head_on_batch"] = ("indexed the head on the batch axis: weights are (B, heads, T, S), so one head is "

@@ -257,13 +257,13 @@ def _extract_bug(kind):
 
 
 EXTRACT_BUGS = {
-    "train_mode": "the CNN runs in train mode (BatchNorm uses the batch's statistics): call cnn.eval() first.",
-    "reshape_not_permute": "the images were reshaped to (B, 3, H, W), which scrambles the pixels: permute(0, 3, 1, 2).",
+    "train_mode": "the CNN runs in train mode (BatchNorm uses the batch's statistics): features are extracted in eval mode.",
+    "reshape_not_permute": "the images were reshaped to (B, 3, H, W), which scrambles the pixels: the channel axis is moved, not reshaped.",
     "not_scaled": "the pixels were not scaled to [0, 1]: divide the uint8 values by 255 before normalising.",
     "not_normalised": "the images are not normalised: subtract IMAGENET_MEAN and divide by IMAGENET_STD per channel.",
-    "no_antialias": "the resize skips pixels when it shrinks: F.interpolate(..., mode='bilinear', antialias=True).",
-    "column_by_column": "the regions are flattened column by column: flatten the (h, w) map row by row "
-                        "(fmap.flatten(2).transpose(1, 2)).",
+    "no_antialias": "the resize skips pixels when it shrinks: a bilinear resize with antialiasing averages every pixel it covers.",
+    "column_by_column": "the regions are flattened column by column: region r of the (h, w) map is row r // w, "
+                        "column r % w (row by row).",
 }
 
 
@@ -287,8 +287,8 @@ def feature_cases(ns) -> list[CaseSpec]:
             name=c.name, target="with_cnn(extract_grid_features)", args=["images"], const_kwargs={"size": c.size},
             inputs={"images": torch.randint(0, 256, c.images, generator=g, dtype=torch.uint8)},
             outputs=["features"], atol=1e-4, rtol=1e-4, variants=_variants(EXTRACT_BUGS, _extract_bug, with_cnn),
-            public=c.public, hint="eval mode, no_grad; permute to (B, 3, H, W), / 255, bilinear antialiased resize, "
-                                  "(x - mean) / std; (B, C, h, w) -> (B, h*w, C)."))
+            public=c.public, hint="eval mode without gradients; channels first, values in [0, 1], resized (bilinear, "
+                                  "antialiased), normalised per channel; the regions row by row, (B, h*w, C)."))
     for c in [
         FeatureCase(name="features/rgba_images", images=(2, 16, 16, 4), size=16),
         FeatureCase(name="features/grayscale_images", images=(2, 16, 16), size=16),

@@ -48,11 +48,11 @@ FORWARD_BUGS = {
     "mask_inverted": ("causal mask inverted: our tgt_mask is True where attention is ALLOWED (the lower triangle).",
                       dict(mask="inverted")),
     "mask_upper": ("causal mask is the upper triangle: tgt_mask is True where attention is ALLOWED, i.e. on and "
-                   "below the diagonal (.tril()).", dict(mask="upper")),
-    "no_projection": ("features not projected: the memory is feature_proj(features) + region embeddings.",
+                   "below the diagonal.", dict(mask="upper")),
+    "no_projection": ("features not projected: the memory tokens are the projected features (d_model wide) plus the region embeddings.",
                       dict(project=False)),
-    "no_region_embedding": ("region position embedding missing: add self.region_embed.weight[:R] to the projected "
-                            "features, or the model can't tell where a region is.", dict(region=False)),
+    "no_region_embedding": ("region position embedding missing: each memory token also carries the embedding of its "
+                            "region's index, or the model can't tell where a region is.", dict(region=False)),
     "no_positional_encoding": ("positional encoding missing: x = pos_encoding(word_embed(captions)).",
                                dict(pos=False)),
     "no_final_norm": ("final LayerNorm missing: logits = vocab_head(final_norm(x)) after the pre-norm stack.",
@@ -210,8 +210,8 @@ def _model_spec(c: ModelCase, g: torch.Generator) -> CaseSpec:
         kind="module", init=init, args=["features", "captions"], inputs=inputs, outputs=["logits"] + attention,
         grad_wrt=list(MODEL_GRAD_WRT) if c.grad else [], variants=_forward_variants(c.attention),
         properties=[["rows_sum_to_one", w] for w in attention], public=c.public, atol=5e-5,
-        hint="memory = feature_proj(features) + region_embed.weight[:R]; x = pos_encoding(word_embed(captions)); "
-             "causal mask tril(); layers; vocab_head(final_norm(x)).")
+        hint="the memory (projected features plus region embeddings), the words (embeddings plus positions), the "
+             "layers under a causal mask, the final LayerNorm and the vocabulary head, as the task lists them.")
 
 
 def _loss_spec(c: LossCase, g: torch.Generator) -> CaseSpec:

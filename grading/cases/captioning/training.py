@@ -217,17 +217,16 @@ def _step_bug(kind):
 
 
 STEP_BUGS = {
-    "no_zero_grad": "gradients accumulate across steps: call optimizer.zero_grad() before backward().",
-    "zero_grad_after_backward": "the gradients are cleared between backward() and step(), so nothing is learned: "
-                                "zero_grad() comes before backward().",
+    "no_zero_grad": "gradients accumulate across steps: each step's update uses the sum of every gradient so far, not its own.",
+    "zero_grad_after_backward": "the gradients are cleared after they are computed and before the update, so "
+                                "nothing is learned.",
     # clipping after step() changes nothing (the next step clears the gradients): one bug, one message
-    "no_clipping": "the update uses unclipped gradients: call torch.nn.utils.clip_grad_norm_(model.parameters(), "
-                   "grad_clip) after backward() and before optimizer.step().",
-    "lr_ignored": "the learning rate `lr` is not used: set group['lr'] = lr in every optimizer.param_groups entry.",
-    "lr_set_after_step": "the learning rate is set after optimizer.step(), so each step uses the previous step's "
-                         "rate: set it first.",
-    "lr_first_group_only": "the learning rate is set in the first parameter group only (this optimizer has two): "
-                           "set group['lr'] = lr for every group in optimizer.param_groups.",
+    "no_clipping": "the update uses unclipped gradients: their total norm must be at most grad_clip when the "
+                   "update is made (clipping after the update changes nothing).",
+    "lr_ignored": "the learning rate `lr` is not used: the update is made at the optimiser's own rate.",
+    "lr_set_after_step": "the learning rate is set after the update, so each step uses the previous step's rate.",
+    "lr_first_group_only": "the learning rate is set in the first parameter group only (this optimizer has two): every "
+                           "group trains at the step's rate.",
 }
 
 
@@ -269,11 +268,11 @@ def _evaluate_bug(kind):
 
 
 EVALUATE_BUGS = {
-    "train_mode": "the model is in train mode while evaluating (dropout on): call model.eval() first.",
-    "grad_enabled": "the evaluation runs with gradients on: wrap it in torch.no_grad().",
-    "last_batch_dropped": "the last, smaller batch of images is skipped: range(0, num_images, batch_size) with "
-                          "idx up to min(num_images, start + batch_size).",
-    "one_reference": "captions are scored against one reference only: pass all of split.references(i).",
+    "train_mode": "the model is in train mode while evaluating (dropout on): captions are written in eval mode.",
+    "grad_enabled": "the evaluation runs with gradients on: nothing is learned from it, so no graph is needed.",
+    "last_batch_dropped": "the last, smaller batch of images is skipped: every image is captioned, also when the "
+                          "batch size does not divide their number.",
+    "one_reference": "captions are scored against one reference only: each is scored against all the references of its image.",
     "end_kept": "the <END> token is part of the caption text: stop before it.",
     "no_stop_at_end": "words after <END> are kept: stop at the first <END>.",
     "exact_first_reference": "exact match compares with the first reference only: a caption matching any of the "
@@ -411,12 +410,12 @@ def _validation_bug(kind):
 
 
 VALIDATION_BUGS = {
-    "train_mode": "the validation loss is measured in train mode (dropout on): call model.eval() first.",
-    "grad_enabled": "the validation loss is computed with gradients on: wrap it in torch.no_grad().",
-    "mode_not_restored": "the model stays in eval mode afterwards, so training would go on without dropout: "
-                         "restore model.train(was_training).",
-    "train_after": "the model is put in train mode afterwards, though it came in eval mode: restore the mode it "
-                   "came in with, model.train(was_training).",
+    "train_mode": "the validation loss is measured in train mode (dropout on): it is measured in eval mode.",
+    "grad_enabled": "the validation loss is computed with gradients on: nothing is learned from it, so no graph is needed.",
+    "mode_not_restored": "the model stays in eval mode afterwards, so training would go on without dropout: it "
+                         "leaves in the mode it came in.",
+    "train_after": "the model is put in train mode afterwards, though it came in eval mode: it leaves in the "
+                   "mode it came in.",
     "summed": "the batches' losses are summed: return their mean.",
     "last_batch": "only the last batch's loss is returned: average over all the batches.",
     "weighted_by_size": "the mean is weighted by batch size: each batch counts once (the mean of the batches' "
@@ -499,12 +498,12 @@ def _fit_bug(kind):
 
 
 FIT_BUGS = {
-    "one_epoch": "training stops when the loader runs out: start a new epoch (batches = iter(loader)) and go on "
+    "one_epoch": "training stops when the loader runs out: a new epoch begins then, and training goes on "
                  "until the plan ends.",
-    "first_batch_only": "every step trains on the loader's first batch (next(iter(loader)) starts a new epoch each "
-                        "time): keep one iterator and draw the next batch from it.",
-    "first_epoch_reused": "every epoch repeats the first epoch's batches in the same order: start each epoch with a "
-                          "new iter(loader), so that a shuffling loader draws a new order.",
+    "first_batch_only": "every step trains on the loader's first batch, as if each step began a new epoch: each step "
+                        "takes the next batch of the epoch under way.",
+    "first_epoch_reused": "every epoch repeats the first epoch's batches in the same order: each epoch is a new pass "
+                          "over the loader, so that a shuffling loader draws a new order.",
     "lr_of_first_step": "every step uses the first step's learning rate: pass each step's lr from the plan to "
                         "config.step_fn.",
     "validates_on_training_batch": "the validation loss is measured on the training batch: measure it on "
