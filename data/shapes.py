@@ -194,16 +194,18 @@ def _backbone():
     from data.efficientnet_lite import MEAN, STD, efficientnet_lite0, fuse_batchnorm
 
     model = fuse_batchnorm(efficientnet_lite0(pretrained=True)).to(memory_format=torch.channels_last)
-    mean = torch.tensor(MEAN).view(1, 3, 1, 1)
-    std = torch.tensor(STD).view(1, 3, 1, 1)
+    mean, std = np.float32(MEAN), np.float32(STD)  # per channel, the last axis of an (H, W, 3) image
 
     @torch.inference_mode()
     def run(images: np.ndarray) -> np.ndarray:
-        """(B, 112, 112, 3) uint8 thumbnails -> (B, 49, 112) float32."""
-        x = torch.from_numpy(images).permute(0, 3, 1, 2).float().div_(255)
-        x = ((x - mean) / std).contiguous(memory_format=torch.channels_last)
-        f = model.features(x, upto=FEATURE_BLOCK)
-        return f.flatten(2).transpose(1, 2).float().numpy()
+        """(B, 112, 112, 3) uint8 thumbnails -> (B, 49, 112) float32: the network reads the pixels in place, in
+        channels-last memory, and its (B, 112, 7, 7) map is read back the same way, one region after another."""
+        pixels = (images.astype(np.float32) / np.float32(255) - mean) / std       # (B, H, W, 3), still channels last
+        x = torch.from_numpy(pixels).as_strided(
+            (len(pixels), 3, *pixels.shape[1:3]), (pixels[0].size, 1, pixels.shape[2] * 3, 3))  # a channels-last view
+        f = model.features(x, upto=FEATURE_BLOCK).contiguous(memory_format=torch.channels_last)
+        return torch.as_strided(f, (f.shape[0], f.shape[2] * f.shape[3], f.shape[1]),
+                                (f.stride(0), f.stride(3), f.stride(1))).numpy().copy()
 
     return run
 
