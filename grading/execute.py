@@ -392,7 +392,8 @@ RUN_FIGURES = ("<!-- run figures: written by `python3 kit.py run` (grading/execu
 # minute: typing, and the thought behind it), each task (about 23 minutes of its own: working out the spec, running
 # the checks, fixing what they find) and each written question (about 15 minutes). The per-line and per-task figures
 # are fitted to an independent walk of the student copy (04: 5 hours; 05 with its 196 answer lines: 5.5 to 10); the
-# other notebooks' walk times (2 to 4 hours) come out within that walk's range.
+# other notebooks' walk times (2 to 4 hours) come out within that walk's range, and a second walk, of the copy with
+# 05 at 77 answer lines, put 02 at 2-2.5 h, 04 at 4-5 h, 05 at 5-6 h and 07 at 3 h (this estimate: 2.5, 5.25, 5.5, 3).
 READING_WORDS_PER_MINUTE = 100
 MINUTES_PER_ANSWER_LINE = 1
 MINUTES_PER_TASK = 23

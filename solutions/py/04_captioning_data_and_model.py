@@ -10,7 +10,7 @@
 # - **data preparation**: `extract_grid_features` turns images into the grid features the model reads; `build_vocab` and `encode_captions` turn caption text into index tensors; `CaptionFeatures` (a PyTorch `Dataset`) and `collate_captions` feed them to a `DataLoader`;
 # - **the model and its loss**: `CaptioningTransformer.forward`, `caption_loss`, `teacher_forcing_loss`;
 #
-# and the notebook ends with the first sign that they work together: your model, trained for a few seconds on 8 captions, **memorises them**.
+# and the notebook ends with the first sign that they work together: your model, trained for 150 steps on 8 captions, **memorises them**.
 #
 # Given: the dataset files and their reader (`starter.data`), the layers of PyTorch as an alternative to yours (`starter.layers`) and the plots. Each piece you write is then **used**: the loaders are built from your vocabulary, encoding, `Dataset` and `collate_captions`, and notebook 05 trains on them. The kit has no version of these pieces: while one does not pass its public check yet, the notebook says so in one line and goes on without it, with the data the dataset file stores (its vocabulary, encoded captions and features) where that can stand in, and otherwise skipping what needs the piece.
 #
@@ -79,7 +79,7 @@ torch.manual_seed(0)
 #
 # ### The data
 #
-# The default dataset, `shapes`, is generated: scenes of one or two coloured shapes on a grid, captioned in several phrasings ("a small red circle in the top left", "in the top left there is a small red circle"), with $7 \times 7$ grid features of a pretrained EfficientNet and the small images kept for display. It trains on a CPU in minutes and its captions can be checked by eye. COCO (notebook 05, section 6) uses the same interface. The dataset is chosen here, in one line: a dataset that is not on disk is an error naming the command that fetches it.
+# The default dataset, `shapes`, is generated: scenes of one or two coloured shapes on a grid, captioned in several phrasings ("a small red circle in the top left", "in the top left there is a small red circle"), with $7 \times 7$ grid features of a pretrained EfficientNet and the small images kept for display. It trains on a laptop CPU (notebook 05 prints how long it took on yours) and its captions can be checked by eye. COCO (notebook 05, section 6) uses the same interface. The dataset is chosen here, in one line: a dataset that is not on disk is an error naming the command that fetches it.
 
 # %% nbgrader={"grade": false, "grade_id": "code_05", "locked": true, "schema_version": 3, "solution": false, "task": false}
 DATASET = "shapes"   # or "coco-fc7" (CS231n features: python -m data.coco_cs231n), "coco-grid" (python -m starter.build_coco_grid)
@@ -121,10 +121,10 @@ if DATASET == "shapes" or DATASET == "coco-grid":
 #
 # The memory tokens of the model are the cells of a CNN's last feature map. Computing them is a fixed recipe, and each step matters:
 #
-# 1. `images` is a batch of RGB images, `(B, H, W, 3)` uint8 (a NumPy array or a tensor). Anything else (a grayscale batch `(B, H, W)`, RGBA `(B, H, W, 4)`, one image without its batch axis) would fail deep inside the CNN or, worse, be misread without an error: raise a `ValueError` that names the shape you got. Convert it to the layout of PyTorch's convolutions, `(B, 3, H, W)` (a `permute`, **not** a `reshape`, which would scramble the pixels), as floats in $[0, 1]$ (divide by 255);
-# 2. resize to `size` × `size` with `F.interpolate(x, size=(size, size), mode="bilinear", antialias=True)` (the network was trained at a fixed resolution; `antialias` averages instead of skipping pixels when shrinking);
+# 1. `images` is a batch of RGB images, `(B, H, W, 3)` uint8 (a NumPy array or a tensor). Anything else (a grayscale batch `(B, H, W)`, RGBA `(B, H, W, 4)`, one image without its batch axis) would fail deep inside the CNN or, worse, be misread without an error: raise a `ValueError` that names the shape you got. The CNN takes the layout of PyTorch's convolutions, `(B, 3, H, W)`, as floats in $[0, 1]$ (the uint8 values divided by 255); moving the channel axis is not a reshape, which would scramble the pixels;
+# 2. each image is resized to `size` × `size`, bilinearly and with antialiasing (the network was trained at a fixed resolution; antialiasing averages the pixels a shrink covers instead of skipping them; see `torch.nn.functional.interpolate`);
 # 3. normalise each channel with the ImageNet statistics the network was trained with, `(x - IMAGENET_MEAN) / IMAGENET_STD` (given below, one value per channel);
-# 4. run the CNN in **eval mode** (`cnn.eval()`: BatchNorm then uses its stored statistics, not the batch's) and without gradients (`torch.no_grad()`), on the CNN's device;
+# 4. the CNN runs in **eval mode** (BatchNorm then uses its stored statistics, not the batch's) and without gradients, on the device its parameters are on;
 # 5. the map is `(B, C, h, w)`: flatten it to `(B, h·w, C)`, **row by row** (region `r` is row `r // w`, column `r % w`, the order the model's region embedding assumes), as a float32 tensor on the CPU.
 
 # %% nbgrader={"grade": false, "grade_id": "code_feat_2", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["setup"]
@@ -322,7 +322,7 @@ if DATASET == "shapes":
 # Write `__getitem__(i)`, returning a tuple `(features, caption)`:
 #
 # - `features`: row `image_idxs[i]` of the array as a `(R, D)` **float32** tensor (the file stores float16 to halve its size);
-# - `caption`: row `i` of `captions` **up to and including its `<END>`**, padding removed, a 1-D int64 tensor. A row without `<END>` (an empty or damaged caption) has no right length: raise a `ValueError` that names the row `i`. Padding is added back per batch, to the longest caption of that batch, which is shorter than `max_len` for most batches.
+# - `caption`: row `i` of `captions` **up to and including its `<END>`** (index 2 in every vocabulary of the course, `SPECIAL_TOKENS` above), padding removed, a 1-D int64 tensor. A row without `<END>` (an empty or damaged caption) has no right length: raise a `ValueError` that names the row `i`. Padding is added back per batch, to the longest caption of that batch, which is shorter than `max_len` for most batches.
 #
 # Open the file on first use, not in `__init__`: a `DataLoader` with `num_workers > 0` copies the dataset into each worker process, and an open HDF5 file cannot be copied, so each worker must open its own. Keep the opened array, `h5py.File(path, "r")[key]`, in `self.features` (`None` until then) and read rows from it: looking the array up by its key again for every item costs more than reading the row itself, and a training step reads 64 items.
 
@@ -688,7 +688,7 @@ check("optimizer/wider", with_param_groups(make_optimizer))
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_memorise", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ## 8 · Your model memorises a small batch
 #
-# The first test of a model and its loss together, before any real training (notebook 05): train a fresh model on **one batch of 8 captions** for 150 steps of your `make_optimizer`'s AdamW, with no weight decay (learning 8 captions by heart is just what weight decay works against; with none, AdamW's steps are Adam's), in the plainest optimisation loop there is (the one below: loss, `zero_grad`, `backward`, `step`). Until your `make_optimizer` passes its public check, the cell uses `torch.optim.AdamW` over all the parameters at once: with no weight decay, the same steps. A correct model and loss drive the loss of those 8 captions close to zero within seconds: the model has far more parameters than 8 captions have words, so it can learn them by heart.
+# The first test of a model and its loss together, before any real training (notebook 05): train a fresh model on **one batch of 8 captions** for 150 steps of your `make_optimizer`'s AdamW, with no weight decay (learning 8 captions by heart is just what weight decay works against; with none, AdamW's steps are Adam's), in the plainest optimisation loop there is (the one below: loss, `zero_grad`, `backward`, `step`). Until your `make_optimizer` passes its public check, the cell uses `torch.optim.AdamW` over all the parameters at once: with no weight decay, the same steps. A correct model and loss drive the loss of those 8 captions close to zero within those 150 steps: the model has far more parameters than 8 captions have words, so it can learn them by heart.
 #
 # If the loss stalls, the model cannot even memorise 8 captions, typically because the forward pass ignores the words or the image, or the loss compares the wrong positions; a long run would only waste time. Passing is no proof: a model whose mask lets each word see its own target memorises the batch just as well (notebook 06 measures what that does), and so does a loss averaged over padding.
 
@@ -746,7 +746,7 @@ check_public("04_captioning_data_and_model", globals());
 # - Words: embeddings + positional encoding, a **causal mask** (position $t$ sees $0 \ldots t$), pre-norm decoder blocks, a final LayerNorm and a vocabulary head.
 # - **Teacher forcing** trains all positions in parallel: inputs `captions[:, :-1]`, targets `captions[:, 1:]`; the loss is averaged over **real words only**, never over `<NULL>` padding.
 # - **AdamW** decays the weights apart from the gradient; weight decay goes on the weight matrices and embedding tables, in one parameter group, and not on the biases and LayerNorm parameters, in the other.
-# - A model and loss that work together memorise a small batch in seconds.
+# - A model and loss that work together memorise a small batch in 150 steps.
 #
 # Next, **05 · Training and evaluation** loads your pieces from this notebook, trains the model on all of `shapes` and measures its captions.
 #

@@ -141,7 +141,7 @@ if model_ready:
 #
 # ### Task 1 · `lr_at_step(step, total_steps, warmup_steps, peak_lr)`
 #
-# Transformers are trained with a **warm-up**: the first updates of Adam are large and noisy (its running averages of the gradient have seen little), and a small learning rate at the start keeps them from wrecking the freshly initialised attention. Notebook 03 chose pre-norm because it needs little or no warm-up: in notebook 03's measurement, post-norm needed a warm-up to learn at the higher of its two learning rates and none at the lower, and pre-norm learned at both without one; here a short warm-up (50 of 700 steps on `shapes`) only protects those first Adam steps. After it, a **cosine decay** lowers the rate smoothly so the last steps fine-tune. Return the learning rate at `step` (0-based; it may be fractional):
+# Transformers are trained with a **warm-up**: the first updates of Adam are large and noisy (its running averages of the gradient have seen little), and a small learning rate at the start keeps them from wrecking the freshly initialised attention. Notebook 03 chose pre-norm because it needs little or no warm-up: in notebook 03's measurement, post-norm needed a warm-up to learn at the higher of its two learning rates and none at the lower, and pre-norm learned at both without one, though at the higher rate a warm-up still helped it; here a short warm-up (50 of 700 steps on `shapes`) only protects those first Adam steps. After it, a **cosine decay** lowers the rate smoothly so the last steps fine-tune. Return the learning rate at `step` (0-based; it may be fractional):
 #
 # - warm-up, `step < warmup_steps`: $\eta = \eta_{peak} \cdot \min\left(1, \frac{step + 1}{warmup\_steps}\right)$ (the first step already moves, and step `warmup_steps - 1` is at the peak);
 # - then, with $p = \min\left(1, \frac{step - warmup\_steps}{\max(1,\ total\_steps - warmup\_steps)}\right)$: $\eta = \eta_{peak}\left(0.1 + 0.45\,(1 + \cos \pi p)\right)$, from the peak down to 10 % of it at `total_steps`, and flat after that.
@@ -232,9 +232,9 @@ check("step/two_param_groups", with_optimizer(train_step))
 #
 # The mean of `loss_fn(model, features, captions)` over `batches` (a list of `(features, captions)` pairs), as a Python float, measured the way the model will be used:
 #
-# - in **eval mode** (`model.eval()`): dropout off, so the number does not depend on random masks;
-# - without gradients (`torch.no_grad()`): nothing is learned from validation data, and no graph is kept in memory;
-# - and then put the model back in the mode it was in (`model.training` tells you), because the loop calls this in the middle of training: a model left in eval mode would train on without dropout.
+# - in **eval mode**: dropout off, so the number does not depend on random masks;
+# - without gradients: nothing is learned from validation data, and no graph is kept in memory;
+# - and the model leaves in the mode it came in, because the loop calls this in the middle of training: a model left in eval mode would train on without dropout.
 #
 # Average the batches' losses (each batch counts once).
 
@@ -353,7 +353,7 @@ check("fit/resumed_plan", with_loader(fit))
 # What `train_main` cannot know is what a run carries from one step to the next. That is yours:
 #
 # - `checkpoint_state(optimizer, step)` returns a dict that goes into the checkpoint (as its `"extra"`) after `step` steps, beside what `save_checkpoint` stores itself: the model's weights (`"state_dict"`), its configuration and its vocabulary. Keep tensors, numbers, strings, lists, dicts and state dicts in it: the checkpoint is read back with `torch.load(weights_only=True)`, which refuses other objects.
-# - `restore(saved, model, optimizer)` gets that checkpoint as `read_checkpoint` returns it and a `model` and `optimizer` made afresh, as for a new run: `experiment.new_model` has just seeded torch's random generator with `--seed`. It puts the run back where the checkpoint left it and returns the number of steps done. `train_main` then keeps the log's rows up to that step (a run killed after logging and before saving leaves rows beyond it) and goes on from there.
+# - `restore(saved, model, optimizer)` gets that checkpoint as `read_checkpoint` returns it and a `model` and `optimizer` made afresh, as for a new run: freshly initialised weights, an optimiser with no state, and torch's random generator just seeded with `--seed` by `experiment.new_model`. It puts the run back where the checkpoint left it and returns the number of steps done. `train_main` then keeps the log's rows up to that step (a run killed after logging and before saving leaves rows beyond it) and goes on from there.
 #
 # The test: a run stopped and resumed, on the same machine, ends with **exactly** the weights and the log of a run that never stopped. Ask what a training step depends on besides the weights and the batch, including on a GPU (`torch.cuda` has a random generator of its own).
 
@@ -469,7 +469,7 @@ else:
     print("no overfit check: it trains your model with your train_step")
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_resume_demo", "locked": true, "schema_version": 3, "solution": false, "task": false}
-# **Resume, tried.** Before the real run, the cell below tries the script on a small run (`--steps 20 --warmup 5 --batch-size 32 --dropout 0.1`, into `runs/resume_check/`) twice: once in one go, and once stopped at step 10 (`--stop-at 10`) and resumed. It prints whether the two checkpoints hold exactly the same weights. Save this notebook first: the script loads your pieces from the saved file. Each run starts a new Python, which loads the data and your notebooks again: a few seconds each.
+# **Resume, tried.** Before the real run, the cell below tries the script on a small run (`--steps 20 --warmup 5 --batch-size 32 --dropout 0.1`, into `runs/resume_check/`) twice: once in one go, and once stopped at step 10 (`--stop-at 10`) and resumed. It prints whether the two checkpoints hold exactly the same weights. Save this notebook first: the script loads your pieces from the saved file. Each run starts a new Python, which loads the data and your notebooks again before it trains.
 
 # %% nbgrader={"grade": false, "grade_id": "code_resume_demo", "locked": true, "schema_version": 3, "solution": false, "task": false}
 if GRADING:
@@ -488,7 +488,7 @@ else:
           "which are not all there yet")
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_q_resume", "locked": true, "schema_version": 3, "solution": false, "task": false}
-# **Question 6 (2 points).** The resume check above trains with `--dropout 0.1` and prints whether the resumed run ends with the weights of the run in one go. (a) Suppose your `restore` put back everything but the state of torch's random generator. Would the two runs still end with the same weights with `--dropout 0.1`? With `--dropout 0`, the `shapes` default? Explain from what draws random numbers while the script trains (the order of the batches comes from `train_batches`, drawn from the seed and the epoch's number alone). (b) The learning rate of every step is fixed by the schedule, whatever happened before. Why does the optimiser's state still matter for an exact resume? It needs no run of yours: the line above shows only what a correct script gives.
+# **Question 6 (2 points).** The resume check above trains with `--dropout 0.1` and prints whether the resumed run ends with the weights of the run in one go. (a) Suppose your `restore` put back everything but the state of torch's random generator. Would the two runs still end with the same weights with `--dropout 0.1`? With `--dropout 0`, the `shapes` default? Explain from what draws random numbers while the script trains (the order of the batches comes from `train_batches`, drawn from the seed and the epoch's number alone). (b) The learning rate of every step is fixed by the schedule, whatever happened before. Why does the optimiser's state still matter for an exact resume? You can answer without running anything: the line above only shows what a correct script prints.
 #
 # Write your answer in the cell below.
 
@@ -500,7 +500,7 @@ else:
 # ### END SOLUTION
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_17", "locked": true, "schema_version": 3, "solution": false, "task": false}
-# Now the real run, with the script's defaults: your loader, training loop, schedule, optimiser, training step and validation loss (under a minute on a laptop CPU for `shapes`; longer on a slower machine, with the same 700 steps). The validation loss is measured every 100 steps on 4 fixed batches of validation captions, the same every time, so that the curve moves only with the model; section 4 scores every validation image. Re-running the cell starts over with the same seed. The script saves `runs/captioning_transformer.pt` with the model's configuration and **your vocabulary**, and `runs/captioning_transformer.csv`, its log; notebooks 06 and 07 load the checkpoint from there. A COCO run saves `runs/captioning_transformer_coco-grid.pt` (or `_coco-fc7`) with `--checkpoint`, and never overwrites the graded one. Interrupted (*Kernel → Interrupt*, or a runtime that died), the run goes on from its last checkpoint when you add `--resume` to the command.
+# Now the real run, with the script's defaults: your loader, training loop, schedule, optimiser, training step and validation loss (the cell prints how long it took on your machine). The validation loss is measured every 100 steps on 4 fixed batches of validation captions, the same every time, so that the curve moves only with the model; section 4 scores every validation image. Re-running the cell starts over with the same seed. The script saves `runs/captioning_transformer.pt` with the model's configuration and **your vocabulary**, and `runs/captioning_transformer.csv`, its log; notebooks 06 and 07 load the checkpoint from there. A COCO run saves `runs/captioning_transformer_coco-grid.pt` (or `_coco-fc7`) with `--checkpoint`, and never overwrites the graded one. Interrupted (*Kernel → Interrupt*, or a runtime that died), the run goes on from its last checkpoint when you add `--resume` to the command.
 
 # %% nbgrader={"grade": false, "grade_id": "code_18", "locked": true, "schema_version": 3, "solution": false, "task": false}
 model = history = None
@@ -604,10 +604,10 @@ check("greedy/float64", with_model(greedy_decode))
 #
 # Caption every image of `split` and score the captions against **all** the reference captions of each image:
 #
-# 1. put the model in eval mode (`model.eval()`: dropout off) and run everything under `torch.no_grad()` (no graph is built: faster, and less memory);
-# 2. for the images `0 .. split.num_images - 1`, in batches of `batch_size` image indices (the last batch may be smaller): `features = split.features(idx).to(device)` (`device`: the model's, `next(model.parameters()).device`), then `tokens = decode_fn(model, features, max_len)`, an `(n, max_len)` tensor of word indices;
-# 3. turn each row into a string: stop at `vocab.end_idx`, skip `vocab.null_idx` and `vocab.start_idx`, look the other indices up in `vocab.idx_to_word`, join with single spaces;
-# 4. score: `caption_scores(references, generated)` (given, from `starter.metrics`, with dicts image index → list of reference strings, `split.references(i)`, and image index → generated string) returns BLEU-1..4, CIDEr and ROUGE-L; add `"exact_match"`: the fraction of images whose caption equals one of its references word for word (compare `tokenize`d words).
+# - the model writes its captions in eval mode (dropout off) and without gradients (no graph is built: faster, and less memory);
+# - every image `0 .. split.num_images - 1` is captioned, `batch_size` images at a time (the last batch may be smaller): `split.features(idx)` gives the features of a list of image indices, on the CPU (the model may be on a GPU), and `decode_fn(model, features, max_len)` an `(n, max_len)` tensor of word indices;
+# - a caption is a string: the words of its row up to its first `vocab.end_idx`, without `vocab.null_idx` and `vocab.start_idx`, looked up in `vocab.idx_to_word` and joined with single spaces;
+# - the scores: `caption_scores(references, generated)` (given, from `starter.metrics`; two dicts, image index → list of reference strings, from `split.references(i)`, and image index → generated string) returns BLEU-1..4, CIDEr and ROUGE-L; add `"exact_match"`, the fraction of images whose caption equals one of its references word for word (compared as `tokenize`d words).
 #
 # Return `(scores, generated)`: the dict of scores and the list of generated strings, in image order.
 #
@@ -657,15 +657,7 @@ check("evaluate/unknown_words", with_split(evaluate_captions))
 #
 # Evaluation is a script too: it loads a checkpoint, captions a split and writes the scores to a file, so that every model is measured the same way. Its command line, files and messages are given (`evaluate_main` in `starter/scripts.py`; `python evaluate_captioner.py --help`): it reads the checkpoint, opens the experiment of the dataset the checkpoint names, takes the images (`--split`, `--images`) and writes the scores, the captions and, on `shapes`, the count of each kind of mistake to a JSON file beside the checkpoint.
 #
-# Yours is the part that decides what is measured: `evaluate_checkpoint(saved, experiment, split, beam=None)` returns `(scores, generated)` as your `evaluate_captions` does, for the model that checkpoint `saved` holds, decoded greedily (`beam=None`) or by beam search of width `beam`. The weights and the vocabulary come from the checkpoint, never from this notebook: a script must measure the file it is given. The experiment has what you need:
-#
-# | `experiment.` | gives |
-# |---|---|
-# | `model_from(saved)` | the model a checkpoint holds, in eval mode on the device |
-# | `vocab_of(saved)` | the vocabulary it was trained with |
-# | `decoder(beam)` | `decode(model, features, max_len)`: your `greedy_decode` (`beam=None`), or notebook 06's `beam_search` of that width |
-# | `evaluate_captions` | your Task 7 |
-# | `max_len` | how many words a decoder may write |
+# Yours is the part that decides what is measured: `evaluate_checkpoint(saved, experiment, split, beam=None)` returns `(scores, generated)` as your `evaluate_captions` does, for the model that checkpoint `saved` holds, decoded greedily (`beam=None`) or by beam search of width `beam`. The weights and the vocabulary come from the checkpoint, never from this notebook: a script must measure the file it is given. The `experiment` has what you need: its methods and attributes are documented in `starter/scripts.py` (`class Experiment`, or `help(Experiment)`), among them your Task 7 and the decoders.
 
 # %% nbgrader={"grade": false, "grade_id": "eval_script", "locked": false, "schema_version": 3, "solution": true, "task": false}
 # %%writefile evaluate_captioner.py

@@ -180,8 +180,8 @@ def upsample_attention(grid, image_size):
         grid: (..., H, W) tensor of non-negative weights.
         image_size: (height, width) of the image in pixels.
     Returns:
-        (..., height, width) tensor, same dtype: F.interpolate(mode="bilinear", align_corners=False)
-        of each map, divided by that map's own maximum (clamped at 1e-12).
+        (..., height, width) tensor, same dtype: each map upsampled bilinearly (pixel-centre convention)
+        and scaled to its own maximum 1 (an all-zero map stays zero).
     """
     ### BEGIN SOLUTION
     lead, (h, w) = grid.shape[:-2], grid.shape[-2:]
