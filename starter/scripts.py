@@ -577,7 +577,7 @@ class _StandInVocab(list):
 @dataclass
 class StandInExperiment:
     """The checks' Experiment: the toy model of a case with its stored weights, its rows as the data, and
-    stand-in pieces that mark the weights instead of training them. It records what the script asked for."""
+    stand-in pieces that mark the weights instead of training them."""
 
     model: nn.Module  # the toy model with the case's stored weights: every new_model is a copy of it
     features: torch.Tensor
@@ -587,9 +587,7 @@ class StandInExperiment:
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
     vocab: list = field(default_factory=lambda: _StandInVocab(f"w{i}" for i in range(9)))
     decoders: dict = field(default_factory=dict)  # beam width (None: greedy) -> decode function
-    asked: dict = field(default_factory=dict)
     stop_at: int | None = None  # the next run is killed in its training step of this number (1-based)
-    optimizers: list = field(default_factory=list)
     max_len: int = 6
 
     loss_fn = staticmethod(_toy_loss)
@@ -608,7 +606,6 @@ class StandInExperiment:
         return {"toy": True, **size}
 
     def new_model(self, size: dict, seed: int):
-        self.asked["size"], self.asked["seed"] = dict(size), seed
         seed_everything(int(seed))  # as Experiment.new_model does: a run that does not restore the random state starts over
         return copy.deepcopy(self.model).train()
 
@@ -621,10 +618,7 @@ class StandInExperiment:
         return model.eval()
 
     def make_optimizer(self, model, lr, weight_decay):
-        self.asked["lr"], self.asked["weight_decay"] = lr, weight_decay
-        optimizer = torch.optim.SGD(model.parameters(), lr=lr)
-        self.optimizers.append(optimizer)
-        return optimizer
+        return torch.optim.SGD(model.parameters(), lr=lr)
 
     def plan(self, steps, warmup, peak_lr, start=0, stop=None, progress=True):
         return TrainingPlan(steps, self.lr_at_step, warmup, peak_lr, start=start, stop=stop, progress=False)
@@ -698,9 +692,8 @@ def _call_main(main, argv: list[str], experiment) -> tuple[int, str]:
             print(f"{getattr(main, '__module__', None) or 'script'}.py: error: {exc}", file=sys.stderr)
         except Exception as exc:
             first = (str(exc).splitlines() or [""])[0][:200]
-            raise RuntimeError(f"main({argv}) raised {type(exc).__name__}: {first} (a script stops with a non-zero "
-                               "exit status and a last line 'NAME.py: error: what is wrong', no traceback: "
-                               "sys.exit(f\"NAME.py: error: {...}\") or parser.error(...))") from None
+            raise RuntimeError(f"main({argv}) raised {type(exc).__name__}: {first} (the given main stops with one "
+                               "line for the errors it expects: this one came from a function of yours)") from None
     return status, err.getvalue()
 
 
@@ -753,9 +746,6 @@ def with_train_script(script, model_class=None):
             torch.manual_seed(0)
             exits = []
             for argv in runs:
-                if argv == ["<corrupt>"]:  # damage the checkpoint between two runs
-                    checkpoint.write_bytes(b"not a checkpoint" * 4)
-                    continue
                 if argv[:1] == ["<stop at step>"]:  # the next run is killed in this step
                     experiment.stop_at = int(argv[1])
                     continue
@@ -794,7 +784,7 @@ def with_eval_script(script, model_class=None):
     from .layers import ToyCaptioner
     from .pipeline import SCORE_NAMES, _on_model, _stored_decoder
 
-    def run(self, greedy_tokens, beam_tokens, references, idx_to_word, runs, perturb=0.0, existing_json=False):
+    def run(self, greedy_tokens, beam_tokens, references, idx_to_word, runs, perturb=0.0):
         main = _main_of(script)
         dtype = torch.float32
         with tempfile.TemporaryDirectory() as tmp:
@@ -819,16 +809,8 @@ def with_eval_script(script, model_class=None):
                                            vocab=_StandInVocab(idx_to_word),
                                            decoders={None: decoder(greedy_tokens), 3: decoder(beam_tokens)},
                                            references=[list(r) for r in references], max_len=greedy_tokens.shape[1])
-            if existing_json:
-                metrics.write_text('{"kept": true}', encoding="utf-8")
             exits = []
             for argv in runs:
-                if argv == ["<corrupt>"]:
-                    checkpoint.write_bytes(b"not a checkpoint" * 4)
-                    continue
-                if argv == ["<missing>"]:
-                    checkpoint.unlink()
-                    continue
                 before = (_file_state(checkpoint), _file_state(metrics))
                 status, err = _call_main(main, [str(checkpoint), *argv, "--out", str(metrics), "--device", "cpu"],
                                          experiment)

@@ -640,7 +640,6 @@ def train_script_cases(ns) -> list[CaseSpec]:
         TrainScriptCase(name="train_script/resume_twice", runs=[steps(8, "--stop-at", "2", every=3),
                                                                 steps(8, "--resume", "--stop-at", "4", every=3),
                                                                 steps(8, "--resume", every=3)], rows=8),
-        TrainScriptCase(name="train_script/stopped", runs=[steps(7, "--stop-at", "3")]),
         TrainScriptCase(name="train_script/interrupted", runs=[["<stop at step>", "5"], steps(7),
                                                                steps(7, "--resume")]),
         TrainScriptCase(name="train_script/resume_after_crash", runs=[steps(6, "--stop-at", "4"),
@@ -695,7 +694,6 @@ class EvalScriptCase(Row):
     """main(argv, experiment) of evaluate_captioner.py on a checkpoint of the toy model, run with each of `runs`."""
     runs: list[list[str]]
     images: int = 6
-    existing_json: bool = False
 
 
 def eval_script_cases(ns) -> list[CaseSpec]:
@@ -713,8 +711,7 @@ def eval_script_cases(ns) -> list[CaseSpec]:
         out.append(CaseSpec(
             name=c.name, target="with_eval_script(eval_script)", kind="module", init=_toy(9, 4, hidden=8, max_len=16),
             args=["greedy_tokens", "beam_tokens"], inputs={"greedy_tokens": tokens[0], "beam_tokens": tokens[1]},
-            const_kwargs={"references": references, "idx_to_word": idx_to_word, "runs": c.runs,
-                          "existing_json": c.existing_json},
+            const_kwargs={"references": references, "idx_to_word": idx_to_word, "runs": c.runs},
             outputs=["scores", "exits"], atol=1e-5,
             variants=_variants(EVAL_SCRIPT_BUGS, _eval_script_bug, with_eval_script), public=c.public,
             hint="scores: the metrics file's [BLEU-1, BLEU-2, BLEU-3, BLEU-4, CIDEr, exact_match, images] (-1 where the "
