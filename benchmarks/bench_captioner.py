@@ -2,7 +2,7 @@
 
     python benchmarks/bench_captioner.py [--before REV] [--rounds N]
 
-Executes the solution notebooks of the captioner (04-06 now; 04 alone at commits before the split) of this
+Executes the solution notebooks of the captioner (04-08 now; 04-06 after the first split, 04 alone before it) of this
 working tree and of commit REV (default: ec66fa1, the last commit before students wrote their own data
 pipeline, training loop and evaluation script), alternating between the two for N rounds (default 1), each
 notebook in a fresh kernel with its own kit (PYTHONPATH) and the same dataset files, one after the other in
@@ -26,8 +26,9 @@ from starter.runtime import GRADING_ENV, NOTEBOOKS_ENV
 
 
 def captioner_notebooks(tree: Path) -> list[str]:
-    """The notebooks that build, train and decode with the captioner: 04-06, or 04 before they were split."""
-    return [p.name for p in sorted((tree / "solutions").glob("0[4-6]_*.ipynb")) if "visualiz" not in p.name]
+    """The notebooks that build, train and decode with the captioner: 04-08 (04-06, or 04 alone, at commits before
+    they were split)."""
+    return [p.name for p in sorted((tree / "solutions").glob("0[4-8]_*.ipynb")) if "visualiz" not in p.name]
 
 
 def _run(tree: Path, scratch: Path) -> dict:

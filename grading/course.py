@@ -278,7 +278,7 @@ def release(dest: Path = notebooks.RELEASE, mirrors: Path | None = None) -> list
 def prepare_grading_course(root: Path, db_url: str | None = None, held: CourseHold | None = None,
                            mounted: Callable[[CourseFiles], object] | None = None) -> CourseFiles:
     """Lay out a course directory for autograding and record the assignment in the gradebook: the
-    source notebooks, the hidden cases' inputs for the sandboxes, and the dataset notebooks 04-07 load.
+    source notebooks, the hidden cases' inputs for the sandboxes, and the dataset notebooks 04-09 load.
     Holds the folder (`hold`) while it does, unless the caller gives its hold of it (`held`: a run holds
     the folder from before it is prepared until its report is written). `mounted(files)` is called once what the
     sandboxes mount is in place, before nbgrader records the assignment (a run starts its workers' sandboxes

@@ -6,7 +6,7 @@ as .ipynb and as .html (figures embedded), every figure as a PNG to `build/figur
 and an index to `build/index.md` and `build/index.json`: per notebook its time, tests passed,
 figures, PASS/FAIL and the key numbers it printed (see `KEY_NUMBERS`). A full run (`python -m grading execute` with no
 notebook named and no `--out`) that passes also rewrites the README's run figures and `reference_run/`, the
-printed lines and figures the written questions of notebooks 06 and 07 can be answered from
+printed lines and figures the written questions of notebooks 07 to 09 can be answered from
 (grading/reference_run.py).
 
 The kernels get their environment through jupyter_client (`start_kernel(env=...)`), never by changing
@@ -41,21 +41,21 @@ INLINE_BACKEND = "module://matplotlib_inline.backend_inline"  # what ipykernel p
 
 # Key numbers, parsed from the text a notebook prints (stdout and text/plain results, in cell order;
 # the first match counts). Each pattern matches one print of a solution notebook (examples from a run):
-#   05, training cell (starter.training.train's last line): "training on cpu (CPU, 2 threads): 700 steps in 85 s",
+#   06, training cell (starter.training.train's last line): "training on cpu (CPU, 2 threads): 700 steps in 85 s",
 #       or "...: 420 of 700 steps in 185 s (time budget 180 s: ...)" when a busy machine ran out of time
-#   05, evaluation cell: "greedy, 500 validation images (4.7 s):" then `format_scores`:
+#   07, evaluation cell: "greedy, 500 validation images (4.7 s):" then `format_scores`:
 #       "BLEU-1 0.995  BLEU-2 0.988  BLEU-3 0.975  BLEU-4 0.954  CIDEr 7.536  ROUGE-L 0.972"
-#       (the first BLEU-4 printed is this whole-validation evaluation; notebook 06 prints its greedy/beam
+#       (the first BLEU-4 printed is this whole-validation evaluation; notebook 08 prints its greedy/beam
 #       comparison on the first 100 images)
-#   05, its exact-match print: "exact match: 86.2% of the captions equal one of their image's references"
-#   07: "localisation accuracy, last layer, mean of heads, exact cell: 65.7%   (chance 2.0%)"
+#   07, its exact-match print: "exact match: 86.2% of the captions equal one of their image's references"
+#   09: "localisation accuracy, last layer, mean of heads, exact cell: 65.7%   (chance 2.0%)"
 #       and the same "within 1 cell (3 x 3 block)"
-#   07: "69 of 500 validation captions (14%) match no reference" -> exact match 86.2% of 500
-#   06: "first 100 validation images", then "greedy      (...): BLEU-1 ... BLEU-4 0.972 ..." and
+#   09: "69 of 500 validation captions (14%) match no reference" -> exact match 86.2% of 500
+#   08: "first 100 validation images", then "greedy      (...): BLEU-1 ... BLEU-4 0.972 ..." and
 #       "beam, k = 3 (...): ... BLEU-4 0.996 ...": the row names both decoders (greedy's is the first BLEU-4)
 _NUM = r"(\d+(?:\.\d+)?)"
 KEY_NUMBERS: dict[str, re.Pattern] = {
-    # the run that made the saved checkpoint, not a side experiment's (06 trains a leaky model, saves nothing)
+    # the run that made the saved checkpoint, not a side experiment's (08 trains a leaky model, saves nothing)
     "train_steps": re.compile(r"^training on [^:]*: (\d+)(?: of (\d+))? steps in ([\d.]+) s\b.*\n(?:.*\n)??saved ",
                               re.M),
     "eval_seconds": re.compile(r"^exact match: [\d.]+% of the captions .*\(([\d.]+) s, start-up included\)", re.M),
@@ -173,21 +173,25 @@ def key_numbers(text: str) -> dict[str, float]:
 
 
 def format_numbers(n: dict[str, float]) -> str:
-    parts = []
+    parts, training = [], None
+    if "train_steps" in n:
+        planned = f" of {n['train_steps_planned']}" if "train_steps_planned" in n else ""
+        took = f" in {n['train_seconds']:.0f} s" if "train_seconds" in n else ""
+        training = f"{n['train_steps']}{planned} training steps{took}"
     if "BLEU-4" in n:
         context = []
         if "eval_images" in n:
             context.append(f"{n['eval_images']} val images")
-        if "train_steps" in n:
-            planned = f" of {n['train_steps_planned']}" if "train_steps_planned" in n else ""
-            took = f" in {n['train_seconds']:.0f} s" if "train_seconds" in n else ""
-            context.append(f"{n['train_steps']}{planned} training steps{took}")
+        if training:
+            context.append(training)
         if "eval_seconds" in n:
             context.append(f"evaluated in {n['eval_seconds']:.0f} s")
         beam = f"; beam (k = {n['beam_k']}) BLEU-4 {n['beam_BLEU-4']:.3f}" if "beam_BLEU-4" in n else ""
         parts.append(("greedy " if beam else "") + f"BLEU-4 {n['BLEU-4']:.3f}"
                      + (f", CIDEr {n['CIDEr']:.3f}" if "CIDEr" in n else "") + beam
                      + (f" ({', '.join(context)})" if context else ""))
+    elif training:
+        parts.append(training)
     if "exact_match" in n:
         parts.append(f"exact-match {n['exact_match']:.1%}"
                      + (f" of {n['exact_match_images']:.0f}" if "exact_match_images" in n else ""))
@@ -201,7 +205,7 @@ def kernel_env(base: dict | None = None) -> dict:
     """The kernel's environment: this one, plus the hidden references and the inline backend."""
     env = dict(os.environ if base is None else base)
     env[HIDDEN_ENV] = str(notebooks.HIDDEN_REFERENCES)
-    env[NOTEBOOKS_ENV] = str(notebooks.SOLUTIONS)  # "your" earlier notebooks, for 04-07
+    env[NOTEBOOKS_ENV] = str(notebooks.SOLUTIONS)  # "your" earlier notebooks, for 05-09
     env["MPLBACKEND"] = INLINE_BACKEND  # not an inherited Agg: figures must become outputs
     env.pop(GRADING_ENV, None)
     return env
@@ -391,16 +395,16 @@ RUN_FIGURES = ("<!-- run figures: written by `python3 kit.py run` (grading/execu
 # closely (technical prose with formulas and code, about 100 words a minute), each line of answer code (about a
 # minute: typing, and the thought behind it), each task (about 23 minutes of its own: working out the spec, running
 # the checks, fixing what they find) and each written question (about 15 minutes). The per-line and per-task figures
-# are fitted to an independent walk of the student copy (04: 5 hours; 05 with its 196 answer lines: 5.5 to 10); the
-# other notebooks' walk times (2 to 4 hours) come out within that walk's range, and a second walk, of the copy with
-# 05 at 77 answer lines, put 02 at 2-2.5 h, 04 at 4-5 h, 05 at 5-6 h and 07 at 3 h (this estimate: 2.5, 5.25, 5.5, 3).
+# are fitted to an independent walk of the student copy (the old 04, data and model: 5 hours; the old 05, training
+# and evaluation with 196 answer lines: 5.5 to 10); the other notebooks' walk times (2 to 4 hours) come out within
+# that walk's range, and a second walk, of the copy with the old 05 at 77 answer lines, put 02 at 2-2.5 h, the old 04
+# at 4-5 h, the old 05 at 5-6 h and visualising at 3 h (this estimate then: 2.5, 5.25, 5.5, 3). Those two notebooks
+# are now four (04 data, 05 model, 06 training, 07 generation and evaluation), each within a sitting.
 READING_WORDS_PER_MINUTE = 100
 MINUTES_PER_ANSWER_LINE = 1
 MINUTES_PER_TASK = 23
 MINUTES_PER_WRITTEN_QUESTION = 15
-MOST_HOURS = 3.5  # a sitting (tests/test_execute.py)
-# notebooks over a sitting by the estimate, until they are split or cut: the test holds them to this list
-OVER_A_SITTING = {"04_captioning_data_and_model", "05_training_and_evaluation"}
+MOST_HOURS = 3.5  # a sitting: no notebook asks more (tests/test_execute.py)
 
 
 def answer_lines(source: str) -> int:
@@ -459,7 +463,7 @@ def run_figures(results: list[dict], date: str | None = None, machine: str | Non
                 wall: float | None = None, trained: tuple[float, float] | None = None) -> str:
     """The README's block of run figures: per notebook its points, run time, tests passed and key numbers, and
     the estimated student time; the whole run's wall time (`wall`, default the notebooks' sum); and what the
-    trained-model cell measures of this run's notebook-05 model (`trained`: its public and hidden shares)."""
+    trained-model cell measures of this run's notebook-06 model (`trained`: its public and hidden shares)."""
     lines = ["",
              f"Measured by `python3 kit.py run` on {date or time.strftime('%Y-%m-%d')} ({machine or _machine()}): each "
              "solution notebook run top to bottom in a fresh kernel, on the default data; \"all\" is the whole run's wall "
@@ -480,7 +484,7 @@ def run_figures(results: list[dict], date: str | None = None, machine: str | Non
     total = sum(r["seconds"] for r in results) if wall is None else wall
     lines.append(f"| all | {sum(points.values())} | {total:.0f} s | | | |")
     if trained is not None:
-        lines += ["", f"Notebook 05's trained model of this run, measured as the trained-model cell measures a student's "
+        lines += ["", f"Notebook 06's trained model of this run, measured as the trained-model cell measures a student's "
                       f"checkpoint: it captions {trained[0]:.0%} of the public case's new scenes and {trained[1]:.0%} of "
                       "the hidden cases' exactly right (`python -m grading.cases.captioning "
                       "build/executed/runs/captioning_transformer.pt` prints the same)."]
@@ -488,7 +492,7 @@ def run_figures(results: list[dict], date: str | None = None, machine: str | Non
 
 
 def trained_model_shares(out: Path) -> tuple[float, float] | None:
-    """(public, hidden) share of the trained-model cases' scenes that the notebook-05 model a run saved in `out`
+    """(public, hidden) share of the trained-model cases' scenes that the notebook-06 model a run saved in `out`
     captions exactly right (the hidden cases share their images: one share); None without that model."""
     checkpoint = out / notebooks.TRAINED_CHECKPOINT
     if not checkpoint.is_file():

@@ -478,7 +478,7 @@ class Refused(Exception):
 
 
 def _keep_checkpoint(found: list[tuple[Path, Path]], result: StudentOutcome, dest: Path, ignored: Ignored) -> None:
-    """Notebook 05's trained model goes to `dest`/runs/ (its test_trained_model loads it there): the copy in
+    """Notebook 06's trained model goes to `dest`/runs/ (its test_trained_model loads it there): the copy in
     a runs/ folder if there is one, else the newest; one over MAX_HANDED_IN bytes is noted and left out."""
     if not found:
         return

@@ -170,7 +170,7 @@ def _not_run_message(sandbox) -> str:
 def judge_into(nb, sandbox: SandboxResult | None, reference_dirs: list[Path], student: str, notebook: str,
                measured: dict[str, Observation] | None = None) -> NotebookRecord:
     """Score `nb`'s test cells from what the sandbox's run of it observed (`sandbox`: its SandboxResult; None when
-    it did not run) and what the grader measured itself (`measured`, by case name: notebook 05's hidden
+    it did not run) and what the grader measured itself (`measured`, by case name: notebook 07's hidden
     trained-model cases, which win over anything recorded under their names), and make each test cell's outputs
     the judge's lines and score (what the feedback page shows); returns the notebook's record, whose points
     `grading.worker.SaveJudgedScores` writes to the gradebook."""

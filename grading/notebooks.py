@@ -20,15 +20,17 @@ PUBLIC_REFERENCES = ROOT / "starter" / "references"
 ASSIGNMENT = "attention"  # the nbgrader assignment that holds every notebook
 # a test cell's `check("case", ...)`: the case's name, with what surrounds it (to rewrite it in place)
 CHECK_CALL = re.compile(r"""(?P<before>\bcheck\(\s*["'])(?P<case>[^"']+)(?P<after>["'])""")
-# What a notebook's grading run gets beside it from the student's submission, by notebook: notebook 05's
-# trained model (its test_trained_model loads it) and, for a model built with layers="mine", the notebooks
-# that define those layers. Intake keeps the checkpoint (MAX_HANDED_IN bytes).
+# What a notebook's grading run gets beside it from the student's submission, by notebook: the earlier notebooks
+# whose pieces it loads (the data of 04, the model of 05 and, for a model built with layers="mine", the notebooks
+# that define those layers), and for notebook 07 the trained model notebook 06 saved (its test_trained_model
+# loads it). Intake keeps the checkpoint (MAX_HANDED_IN bytes).
 TRAINED_CHECKPOINT = TRAINED_MODEL
-FILES_BESIDE = {"04_captioning_data_and_model": ["02_positional_encoding.ipynb", "03_multi_head_attention.ipynb"],
-                "05_training_and_evaluation": [TRAINED_CHECKPOINT, "04_captioning_data_and_model.ipynb",
-                                               "02_positional_encoding.ipynb", "03_multi_head_attention.ipynb"]}
+_LAYERS = ["02_positional_encoding.ipynb", "03_multi_head_attention.ipynb"]
+FILES_BESIDE = {"05_captioning_model": ["04_captioning_data.ipynb", *_LAYERS],
+                "06_training": ["04_captioning_data.ipynb", "05_captioning_model.ipynb", *_LAYERS],
+                "07_generation_and_evaluation": [TRAINED_CHECKPOINT, "05_captioning_model.ipynb", *_LAYERS]}
 MAX_HANDED_IN = 64 * 2**20
-TRAINED_MODEL_CELL = ("05_training_and_evaluation", "test_trained_model")  # the test cell that measures the checkpoint
+TRAINED_MODEL_CELL = ("07_generation_and_evaluation", "test_trained_model")  # the test cell that measures the checkpoint
 
 @functools.cache
 def public_case_names() -> frozenset[str]:
@@ -135,12 +137,12 @@ def solution(stem: str) -> dict:
     return execute_definitions(SOLUTIONS / f"{stem}.ipynb")
 
 
-CAPTIONING = ("04_captioning_data_and_model", "05_training_and_evaluation", "06_decoding")
+CAPTIONING = ("04_captioning_data", "05_captioning_model", "06_training", "07_generation_and_evaluation", "08_decoding")
 
 
 @functools.cache
 def captioning_solution() -> dict:
-    """The solution namespaces of notebooks 04-06 in one: every piece of the captioner, wherever it is taught."""
+    """The solution namespaces of notebooks 04-08 in one: every piece of the captioner, wherever it is taught."""
     ns: dict = {}
     for stem in CAPTIONING:
         ns.update({k: v for k, v in solution(stem).items() if k not in ns})
@@ -148,7 +150,7 @@ def captioning_solution() -> dict:
 
 
 def solution_training(ns: dict):
-    """The training pieces of notebooks 04-05 (a solution namespace with both) as `starter.training.train` takes them."""
+    """The training pieces of notebooks 05-06 (a solution namespace with both) as `starter.training.train` takes them."""
     from starter.training import TrainingPieces
 
     return TrainingPieces(fit=ns["fit"], train_step=ns["train_step"], lr_at_step=ns["lr_at_step"],
@@ -180,10 +182,10 @@ def filled_submission(stem: str, overrides: dict[str, str] | None = None):
 
 
 def shapes_config() -> dict:
-    """The "shapes" entry of notebook 05's CONFIGS dict, read from the solution's source (not re-typed)."""
+    """The "shapes" entry of notebook 06's CONFIGS dict, read from the solution's source (not re-typed)."""
     import ast
 
-    for cell in read(SOLUTIONS / "05_training_and_evaluation.ipynb").cells:
+    for cell in read(SOLUTIONS / "06_training.ipynb").cells:
         if cell.cell_type == "code" and cell.source.startswith("CONFIGS = {"):
             tree = ast.parse(cell.source.split("\nconfig = ")[0])
             expr = ast.Expression(tree.body[0].value)
@@ -191,11 +193,11 @@ def shapes_config() -> dict:
 
             return eval(compile(expr, "CONFIGS", "eval"), {"__builtins__": {}, "dict": dict,
                                                            "TrainConfig": TrainConfig})["shapes"]
-    raise LookupError("CONFIGS cell not found in the solution notebook 05")
+    raise LookupError("CONFIGS cell not found in the solution notebook 06")
 
 
 def trained_checkpoint(path: Path, steps: int | None = None, layers: str = "mine") -> Path:
-    """What a student who finished notebook 05 hands in beside it: the solution's model trained on `shapes`
+    """What a student who finished notebook 06 hands in with notebook 07: the solution's model trained on `shapes`
     as the notebook trains it (its configuration, seed 0, the layers of the solution notebooks 02-03 or, with
     layers="torch", PyTorch's; `steps` to shorten it), saved to `path` with save_checkpoint. For the tests
     and walks of grading a correct submission."""

@@ -53,7 +53,7 @@ class StudentOutcome:
     # rests on no file of its own: its id may be a classmate's, and it is never exported under it
     own_files: bool = True
     # what the student did not hand in, as intake found it: the assignment's notebooks with no copy in the submission
-    # (one handed in but unreadable is in `notes` instead), and whether notebook 05's trained model was kept for
+    # (one handed in but unreadable is in `notes` instead), and whether notebook 06's trained model was kept for
     # measuring (False: none handed in, or one too large to keep); shown in the row, the feedback page, the LMS comment
     missing: list[str] = field(default_factory=list)
     model_kept: bool = True
@@ -83,7 +83,7 @@ class StudentOutcome:
 
 def missing_work(outcome: StudentOutcome) -> list[str]:
     """A line for each piece of work the student did not hand in and the points it costs: a notebook, or notebook
-    05's trained model where 05 came without one. None for a student with no notebook at all (the status says it)."""
+    06's trained model where 07 came without one. None for a student with no notebook at all (the status says it)."""
     from .notebooks import TRAINED_MODEL_CELL
 
     if outcome.status == Status.NO_NOTEBOOKS or not outcome.notebooks:
@@ -100,7 +100,7 @@ def missing_work(outcome: StudentOutcome) -> list[str]:
 @functools.cache
 def _points() -> dict[str | tuple[str, str], float]:
     """{notebook: its points, (notebook, grade_id): a cell's}, read from the solution notebooks once a process
-    (each student's lines use them: reading seven notebooks each time cost 16 ms a line)."""
+    (each student's lines use them: reading every notebook each time cost 16 ms a line)."""
     from .notebooks import graded_columns, written_columns
 
     points: dict[str | tuple[str, str], float] = {}

@@ -33,10 +33,10 @@ TREES = {"notebooks": "*.ipynb", "starter": "*", "data": "*.py",
 DEFAULT_REPO = "attention-course-kit/attention-transformers"  # the address the notebooks are written with
 TEXT_SUFFIXES = {".ipynb", ".py", ".md", ".toml", ".txt", ".yml"}
 # Paths a mention may name although the copy does not hold them: what a student's own runs make there
-# (notebook 05's checkpoints, the datasets built on first use). Everything else named must ship.
+# (notebook 06's checkpoints, the datasets built on first use). Everything else named must ship.
 STUDENT_MADE = {"runs", TRAINED_MODEL, checkpoint_file("coco-grid"), checkpoint_file("coco-fc7"), "data/cache",
                 f"notebooks/{TRAINED_MODEL}",  # a local copy's course folder is notebooks/
-                # what notebook 05's scripts write: the training log, its evaluation, and the resume trial's runs
+                # what notebooks 06's and 07's scripts write: the training log, its evaluation, and the resume trial's runs
                 TRAINED_MODEL.replace(".pt", ".csv"), TRAINED_MODEL.replace(".pt", ".json"), "runs/resume_check",
                 "runs/resume_check/one_go.pt", "runs/resume_check/resumed.pt"}
 README = """# Attention and Transformers: student notebooks
@@ -50,14 +50,14 @@ this repository there and keeps your work in a Google Drive folder) or locally
 
 ## Where your work is
 
-The notebooks work in one **course folder**: notebook 05 saves its trained model there, as
-`runs/captioning_transformer.pt`, and notebooks 04 to 07 read your earlier notebooks (06 and 07 also
+The notebooks work in one **course folder**: notebook 06 saves its trained model there, as
+`runs/captioning_transformer.pt`, and notebooks 05 to 09 read your earlier notebooks (07 to 09 also
 that model) from it.
 
 - **Locally** the course folder is the folder of the notebooks you opened: `notebooks/` after
   `jupyter lab notebooks/`, so the trained model is `notebooks/runs/captioning_transformer.pt`.
 - **On Colab** (with `USE_DRIVE = True`, the first cell's default) it is `My Drive/attention-course`
-  in your Google Drive: the first cell puts copies of the seven notebooks there (open them from there:
+  in your Google Drive: the first cell puts copies of the nine notebooks there (open them from there:
   *File → Open notebook → Google Drive*), and the trained model is
   `My Drive/attention-course/runs/captioning_transformer.pt`. A notebook opened from its badge and
   saved with *File → Save a copy in Drive* lands in `My Drive/Colab Notebooks` instead, as
@@ -65,26 +65,27 @@ that model) from it.
 
 ## If your model does not train
 
-Notebooks 06 and 07 ask written questions about what your trained model prints and draws. If your model
-of notebooks 04 and 05 does not train, answer them from the course's reference run instead:
-`reference_run/06_decoding.md` and `reference_run/07_visualizing_attention.md` hold what those notebooks
-printed and drew when run with the course's own answers, their figures in `reference_run/06_decoding/` and
-`reference_run/07_visualizing_attention/` (on Colab: `/content/attention-transformers/reference_run/`, in the
-file browser on the left). Each question says which part to use.
+Notebooks 07 to 09 ask written questions about what your trained model prints and draws. If your model
+of notebooks 05 and 06 does not train, answer them from the course's reference run instead:
+`reference_run/07_generation_and_evaluation.md`, `reference_run/08_decoding.md` and
+`reference_run/09_visualizing_attention.md` hold what those notebooks printed and drew when run with the
+course's own answers, their figures in folders of the same names (on Colab:
+`/content/attention-transformers/reference_run/`, in the file browser on the left). Each question says which
+part to use.
 
 ## Handing in
 
-Hand in **the seven notebooks and notebook 05's trained model**:
+Hand in **the nine notebooks and notebook 06's trained model**:
 
-- your `01_…` to `07_….ipynb`, from the course folder (on Colab also from `My Drive/Colab Notebooks`
+- your `01_…` to `09_….ipynb`, from the course folder (on Colab also from `My Drive/Colab Notebooks`
   for a notebook you saved there; a `Copy of 0N_….ipynb` is fine as it is: the grader knows a notebook
   by its number);
 - `runs/captioning_transformer.pt`, with that file name, in a `runs/` folder or next to the notebooks.
-  One test cell of notebook 05 (3 points) grades the model in that file on scenes nobody has seen; the
+  One test cell of notebook 07 (3 points) grades the model in that file on scenes nobody has seen; the
   grader does not train your model again, so without the file those points are lost. Your training
-  script saves it there (`train_captioner.py`, which notebook 05 has you write).
+  script saves it there (`train_captioner.py`, which notebook 06 has you write).
 
-The scripts themselves need not be handed in: they are in notebook 05's cells, and the grader writes them
+The scripts themselves need not be handed in: they are in notebooks 06's and 07's cells, and the grader writes them
 again from there. The end of each notebook says the same.
 """
 

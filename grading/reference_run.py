@@ -1,11 +1,12 @@
 """The reference run: what the solution notebooks printed and drew for the written questions, for the student copy.
 
-Notebook 06's questions 7 to 10 and notebook 07's question 11 ask about numbers and figures of the student's own
-run: the greedy/beam comparison, the kinds of mistakes, the sampling plot, the leaky-mask experiment, the wrong
-captions, the localisation table. A student whose model of notebooks 04-05 does not train has nothing to answer
+Notebook 07's question 8, notebook 08's questions 9 to 12 and notebook 09's question 13 ask about numbers and figures
+of the student's own run: the bottleneck experiment, the greedy/beam comparison, the kinds of mistakes, the sampling
+plot, the leaky-mask experiment, the wrong captions, the localisation table. A student whose model of notebooks 05-06
+does not train has nothing to answer
 from, so `reference_run/` (at the top of the repository, shipped by `python -m grading publish`) holds those
 cells' printed lines and figures from a run of the solution notebooks: one Markdown file per notebook
-(`reference_run/06_decoding.md`, `reference_run/07_visualizing_attention.md`) and its figures, downscaled, in a
+(`reference_run/08_decoding.md`, for instance) and its figures, downscaled, in a
 folder of the same name. Each question names the file.
 
 Only the printed lines of given (non-graded, non-solution) code cells go in, less the loader's chatter (which
@@ -47,15 +48,18 @@ class Block:
 
 
 BLOCKS: dict[str, tuple[Block, ...]] = {
-    "06_decoding": (
+    "07_generation_and_evaluation": (
+        Block("code_bottleneck", "Section 4 · What attention over the regions buys", ("md_q_bottleneck",)),
+    ),
+    "08_decoding": (
         Block("code_30", "Section 3 · Greedy against beam search", ("md_q_bleu_exact", "md_q_decoding")),
         Block("code_error_kinds", "Section 3 · What kind of mistakes?", ("md_q_bleu_exact", "md_q_exposure_bias")),
         Block("code_sampling", "Section 4 · Sampling: accuracy against diversity", ("md_q_decoding",)),
         Block("code_leaky", "Section 5 · The leaky mask", ("md_q_causal_mask",)),
     ),
-    "07_visualizing_attention": (
+    "09_visualizing_attention": (
         Block("code_27", "Section 6 · Localisation accuracy of every layer and head", ("md_q_heads_mean",)),
-        Block("code_30", "Section 7 · Failure cases", ("md_q_exposure_bias",), asked_in="06_decoding"),
+        Block("code_30", "Section 7 · Failure cases", ("md_q_exposure_bias",), asked_in="08_decoding"),
     ),
 }
 
@@ -124,9 +128,9 @@ def _for_questions(stem: str, block: Block) -> str:
 def header(stem: str, date: str) -> list[str]:
     return [f"# Reference run · {stem}", "",
             f"What notebook {stem[:2]} (`{stem}.ipynb`) printed and drew in the course's reference run ({date}): "
-            "the course's own answers to every task of notebooks 01 to 07, run top to bottom on the default `shapes` "
-            "data, with notebook 05's model trained in full. **Answer from your own run** when your notebooks run; if "
-            "your model of notebooks 04 and 05 does not train, answer the written questions from these numbers and "
+            "the course's own answers to every task of notebooks 01 to 09, run top to bottom on the default `shapes` "
+            "data, with notebook 06's model trained in full. **Answer from your own run** when your notebooks run; if "
+            "your model of notebooks 05 and 06 does not train, answer the written questions from these numbers and "
             "figures instead, and say so in your answer. Your own numbers would differ a little: every run does.", "",
             f"This file is `reference_run/{stem}.md` in the course repository, its figures the PNG files of "
             f"`reference_run/{stem}/`. On Colab the first cell of each notebook put the course in "

@@ -203,7 +203,7 @@ def write_grades(out: Path, results: ClassResults) -> Path:
     notebook handed in, or grading failed) has empty points, not 0, as the LMS export writes them. Points are
     written as floats (`0.0`, never `0`). `late`: how late and the rule (the max row: the rule), `late_penalty` the
     points it takes off the total now, `final` the grade the LMS exports write (grading/late.py). `not_handed_in`:
-    each notebook (or notebook 05's trained model) the student did not hand in, with the points it costs."""
+    each notebook (or notebook 06's trained model) the student did not hand in, with the points it costs."""
     cols, stems = results.columns, results.notebooks
     header = ["student", "lms_id", "id", "status"] + [c.name for c in cols] + [f"{s}:total" for s in stems]
     header += ["total", "max_total", "written_pending", "late", "late_penalty", "final", "review", "not_handed_in",

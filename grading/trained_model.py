@@ -1,4 +1,4 @@
-"""Notebook 05's trained model on the hidden scenes, measured by the grader itself, outside the sandbox.
+"""Notebook 06's trained model (graded in notebook 07) on the hidden scenes, measured by the grader itself, outside the sandbox.
 
 A student's code in the sandbox runs next to whatever inputs it is given, and the captioned scenes of
 `data/shapes.py` can be drawn in unlimited numbers by public code: a decoder (or a model class) that
@@ -12,7 +12,7 @@ checkpoint names) and decoded by the kit's own greedy decoding. No student code 
 what the weights do: the same model with freshly initialised weights captions none of the scenes.
 
 The student's own class and `greedy_decode` still caption the public case in their notebook; a model class
-that passes notebook 04's checks computes what the kit's does with the same weights (those checks compare
+that passes notebook 05's checks computes what the kit's does with the same weights (those checks compare
 it with the kit's on given weights), and the decoder has its own graded task, so a mistake there is not
 counted twice.
 """
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
 # the test cells' call of the trained-model cases; a hidden case with this target is measured here
 TRAINED_TARGET = "trained_captioner(CaptioningTransformer, greedy_decode)"
-NOTEBOOK = "05_training_and_evaluation"
+NOTEBOOK = notebooks.TRAINED_MODEL_CELL[0]  # the notebook whose test cell measures the checkpoint
 # What the checkpoint's configuration may ask the kit to build before any weight is read (an honest one:
 # d_model 64, 2 layers, 0.15 M parameters; COCO's 256 and 3): a bound on the host's memory and time.
 CONFIG_INTS = {"vocab_size": 50_000, "feature_dim": 4096, "num_regions": 1024, "d_model": 1024, "num_heads": 64,
@@ -104,7 +104,7 @@ def read_checkpoint(path: Path) -> dict:
 
     if path.is_symlink() or not path.is_file():
         raise UnusableCheckpoint(f"no trained model was handed in ({notebooks.TRAINED_CHECKPOINT}, saved by "
-                                 "notebook 05's training cell, belongs in your submission, in a runs/ folder)")
+                                 "notebook 06's training cell, belongs in your submission, in a runs/ folder)")
     if path.stat().st_size > notebooks.MAX_HANDED_IN:
         raise UnusableCheckpoint(f"it is over {notebooks.MAX_HANDED_IN // 2**20} MB")
     try:
@@ -255,7 +255,7 @@ def measure_bounded(checkpoint: Path, cases: list[Case]) -> dict[str, Observatio
 
 def measure_notebook(stem: str, folder: Path | None, reference_dirs: list[Path],
                      public: frozenset[str]) -> dict[str, Observation]:
-    """The observations of notebook `stem`'s cases measured here (none but notebook 05's hidden trained-model
+    """The observations of notebook `stem`'s cases measured here (none but notebook 07's hidden trained-model
     cases), from the checkpoint handed in beside it in `folder`, within MEASURE_BOUND."""
     from starter.compare import load_case
 

@@ -273,7 +273,7 @@ def grade_notebook(nb, student: str, notebook: str, folder: Path | None, setting
     the judge from what the checks observed there; the test cells' outputs become the judge's lines and score.
     Returns the judge's record of the notebook."""
     ran = sandbox.run_in_sandbox(nb, notebook, folder, settings, files, student_sandbox)
-    # notebook 05's hidden trained-model cases: measured here from the checkpoint handed in, with the kit's model
+    # notebook 07's hidden trained-model cases: measured here from the checkpoint handed in, with the kit's model
     # and decoding (grading.trained_model); whatever the sandbox recorded under their names does not count
     measured = trained_model.measure_notebook(notebook, folder, list(files.reference_dirs), judge.public_case_names())
     return judge.judge_into(nb, ran, list(files.reference_dirs), student, notebook, measured)

@@ -21,7 +21,7 @@ from data.common import COCO_GRID_FILE, default_data_dir
 
 from .notebook_loader import NotebookLoadError, load_definitions
 from .pipeline import yours_if_it_passes
-from .runtime import MODEL_NOTEBOOK
+from .runtime import DATA_NOTEBOOK
 
 
 def notebook_pieces(notebook=None) -> dict | None:
@@ -31,7 +31,7 @@ def notebook_pieces(notebook=None) -> dict | None:
     names = ["build_vocab", "encode_captions"]
     try:
         if notebook is None:
-            found = load_definitions(MODEL_NOTEBOOK, names)
+            found = load_definitions(DATA_NOTEBOOK, names)
         else:
             found = load_definitions(Path(notebook).name, names, folder=Path(notebook).resolve().parent)
     except NotebookLoadError as e:

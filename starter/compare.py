@@ -742,8 +742,8 @@ def _exact_match(case: Case, obs: Observation, out: str, need: float) -> Diagnos
     measured = f" ({case.hint})" if case.hint else ""
     return Diagnosis("trained model below its mark", (
         f"the trained model{measured} captions {share:.0%} of these {len(refs)} images exactly right (one of their references, "
-        f"word for word); this case asks for {need:.0%}. Train it fully (notebook 05, section 2, then save), and see which "
-        "mistakes it makes in notebook 06, section 3 (what kind of mistakes)."))
+        f"word for word); this case asks for {need:.0%}. Train it fully (notebook 06, section 2, then save), and see which "
+        "mistakes it makes in notebook 08, section 3 (what kind of mistakes)."))
 
 
 # --------------------------------------------------------------------------------------------------

@@ -392,8 +392,8 @@ class CaptionDataset:
 # ------------------------------------------------------------------------- stored batches
 class StoredBatches:
     """Batches of a split's captions (`captions`: (M, T), row i a caption of image ``split.image_idxs[i]``,
-    e.g. the split's stored ones) with their images' features, as a DataLoader of notebooks 04-05 yields them:
-    (features (B, R, D) float32, captions (B, T) int64, every row padded to T). What notebook 05 trains on
+    e.g. the split's stored ones) with their images' features, as a DataLoader of notebooks 04-06 yields them:
+    (features (B, R, D) float32, captions (B, T) int64, every row padded to T). What notebook 06 trains on
     while your `CaptionFeatures` or `collate_captions` does not pass yet. Each iteration is one epoch over
     every caption (`shuffle`: a new order each epoch, drawn with `generator`, which `train` seeds as it
     seeds a DataLoader's; `drop_last` as DataLoader's)."""

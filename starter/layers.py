@@ -1,4 +1,4 @@
-"""Layers for notebooks 04-05: yours from notebooks 02-03, or PyTorch-backed twins with the same interface.
+"""Layers for notebooks 05-09: yours from notebooks 02-03, or PyTorch-backed twins with the same interface.
 
     from starter.layers import get_layers
     DecoderLayer, PositionalEncoding = get_layers("mine")    # your classes from 03 and 02
@@ -13,9 +13,9 @@ The interface both choices share:
 - ``PositionalEncoding(d_model, max_len, dropout)``; ``forward(x (B, T, d_model))`` -> x + position
   vectors of positions 0..T-1, then dropout; ValueError when T > max_len.
 
-"torch" exists so that a bug in notebook 02 or 03 does not block notebooks 04-05. Its positional
+"torch" exists so that a bug in notebook 02 or 03 does not block notebooks 05-09. Its positional
 encoding is *learned* (one trainable vector per position), the alternative to the sinusoidal one of
-notebook 02. This module also holds small adapters the checks of notebooks 04-06 use to test decoding
+notebook 02. This module also holds small adapters the checks of notebooks 05-08 use to test decoding
 functions (``with_model``) and attention maps (``with_attention``) with the one-line ``check`` cells.
 """
 from __future__ import annotations
@@ -340,14 +340,14 @@ def follows_module(encoding_class):
     return follows
 
 
-CAPTION_WORDS = 15  # words generated per caption when a trained model is measured (as in notebook 05)
+CAPTION_WORDS = 15  # words generated per caption when a trained model is measured (as in notebook 07)
 
 
 @contextlib.contextmanager
 def layers_from(folder: Path):
     """While it lasts, layers="mine" come from the notebooks 02 and 03 in `folder`, in a grading run too:
     a checkpoint made with the student's own layers is rebuilt from the notebooks the sandbox puts beside
-    notebook 05 (the training run of a grading run uses PyTorch's)."""
+    notebook 07 (the training run of a grading run uses PyTorch's)."""
     _mine_while_grading.append(folder)
     try:
         yield
@@ -357,7 +357,7 @@ def layers_from(folder: Path):
 
 def trained_captioner(model_class, decode, path=TRAINED_MODEL, layers_folder=None):
     """The trained model's captions, for ``check("trained/...", trained_captioner(CaptioningTransformer,
-    greedy_decode))``: a function of ``(features (N, R, D), words)`` that loads the model notebook 05 saved
+    greedy_decode))``: a function of ``(features (N, R, D), words)`` that loads the model notebook 06 saved
     at `path` (relative to the notebook's folder), captions the images with ``decode`` (your greedy
     decoding) and returns them as (N, CAPTION_WORDS) int64 indices into ``words`` (the dataset's vocabulary;
     a word it lacks becomes <UNK>), <END> kept and <NULL> after it. Whether they match the references is
@@ -368,11 +368,11 @@ def trained_captioner(model_class, decode, path=TRAINED_MODEL, layers_folder=Non
         from .training import load_checkpoint
 
         if model_class is None or decode is None:
-            raise TypeError("CaptioningTransformer or greedy_decode is None: finish notebook 04 (the model) and "
+            raise TypeError("CaptioningTransformer or greedy_decode is None: finish notebooks 05 (the model) and 07 (greedy_decode), and "
                             "run the cells that define them first")
         grading = bool(os.environ.get(GRADING_ENV))
         if grading and not Path(path).is_file():
-            raise FileNotFoundError(f"no trained model was handed in: {path} (saved by notebook 05's training cell) "
+            raise FileNotFoundError(f"no trained model was handed in: {path} (saved by notebook 06's training cell) "
                                     "belongs in your submission, in a runs/ folder next to the notebooks")
         folder = layers_folder if layers_folder is not None else Path.cwd() if grading else None
         with layers_from(folder) if folder is not None else contextlib.nullcontext():
@@ -380,7 +380,7 @@ def trained_captioner(model_class, decode, path=TRAINED_MODEL, layers_folder=Non
         dataset = (info["extra"] or {}).get("dataset", "shapes")
         if dataset != "shapes":
             raise ValueError(f"{Path(path).name} holds a model trained on {dataset!r}; this check measures the "
-                             "one trained on 'shapes': set DATASET = \"shapes\" in notebook 05 and train again")
+                             "one trained on 'shapes': set DATASET = \"shapes\" in notebook 06 and train again")
         vocab = info["vocab"]
         with torch.no_grad():
             out = decode(model, features.float(), CAPTION_WORDS, start_idx=vocab.start_idx, end_idx=vocab.end_idx,

@@ -15,7 +15,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .runtime import KIT_ROOT, MODEL_NOTEBOOK, TRAINED_MODEL, TRAINING_NOTEBOOK, OneLineError, notebook_folders
+from .runtime import (
+    GENERATION_NOTEBOOK,
+    KIT_ROOT,
+    MODEL_NOTEBOOK,
+    TRAINED_MODEL,
+    TRAINING_NOTEBOOK,
+    OneLineError,
+    notebook_folders,
+)
 
 
 class NotebookLoadError(OneLineError, RuntimeError):
@@ -135,31 +143,34 @@ class TrainedCaptioner:
 
     def __init__(self, model, info: dict, dataset, defs: dict, path: Path):
         self.model, self.info, self.dataset, self.defs, self.path = model, info, dataset, defs, path
-        self.vocab = info["vocab"]  # the vocabulary notebook 05 built and trained with, saved with the weights
+        self.vocab = info["vocab"]  # the vocabulary notebook 06 trained with, saved with the weights
         self.greedy_decode = defs["greedy_decode"]
 
 
 def load_trained_captioner(checkpoint: str | Path = TRAINED_MODEL, dataset: str | None = None, device="cpu",
-                           also: tuple[str, ...] = (), also_from_04: tuple[str, ...] = ()) -> TrainedCaptioner:
-    """Your trained model, as notebooks 06 and 07 use it: `CaptioningTransformer` from your notebook 04, the
-    weights notebook 05 saved at `checkpoint` (relative to the course folder), `greedy_decode` (and the names
-    in `also`) from your notebook 05, the names in `also_from_04` from your notebook 04, and the dataset recorded in the checkpoint (or `dataset`). Prints what
-    came from where; a missing piece is a NotebookLoadError that says which and what to do."""
+                           also: dict[str, tuple[str, ...]] | None = None) -> TrainedCaptioner:
+    """Your trained model, as notebooks 08 and 09 use it: `CaptioningTransformer` from your notebook 05, the
+    weights notebook 06 saved at `checkpoint` (relative to the course folder), `greedy_decode` from your notebook
+    07, the names `also` lists by notebook file ({"06_training.ipynb": ("train_step", ...)}) from those notebooks,
+    and the dataset recorded in the checkpoint (or `dataset`). Prints what came from where; a missing piece is a
+    NotebookLoadError that says which and what to do."""
     from .data import load_dataset
     from .runtime import missing_checkpoint
     from .training import load_checkpoint
 
-    model_defs = load_definitions(MODEL_NOTEBOOK, ["CaptioningTransformer", *also_from_04])
-    training_defs = load_definitions(TRAINING_NOTEBOOK, ["greedy_decode", *also])
+    wanted = {MODEL_NOTEBOOK: ["CaptioningTransformer"], GENERATION_NOTEBOOK: ["greedy_decode"]}
+    for notebook, names in (also or {}).items():
+        wanted.setdefault(notebook, []).extend(n for n in names if n not in wanted[notebook])
+    loaded = [load_definitions(notebook, names) for notebook, names in wanted.items()]
     if not Path(checkpoint).is_file():
         raise NotebookLoadError(missing_checkpoint(checkpoint, TRAINING_NOTEBOOK))
-    print(f"{', '.join(model_defs)} from {model_defs.path}; {', '.join(training_defs)} from {training_defs.path}")
-    model, info = load_checkpoint(checkpoint, model_defs["CaptioningTransformer"], device=device)  # eval mode
+    print("; ".join(f"{', '.join(defs)} from {defs.path}" for defs in loaded))
+    model, info = load_checkpoint(checkpoint, loaded[0]["CaptioningTransformer"], device=device)  # eval mode
     dataset = dataset or (info["extra"] or {}).get("dataset") or "shapes"
     ds = load_dataset(dataset)
     if info["config"].get("num_regions", ds.num_regions) != ds.num_regions:
         raise NotebookLoadError(f"{checkpoint} was not trained on {dataset!r} (the number of regions differs): "
-                                "pass the dataset notebook 05 used")
+                                "pass the dataset notebook 06 used")
     print(f"model: {sum(p.numel() for p in model.parameters()):,} parameters, from {checkpoint} | dataset "
           f"{dataset!r}: {ds.grid_shape[0]} x {ds.grid_shape[1]} regions, {ds.split('val').num_images} validation images")
-    return TrainedCaptioner(model, info, ds, {**model_defs, **training_defs}, Path(checkpoint))
+    return TrainedCaptioner(model, info, ds, {k: v for defs in loaded for k, v in defs.items()}, Path(checkpoint))

@@ -28,6 +28,7 @@ from __future__ import annotations
 import os
 import tempfile
 import textwrap
+from typing import Any
 
 import h5py
 import numpy as np
@@ -473,7 +474,7 @@ PUBLIC_CASES = {
     "fit": ("fit/basic", with_loader),
     "evaluate_captions": ("evaluate/basic", with_split),
     "sample_decode": ("sample/basic", with_sampler),
-    # the model and its loss (notebook 04), as notebook 05 takes them over
+    # the model and its loss (notebook 05), as notebook 06 takes them over
     "CaptioningTransformer": ("captioner/basic", lambda model_class: model_class),
     "caption_loss": ("loss/basic", lambda loss: loss),
     "teacher_forcing_loss": ("teacher/basic", with_model),
@@ -496,3 +497,52 @@ def yours_if_it_passes(name: str, yours, instead: str, case: tuple | None = None
     first = textwrap.shorten(message.splitlines()[0], 160, placeholder=" …")  # whole words: the full message is the check's
     print(f"{name}: yours does not pass {case_name} yet ({first}); {instead}")
     return None
+
+
+class CaptionData:
+    """The captions of a dataset as your data pieces of notebook 04 make them, or as the dataset stores them.
+
+    `CaptionData.of(ds, pieces)` takes your `build_vocab`, `encode_captions`, `CaptionFeatures` and
+    `collate_captions` (a dict by name; None for one that could not be loaded) and uses each that passes its public
+    check, one line each: the vocabulary and the encoded captions of both splits come from your `build_vocab` and
+    `encode_captions` when both pass (else the dataset's stored ones: the two go together), and `loader` batches them
+    with your `CaptionFeatures` and `collate_captions` when both pass (else the stored batches, padded to the
+    dataset's caption length)."""
+
+    def __init__(self, vocab, encoded: dict, dataset_class=None, collate=None):
+        self.vocab, self.encoded = vocab, encoded  # split name -> (M, T) encoded captions
+        both = dataset_class is not None and collate is not None  # the two go together, or the stored batches
+        self.dataset_class: Any = dataset_class if both else None
+        self.collate: Any = collate if both else None
+
+    @classmethod
+    def of(cls, ds, pieces: dict) -> CaptionData:
+        from .data import Vocab
+
+        stored = "the dataset's stored vocabulary and encoded captions are used (the two go together)"
+        vocab_fn = yours_if_it_passes("build_vocab", pieces.get("build_vocab"), instead=stored)
+        encode = yours_if_it_passes("encode_captions", pieces.get("encode_captions"), instead=stored)
+        splits = {name: ds.split(name) for name in ("train", "val")}
+        if vocab_fn is not None and encode is not None:
+            vocab = Vocab(vocab_fn(splits["train"].texts(), min_count=1))
+            encoded = {n: encode(s.texts(), vocab.word_to_idx, ds.max_length) for n, s in splits.items()}
+        else:
+            vocab, encoded = ds.vocab, {n: s.captions for n, s in splits.items()}
+        stored = "the loaders give the stored batches, padded to the dataset's caption length (StoredBatches)"
+        dataset_class = yours_if_it_passes("CaptionFeatures", pieces.get("CaptionFeatures"), instead=stored)
+        collate = yours_if_it_passes("collate_captions", pieces.get("collate_captions"), instead=stored)
+        return cls(vocab, encoded, dataset_class, collate)
+
+    def loader(self, split, batch_size: int, shuffle: bool, seed: int = 0):
+        """Batches of (features, captions) of `split`'s captions as encoded here: a DataLoader over your Dataset and
+        collate function, or the stored batches; `shuffle` draws a new order each epoch from a generator seeded
+        with `seed` (and drops a last, smaller batch)."""
+        from torch.utils.data import DataLoader
+
+        from .data import StoredBatches
+
+        if self.dataset_class is None:
+            return StoredBatches(split, self.encoded[split.name], batch_size, shuffle, drop_last=shuffle, seed=seed)
+        data = self.dataset_class(*split.features_file, self.encoded[split.name], split.image_idxs)
+        return DataLoader(data, batch_size=batch_size, shuffle=shuffle, collate_fn=self.collate, drop_last=shuffle,
+                          generator=torch.Generator().manual_seed(seed))

@@ -1,19 +1,19 @@
 """Where a notebook runs, and how its errors read. The first cell of every notebook calls
 ``start_notebook()``.
 
-**The course folder** holds your notebooks and what they save (``runs/`` with notebook 05's
-checkpoint). Notebooks 04 and 05 load your earlier notebooks from it (on Colab also from
+**The course folder** holds your notebooks and what they save (``runs/`` with notebook 06's
+checkpoint). Notebooks 05 to 09 load your earlier notebooks from it (on Colab also from
 ``MyDrive/Colab Notebooks``, see below), never from the kit's blank copies. It is the working folder
 of the notebook's kernel (Jupyter starts the kernel in the notebook's folder), unless ``$COURSE_NOTEBOOKS_DIR`` names another one.
 
 **On Google Colab** a new runtime starts with an empty ``/content``: files written there are gone the
-next day, and notebook 06 runs in another runtime than notebook 05. With ``use_drive=True`` the first
+next day, and notebook 07 runs in another runtime than notebook 06. With ``use_drive=True`` the first
 cell mounts Google Drive, makes ``MyDrive/<course_dir>`` the course folder (and the working folder),
-keeps the datasets in its ``data/`` folder, and puts copies of the five notebooks there if they are
+keeps the datasets in its ``data/`` folder, and puts copies of the course's notebooks there if they are
 missing. Open them from Drive and your work,
-your earlier notebooks and 04's checkpoint are all in one place that outlives the runtime. A notebook
+your earlier notebooks and 06's checkpoint are all in one place that outlives the runtime. A notebook
 opened from its Colab badge and saved with "Save a copy in Drive" lands in ``MyDrive/Colab Notebooks``
-instead: notebooks 04 and 05 look there too (the newest copy you worked on wins over a blank one), and
+instead: notebooks 05 to 09 look there too (the newest copy you worked on wins over a blank one), and
 the first cell says so while such copies are there.
 
 **Errors.** An unfinished task (``raise NotImplementedError()``) used by a demo cell prints one line
@@ -35,15 +35,18 @@ KIT_ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS_ENV = "COURSE_NOTEBOOKS_DIR"  # the environment variable naming the course folder
 SAVES_ENV = "COURSE_COLAB_SAVES"  # MyDrive/Colab Notebooks, for a process a Colab notebook starts
 GRADING_ENV = "NBGRADER_EXECUTION"  # set (by nbgrader, and by the kit's sandbox) while a notebook is graded
-MODEL_NOTEBOOK = "04_captioning_data_and_model.ipynb"  # the data pipeline, CaptioningTransformer and its loss
-TRAINING_NOTEBOOK = "05_training_and_evaluation.ipynb"  # training, greedy_decode, evaluate_captions
-TRAINED_MODEL = "runs/captioning_transformer.pt"  # where notebook 05 saves its model, in the course folder
+DATA_NOTEBOOK = "04_captioning_data.ipynb"  # the data pipeline: vocabulary, encoding, Dataset, collate
+MODEL_NOTEBOOK = "05_captioning_model.ipynb"  # CaptioningTransformer, its loss, the optimiser
+TRAINING_NOTEBOOK = "06_training.ipynb"  # the schedule, the step, the validation loss, train_captioner.py
+GENERATION_NOTEBOOK = "07_generation_and_evaluation.ipynb"  # greedy_decode, evaluate_captions, evaluate_captioner.py
+DECODING_NOTEBOOK = "08_decoding.ipynb"  # beam_search, sample_decode
+TRAINED_MODEL = "runs/captioning_transformer.pt"  # where notebook 06 saves its model, in the course folder
 DRIVE_MOUNT = "/content/drive"  # where Colab mounts Google Drive; "MyDrive" is the user's own files
 COLAB_SAVES = "Colab Notebooks"  # the MyDrive folder where Colab's "Save a copy in Drive" puts a notebook
 
 
 def checkpoint_file(dataset: str) -> str:
-    """Where notebook 05 saves a model trained on `dataset`: TRAINED_MODEL (graded) for "shapes", a file of
+    """Where notebook 06 saves a model trained on `dataset`: TRAINED_MODEL (graded) for "shapes", a file of
     its own for any other, so that a COCO run never overwrites the graded checkpoint."""
     return TRAINED_MODEL if dataset == "shapes" else TRAINED_MODEL.replace(".pt", f"_{dataset}.pt")
 
@@ -66,7 +69,7 @@ def course_folder() -> Path:
 
 def colab_saves_folder() -> Path | None:
     """MyDrive/Colab Notebooks on Colab with Drive mounted (where a notebook opened from its Colab badge is
-    saved), else None. A process the notebook starts (notebook 05's scripts) knows it from $COURSE_COLAB_SAVES,
+    saved), else None. A process the notebook starts (notebook 06's and 07's scripts) knows it from $COURSE_COLAB_SAVES,
     which the first cell sets: such a process has not imported google.colab."""
     if os.environ.get(SAVES_ENV):
         return Path(os.environ[SAVES_ENV]).resolve()
@@ -75,7 +78,7 @@ def colab_saves_folder() -> Path | None:
 
 
 def notebook_folders() -> list[Path]:
-    """Where notebooks 04-07 look for your earlier notebooks: the course folder, then on Colab
+    """Where notebooks 05-09 look for your earlier notebooks: the course folder, then on Colab
     MyDrive/Colab Notebooks."""
     saves = colab_saves_folder()
     return [course_folder()] + ([saves] if saves and saves != course_folder() else [])
@@ -87,17 +90,17 @@ def start_notebook(use_drive: bool = True, course_dir: str = "attention-course")
         folder = _drive_course_folder(course_dir)
         os.chdir(folder)
         os.environ[NOTEBOOKS_ENV] = str(folder)
-        # the datasets too, so that a new runtime (notebook 06 after 05) does not build them again
+        # the datasets too, so that a new runtime (notebook 07 after 06) does not build them again
         os.environ.setdefault(DATA_ENV, str(folder / "data"))
         print(f"course folder (Google Drive): {folder}")
         saves = colab_saves_folder()
         if saves is not None:  # for the scripts the notebooks run
             os.environ[SAVES_ENV] = str(saves)
         saved_apart = _course_copies(saves) if saves != folder.resolve() else []
-        if saved_apart:  # said every time: a student working there should know where 04-07 look
+        if saved_apart:  # said every time: a student working there should know where 05-09 look
             shown = ", ".join(saved_apart[:2]) + (", ..." if len(saved_apart) > 2 else "")
             print(f"your notebooks in My Drive/{COLAB_SAVES} ({shown}) are outside the course folder My Drive/"
-                  f"{course_dir}: notebooks 04-07 look for your work in both, the newest copy you worked on "
+                  f"{course_dir}: notebooks 05-09 look for your work in both, the newest copy you worked on "
                   "first; keep your copies in one of the two")
     elif in_colab():
         print(f"course folder: {course_folder()} (not in Google Drive: files here are gone with this runtime; "

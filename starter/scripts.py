@@ -1,10 +1,12 @@
-"""Notebook 05's two scripts, `train_captioner.py` and `evaluate_captioner.py`: what they use besides your code.
+"""The two scripts, notebook 06's `train_captioner.py` and notebook 07's `evaluate_captioner.py`: what they use
+besides your code.
 
 A script gets everything that is not its own work from an `Experiment`: the dataset, your pieces of notebooks
-04-05 (the model, its loss, the optimiser, the schedule, the step, the validation loss, greedy decoding; notebook
-06's beam search when it passes), the device, a plan of steps, and the training batches from any step on:
+04-07 (the data pipeline, the model, its loss, the optimiser; for training the schedule, the step and the
+validation loss; for evaluation greedy decoding, the evaluation and notebook 08's beam search when it passes), the
+device, a plan of steps, and the training batches from any step on:
 
-    exp = Experiment.open("shapes", device="auto")      # loads your notebooks 04-05 from the course folder
+    exp = Experiment.open("shapes", device="auto")      # loads your notebooks 04-06 from the course folder
     model = exp.new_model(dict(d_model=64, num_heads=4, num_layers=2, dim_feedforward=256, dropout=0.0), seed=0)
     optimizer = exp.make_optimizer(model, 2e-3, 0.01)
     plan = exp.plan(700, warmup=50, peak_lr=2e-3, start=0, stop=100)       # steps 0..99 of a 700-step run
@@ -38,14 +40,20 @@ from typing import Any
 import torch
 from torch import nn
 
-from .runtime import MODEL_NOTEBOOK, TRAINING_NOTEBOOK, OneLineError
+from .runtime import (
+    DATA_NOTEBOOK,
+    DECODING_NOTEBOOK,
+    GENERATION_NOTEBOOK,
+    MODEL_NOTEBOOK,
+    TRAINING_NOTEBOOK,
+    OneLineError,
+)
 from .training import FitConfig, TrainingPlan, pick_device, save_checkpoint, seed_everything
 
 __all__ = ["load_script", "Experiment", "EpochBatches", "CheckpointError", "read_checkpoint", "save_checkpoint",
            "FitConfig", "read_log", "run_command", "run_script", "train_main", "evaluate_main", "train_arguments",
            "eval_arguments", "script_if_it_passes", "with_train_script", "with_eval_script", "LOG_COLUMNS"]
 
-DECODING_NOTEBOOK = "06_decoding.ipynb"
 LOG_COLUMNS = ("step", "loss", "lr", "val_loss")  # the training log's header: one row per step
 
 
@@ -278,7 +286,7 @@ def evaluate_main(argv, experiment, *, evaluate_checkpoint) -> None:
     except CheckpointError as exc:
         sys.exit(f"evaluate_captioner.py: error: {exc}")
     dataset = saved["extra"].get("dataset", "shapes")
-    exp = experiment or Experiment.open(dataset, device=args.device, also_06=args.beam is not None)
+    exp = experiment or Experiment.open(dataset, device=args.device, evaluating=True, beam=args.beam is not None)
     split = exp.split(args.split, args.images)
     scores, captions = evaluate_checkpoint(saved, exp, split, args.beam)
     decoder = "greedy" if args.beam is None else f"beam search, width {args.beam}"
@@ -330,7 +338,7 @@ class EpochBatches:
 
 @dataclass
 class Experiment:
-    """What a script of notebook 05 needs that is not its own work. `Experiment.open(data)` makes one from the
+    """What a script of notebooks 06 and 07 needs that is not its own work. `Experiment.open(data)` makes one from the
     dataset and your notebooks; the checks make a small stand-in with the same attributes and methods."""
 
     data: str
@@ -380,14 +388,14 @@ class Experiment:
 
     @classmethod
     def open(cls, data: str = "shapes", device: str = "auto", folder: str | Path | None = None,
-             also_06: bool = False) -> Experiment:
-        """The dataset `data` and your pieces, loaded from your saved notebooks 04 and 05 (and 06 with `also_06`,
-        for beam search) in the course folder (or `folder`). Prints one line per piece: yours, or what is used
+             evaluating: bool = False, beam: bool = False) -> Experiment:
+        """The dataset `data` and your pieces, loaded from your saved notebooks in the course folder (or `folder`):
+        04 and 05 always, then 06 for training, or with `evaluating` 07 (and 08 with `beam`, for beam search). Prints one line per piece: yours, or what is used
         without it; a piece that training needs and does not pass its public check stops the script when it is
         needed. The model's decoder layers are yours (notebooks 02-03) when they pass their checks, else
-        PyTorch's, as notebook 05's LAYERS = "torch" (one line says which)."""
+        PyTorch's, as notebook 06's LAYERS = "torch" (one line says which)."""
         with contextlib.redirect_stdout(io.StringIO()) as said:
-            made = cls._open(data, device, folder, also_06)
+            made = cls._open(data, device, folder, evaluating, beam)
         lines = said.getvalue().splitlines()
         yours = [ln.removeprefix("using your ") for ln in lines if ln.startswith("using your ")]
         for line in lines:  # what is not yours, and why, a line each; yours in one line
@@ -398,35 +406,29 @@ class Experiment:
         return made
 
     @classmethod
-    def _open(cls, data, device, folder, also_06):
-        from .data import Vocab, load_dataset
+    def _open(cls, data, device, folder, evaluating, beam):
+        from .data import load_dataset
         from .layers import LayerLoadError, get_layers
         from .notebook_loader import load_or_none
-        from .pipeline import yours_if_it_passes
+        from .pipeline import CaptionData, yours_if_it_passes
 
         device = pick_device() if device == "auto" else _available(device)
         ds = load_dataset(data)
-        from04 = load_or_none(MODEL_NOTEBOOK, ["build_vocab", "encode_captions", "CaptionFeatures", "collate_captions",
-                                               "CaptioningTransformer", "teacher_forcing_loss", "make_optimizer"],
-                              folder)
-        from05 = load_or_none(TRAINING_NOTEBOOK, ["lr_at_step", "train_step", "validation_loss", "greedy_decode",
-                                                  "evaluate_captions"], folder)
-        from06 = load_or_none(DECODING_NOTEBOOK, ["beam_search"], folder) if also_06 else {"beam_search": None}
-        stored = "the dataset's stored vocabulary and encoded captions are used"
-        vocab_fn = yours_if_it_passes("build_vocab", from04["build_vocab"], instead=stored)
-        encode = yours_if_it_passes("encode_captions", from04["encode_captions"], instead=stored)
-        splits = {name: ds.split(name) for name in ("train", "val")}
-        if vocab_fn is not None and encode is not None:
-            vocab = Vocab(vocab_fn(splits["train"].texts(), min_count=1))
-            encoded = {n: encode(s.texts(), vocab.word_to_idx, ds.max_length) for n, s in splits.items()}
+        wanted = {DATA_NOTEBOOK: ["build_vocab", "encode_captions", "CaptionFeatures", "collate_captions"],
+                  MODEL_NOTEBOOK: ["CaptioningTransformer", "teacher_forcing_loss", "make_optimizer"]}
+        if evaluating:
+            wanted[GENERATION_NOTEBOOK] = ["greedy_decode", "evaluate_captions"]
+            if beam:
+                wanted[DECODING_NOTEBOOK] = ["beam_search"]
         else:
-            vocab, encoded = ds.vocab, {n: s.captions for n, s in splits.items()}
-        stored = "the stored batches are used"
-        dataset_class = yours_if_it_passes("CaptionFeatures", from04["CaptionFeatures"], instead=stored)
-        collate = yours_if_it_passes("collate_captions", from04["collate_captions"], instead=stored)
+            wanted[TRAINING_NOTEBOOK] = ["lr_at_step", "train_step", "validation_loss"]
+        found = {name: fn for notebook, names in wanted.items() for name, fn in load_or_none(notebook, names, folder).items()}
+        captions = CaptionData.of(ds, found)
         missing = "the scripts cannot train or evaluate without it"
-        pieces = {name: yours_if_it_passes(name, fn, instead=missing) if name in _CHECKED else fn
-                  for name, fn in {**from04, **from05, **from06}.items()}
+        pieces = dict.fromkeys(("lr_at_step", "train_step", "validation_loss", "greedy_decode", "evaluate_captions",
+                                "beam_search"))  # what this script does not load stays None
+        pieces.update({name: yours_if_it_passes(name, fn, instead=missing) if name in _CHECKED else fn
+                       for name, fn in found.items()})
         try:
             get_layers("mine", folder)
             layers = "mine"
@@ -434,8 +436,9 @@ class Experiment:
         except LayerLoadError as exc:
             layers = "torch"
             print(f"layers: PyTorch's, as yours do not load yet ({exc})")
-        return cls(data=data, device=device, dataset=ds, vocab=vocab, encoded=encoded, pieces=pieces, layers=layers,
-                   dataset_class=dataset_class if collate is not None else None, collate=collate)
+        return cls(data=data, device=device, dataset=ds, vocab=captions.vocab, encoded=captions.encoded, pieces=pieces,
+                   layers=layers,
+                   dataset_class=captions.dataset_class, collate=captions.collate)
 
     def _need(self, *names: str) -> None:
         missing = [n for n in names if not callable(self.pieces.get(n))]
@@ -506,7 +509,7 @@ class Experiment:
         return split if images is None or images >= split.num_images else split.head(images)
 
     def decoder(self, beam: int | None = None):
-        """decode(model, features, max_len): your greedy_decode, or with `beam` your beam_search of notebook 06
+        """decode(model, features, max_len): your greedy_decode, or with `beam` your beam_search of notebook 08
         with that beam width."""
         if beam is None:
             self._need("greedy_decode")
@@ -514,7 +517,7 @@ class Experiment:
         self._need("beam_search")
         beam_search = self.pieces["beam_search"]
 
-        def decode(model, features, max_len):  # notebook 06's order: beam_search(model, features, beam_width, max_len)
+        def decode(model, features, max_len):  # notebook 08's order: beam_search(model, features, beam_width, max_len)
             return beam_search(model, features, beam, max_len)
         return decode
 
@@ -832,7 +835,7 @@ def with_eval_script(script, model_class=None):
 
 
 def script_if_it_passes(name: str, script, instead: str):
-    """Notebook 05's script `name` ("train_script" or "eval_script", a module of `load_script`) if it passes its
+    """Notebook 06's or 07's script `name` ("train_script" or "eval_script", a module of `load_script`) if it passes its
     public check, else None, with one line saying which (as starter.pipeline.yours_if_it_passes)."""
     from .pipeline import yours_if_it_passes
     case = {"train_script": ("train_script/resume", with_train_script),

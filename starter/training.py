@@ -3,14 +3,14 @@ and the overfit-a-small-batch sanity check.
 
     from starter.training import pick_device, seed_everything, train, TrainConfig, TrainingPieces, save_checkpoint
     device = pick_device()                        # cuda if there is a GPU, else (Apple) mps, else cpu
-    pieces = TrainingPieces(fit=fit, train_step=train_step, lr_at_step=lr_at_step,   # notebook 05's, yours
+    pieces = TrainingPieces(fit=fit, train_step=train_step, lr_at_step=lr_at_step,   # notebook 06's, yours
                             validation_loss=validation_loss, make_optimizer=make_optimizer)
     history = train(model, loss_fn, ds.split("train"), TrainConfig(steps=800), pieces, device=device)
     save_checkpoint("runs/captioning_transformer.pt", model, config, ds.vocab, history=history)
     model, info = load_checkpoint("runs/captioning_transformer.pt", CaptioningTransformer)
 
 ``loss_fn(model, features, captions) -> scalar tensor`` is whatever computes the training loss of one
-batch (in notebook 05, your ``teacher_forcing_loss`` of notebook 04). ``GRADING`` is True while nbgrader runs the
+batch (in notebook 06, your ``teacher_forcing_loss`` of notebook 05). ``GRADING`` is True while nbgrader runs the
 notebook (``NBGRADER_EXECUTION`` set): notebooks use it to skip training, which no grade depends on.
 """
 from __future__ import annotations
@@ -233,7 +233,7 @@ class TrainConfig:
 
 @dataclass(frozen=True)
 class TrainingPieces:
-    """Your training functions (notebook 04's `make_optimizer`, notebook 05's others), which `train` runs (the kit
+    """Your training functions (notebook 05's `make_optimizer`, notebook 06's others), which `train` runs (the kit
     has no version of them). A piece may be None
     (not written yet, or not passing its check): `missing()` names those, and `train` refuses to start."""
 
@@ -265,7 +265,7 @@ def train(model, loss_fn, data, config: TrainConfig, pieces: TrainingPieces, *, 
 
     `data`: a Split (batches from ``split.sample_batch``, a new shuffle each epoch) or a DataLoader of
     (features, captions) batches (`config.batch_size` is then the loader's); either way seeded by
-    `config.seed`, so the same seed gives the same batches. `pieces` are your functions of notebooks 04-05:
+    `config.seed`, so the same seed gives the same batches. `pieces` are your functions of notebooks 05-06:
     the optimiser is ``make_optimizer(model, lr, weight_decay)``, the loop is ``fit(model, loss_fn, optimizer,
     loader, plan, FitConfig(...))`` over a `TrainingPlan` (the steps, their learning rates ``lr_at_step(step,
     steps, warmup, lr)``, the time budget and the progress bar). Each step is ``train_step(model, loss_fn,

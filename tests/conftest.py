@@ -68,7 +68,7 @@ def blank_gradebook(request, tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def trained_model_file(request, tmp_path_factory) -> Path:
-    """Notebook 05's model as a student who finished it hands it in (the solution's, layers from notebooks
+    """Notebook 06's model as a student who finished it hands it in (the solution's, layers from notebooks
     02-03, trained as the notebook trains it): built once per test run (about half a minute)."""
     from support.suite import made_once
 
@@ -79,7 +79,7 @@ def trained_model_file(request, tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def colab_walk(tmp_path_factory):
     """A Colab student's walk through every notebook (tests/support/colab.py), once per session: the Colab test
-    checks the path, the model-answer test reads what notebooks 05 and 06 printed on it."""
+    checks the path, the model-answer test reads what notebooks 06 to 08 printed on it."""
     from support import colab
     if not colab.available():
         pytest.skip("the Colab simulation mounts a fresh /content in a private mount namespace: needs root, "

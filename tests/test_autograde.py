@@ -131,11 +131,11 @@ def test_untouched_release_gets_zero(graded):
 
 
 def test_the_trained_model_is_graded_from_the_checkpoint_handed_in(graded):
-    """alice's checkpoint (layers from her notebooks 02-03, which the sandbox puts beside 05) earns the
+    """alice's checkpoint (layers from her notebooks 02-03, which the sandbox puts beside 07) earns the
     trained-model points; bob handed in none, and his feedback says so."""
-    column = "05_training_and_evaluation:test_trained_model"
+    column = "07_generation_and_evaluation:test_trained_model"
     assert float(graded["rows"]["alice"][column]) == _points()[column] > 0
-    html = (graded["out"] / "feedback" / "bob" / "05_training_and_evaluation.html").read_text()
+    html = (graded["out"] / "feedback" / "bob" / "07_generation_and_evaluation.html").read_text()
     assert "no trained model was handed in" in html
 
 

@@ -431,10 +431,10 @@ def test_grid_command_uses_the_notebooks_vocabulary_and_encoding(tmp_path, coco_
     the student copy's unfinished ones stop it, saying so, before anything is written."""
     from grading import notebooks
     out = tmp_path / "grid.h5"
-    assert _grid_command(coco_raw, out, notebooks.RELEASE / "04_captioning_data_and_model.ipynb") == 1
+    assert _grid_command(coco_raw, out, notebooks.RELEASE / "04_captioning_data.ipynb") == 1
     err = capsys.readouterr().err
     assert not out.exists() and "not all of them pass their checks yet" in err
-    assert _grid_command(coco_raw, out, notebooks.SOLUTIONS / "04_captioning_data_and_model.ipynb") == 0
+    assert _grid_command(coco_raw, out, notebooks.SOLUTIONS / "04_captioning_data.ipynb") == 0
     by_build = _grid_build(tmp_path / "by_build.h5", coco_raw)
     a, b = load_dataset(out), load_dataset(by_build)
     assert a.vocab.idx_to_word == b.vocab.idx_to_word
@@ -700,7 +700,7 @@ def test_grid_builder_command_line(tmp_path, coco_raw, capsys):
     args = ["--train-annotations", str(ta), "--train-images", str(ti), "--val-annotations", str(va),
             "--val-images", str(vi), "--out", str(out), "--max-images", "3", "--arch", "resnet18",
             "--weights", "none", "--image-size", "32", "--min-count", "1", "--num-workers", "0",
-            "--notebook", str(Path(__file__).resolve().parent.parent / "solutions" / "04_captioning_data_and_model.ipynb")]
+            "--notebook", str(Path(__file__).resolve().parent.parent / "solutions" / "04_captioning_data.ipynb")]
     assert build_coco_grid.main(args) == 0
     ds = load_dataset(out)
     assert ds.split("train").num_images == 3 and ds.split("val").num_images == 1  # max-images / 4

@@ -579,7 +579,7 @@ print(pathlib.Path("runs/captioning_transformer.pt").read_bytes().decode())
 
 @pytest.mark.skipif(sandbox.bwrap() is None, reason="bubblewrap is not installed")
 def test_files_handed_in_reach_their_notebook_and_nothing_else(tmp_path):
-    """Notebook 05's trained model and the student's notebooks 02-04 are put beside notebook 05 in the sandbox
+    """Notebook 06's trained model and the student's notebooks 02, 03 and 05 are put beside notebook 07 in the sandbox
     (grading.notebooks.FILES_BESIDE), the latter without their test cells; a path that leaves the folder is
     not written."""
     folder = tmp_path / "submitted"
@@ -587,7 +587,7 @@ def test_files_handed_in_reach_their_notebook_and_nothing_else(tmp_path):
     (folder / nbs.TRAINED_CHECKPOINT).write_bytes(b"weights")
     nbformat.write(filled_submission("03_multi_head_attention"), str(folder / "03_multi_head_attention.ipynb"))
     (folder / "02_positional_encoding.ipynb").symlink_to(nbs.SOLUTIONS / "02_positional_encoding.ipynb")
-    files = sandbox.files_beside(folder, "05_training_and_evaluation")
+    files = sandbox.files_beside(folder, "07_generation_and_evaluation")
     assert sorted(files) == ["03_multi_head_attention.ipynb", nbs.TRAINED_CHECKPOINT], "a link is never followed"
     assert not any(nbs.is_test(c) for c in nbformat.reads(files["03_multi_head_attention.ipynb"].decode(), 4).cells)
     assert sandbox.files_beside(folder, "01_scaled_dot_product_attention") == {}

@@ -42,7 +42,7 @@ def test_a_caption_of_vocabulary_words_can_equal_a_reference_with_an_apostrophe(
     """The vocabulary splits "dog's" into "dog" and "s" (notebook 04's tokenize), so the model can only write
     "dog s": the metrics tokenize references the same way, and such a caption scores as a perfect match."""
     from grading import notebooks as nbs
-    vocab_words = nbs.solution("05_training_and_evaluation")["tokenize"]("A dog's ball.")
+    vocab_words = nbs.solution("07_generation_and_evaluation")["tokenize"]("A dog's ball.")
     scores = metrics.caption_scores({0: ["A dog's ball."], 1: ["Two cats' toys, on the sofa."]},
                                     {0: " ".join(vocab_words), 1: "two cats toys on the sofa"})
     assert scores["BLEU-1"] == pytest.approx(1.0) and scores["BLEU-2"] == pytest.approx(1.0), scores

@@ -1,10 +1,10 @@
-"""Mutation suite for the layers' fill-ins (notebooks 02, 03, 07): plausible bugs, each written as an edit
+"""Mutation suite for the layers' fill-ins (notebooks 02, 03, 09): plausible bugs, each written as an edit
 of the solution's code, must lose points (a hidden case of the task fails: only hidden cases are scored)
 with a one-line message that names the bug; correct alternatives written differently must pass every case, public and hidden.
 
 The bugs here are those a read of the notebooks' text suggests and that once earned full marks: dropout in
 the wrong place (only visible in training mode), a positional table that is not a buffer (only visible when
-the module moves to another device), `if head:` for head 0. Notebooks 01 and 04-06 have their own suites
+the module moves to another device), `if head:` for head 0. Notebooks 01 and 04-08 have their own suites
 (tests/test_checks.py, tests/test_references_captioning.py).
 """
 from __future__ import annotations
@@ -37,7 +37,7 @@ def _results(stem: str, namespace: dict, targets: set[str]) -> dict[str, str | N
 
 PE = "02_positional_encoding"
 MHA = "03_multi_head_attention"
-VIS = "07_visualizing_attention"
+VIS = "09_visualizing_attention"
 RETURN_PE = "return self.dropout(x + self.pe[:T].to(x.dtype))"
 BUFFER = 'self.register_buffer("pe", sinusoidal_encoding(max_len, d_model), persistent=False)'
 DROP_WEIGHTS = "out = self.dropout(weights) @ v"

@@ -45,11 +45,11 @@ def test_every_test_cell_fails_on_the_untouched_release(stem, tmp_path):
     for cell in tests:
         errors = [o for o in cell.outputs if o.output_type == "error"]
         assert errors, f"{stem}: test cell {nbs.nbgrader_meta(cell)['grade_id']} passes without any student code"
-        # the trained-model cell first needs notebook 04's model (not beside it here) and what the training cell
+        # the trained-model cell first needs notebook 05's model (not beside it here) and what the training cell
         # saves: it says so
         trained = nbs.nbgrader_meta(cell)["grade_id"] == "test_trained_model"
         assert "not implemented yet" in errors[0].evalue or (trained and any(
-            words in errors[0].evalue for words in ("no trained model at", "finish notebook 04"))), errors[0].evalue
+            words in errors[0].evalue for words in ("no trained model at", "finish notebooks 05"))), errors[0].evalue
         assert not [o for o in cell.outputs if o.output_type == "stream" and o.name == "stderr"]
     # a beginner sees one line per stopped cell, never a traceback, and no cascade of unrelated errors
     for index, cell in enumerate(nb.cells):
@@ -152,7 +152,7 @@ def test_starter_contains_no_graded_code():
 
 def test_every_notebook_starts_with_the_same_set_up_cell():
     """The first code cell (tagged "colab": on Colab it installs the kit and mounts the course folder, everywhere it
-    calls start_notebook) is the same in all seven notebooks, so a fix to one reaches every notebook."""
+    calls start_notebook) is the same in all nine notebooks, so a fix to one reaches every notebook."""
     cells = {stem: [c for c in nbs.read(nbs.SOLUTIONS / f"{stem}.ipynb").cells
                     if "colab" in c.get("metadata", {}).get("tags", [])] for stem in SOLUTION_STEMS}
     assert all(len(found) == 1 for found in cells.values()), {s: len(c) for s, c in cells.items()}

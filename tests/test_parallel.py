@@ -229,11 +229,11 @@ def test_two_workers_on_postgres_and_a_slow_student_does_not_hold_up_the_others(
         assert sorted(s.id for s in gb.students) == sorted([*expected, "a_slow"])
 
 
-SCRIPTS_NB = "05_training_and_evaluation"
+SCRIPTS_NB = "06_training"
 
 
 def test_two_workers_grade_the_training_script_and_name_a_lost_optimiser_state(tmp_path, postgres_gradebook):
-    """Notebook 05 graded as a class on two workers: a training script whose --resume starts the optimiser
+    """Notebook 06 graded as a class on two workers: a training script whose --resume starts the optimiser
     afresh loses its cell's points (every hidden case resumes), and the student's outcome names the bug; the correct one loses none."""
     train_script = nbs.solution_sources(SCRIPTS_NB)["train_script"]
     assert 'optimizer.load_state_dict(state["optimizer"])' in train_script

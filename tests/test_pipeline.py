@@ -207,10 +207,11 @@ def test_readme_points_table_matches_the_notebooks():
 
 
 # the pieces of each notebook that the notebook uses only once they pass (PUBLIC_CASES has them all)
-PIPELINE_PIECES = {"04_captioning_data_and_model": ["extract_grid_features", "build_vocab", "encode_captions",
-                                                     "CaptionFeatures", "collate_captions", "make_optimizer"],
-                   "05_training_and_evaluation": ["lr_at_step", "train_step", "validation_loss", "fit",
-                                                  "evaluate_captions"]}
+PIPELINE_PIECES = {"04_captioning_data": ["extract_grid_features", "build_vocab", "encode_captions", "CaptionFeatures",
+                                           "collate_captions"],
+                   "05_captioning_model": ["make_optimizer"],
+                   "06_training": ["lr_at_step", "train_step", "validation_loss", "fit"]}
+DATA_NB, MODEL_NB = "04_captioning_data", "05_captioning_model"
 
 
 def _released(stem: str, pieces: list[str]):
@@ -224,14 +225,14 @@ def _released(stem: str, pieces: list[str]):
 def test_a_notebook_runs_to_the_end_without_its_pipeline_pieces(stem, tmp_path, monkeypatch):
     """A student who wrote the model, its loss and the decoders but none of the pipeline pieces (their answer
     cells as released): every cell that is not a test cell runs, each piece is reported in one line, the
-    notebooks go on with the dataset's stored vocabulary, captions, features and batches, and 05 trains
-    nothing and saves nothing (it loads the student's 04, pieces missing too). Run as the student runs it: while
-    graded (NBGRADER_EXECUTION set) neither notebook trains anything."""
+    notebooks go on with the dataset's stored vocabulary, captions, features and batches, 05 memorises a batch
+    with AdamW in one group, and 06 trains nothing and saves nothing (it loads the student's 04 and 05, pieces
+    missing too). Run as the student runs it: while graded (NBGRADER_EXECUTION set) no notebook trains anything."""
     import nbformat
     from nbclient import NotebookClient
 
-    model_nb = "04_captioning_data_and_model"
-    nbformat.write(_released(model_nb, PIPELINE_PIECES[model_nb]), str(tmp_path / f"{model_nb}.ipynb"))
+    for earlier in (DATA_NB, MODEL_NB):
+        nbformat.write(_released(earlier, PIPELINE_PIECES[earlier]), str(tmp_path / f"{earlier}.ipynb"))
     for layers_nb in ("02_positional_encoding", "03_multi_head_attention"):  # "your layers", finished
         nbformat.write(notebooks.filled_submission(layers_nb), str(tmp_path / f"{layers_nb}.ipynb"))
     nb = _released(stem, PIPELINE_PIECES[stem])
@@ -247,15 +248,19 @@ def test_a_notebook_runs_to_the_end_without_its_pipeline_pieces(stem, tmp_path, 
         assert not errors, f"cell {index} ({notebooks.nbgrader_meta(cell).get('grade_id')}): {errors[0].ename}: " \
                            f"{errors[0].evalue[:300]}"
         printed += "".join(o.get("text", "") for o in cell.get("outputs", []) if o.output_type == "stream")
-    missing = PIPELINE_PIECES[stem] + (PIPELINE_PIECES[model_nb][1:] if stem != model_nb else [])
+    loaded = {DATA_NB: [], MODEL_NB: PIPELINE_PIECES[DATA_NB][1:], "06_training": PIPELINE_PIECES[DATA_NB][1:]
+              + PIPELINE_PIECES[MODEL_NB]}[stem]  # the earlier notebooks' pieces this one loads
+    missing = PIPELINE_PIECES[stem] + loaded
     for piece in missing:
         assert f"{piece}: yours does not pass {PUBLIC_CASES[piece][0]} yet" in printed, piece
         assert f"using your {piece}\n" not in printed, piece
-    if stem == model_nb:
+    if stem == DATA_NB:
+        assert "the loaders give the stored batches" in printed
+    elif stem == MODEL_NB:
         assert re.search(r"^8 captions, 150 steps: loss ", printed, re.M), "the finished model and loss were not trained " \
             "on a batch of the stored data"
     else:
         assert "using your CaptioningTransformer\n" in printed and "using your teacher_forcing_loss\n" in printed
-        assert "not trained: the model and loss of notebook 04 and the training pieces above do not all pass yet" \
+        assert "not trained: the model and loss of notebook 05 and the training pieces above do not all pass yet" \
             in printed
         assert not re.search(r"^saved ", printed, re.M), "a model the student did not train was saved"

@@ -55,7 +55,7 @@ def test_repo_address_reaches_the_first_cell_and_the_badges(tmp_path):
 
 
 # ---------------------------------------------------------------------------------- handing in
-HAND_IN = ["seven notebooks", "runs/captioning_transformer.pt", "My Drive/attention-course", "My Drive/Colab Notebooks"]
+HAND_IN = ["nine notebooks", "runs/captioning_transformer.pt", "My Drive/attention-course", "My Drive/Colab Notebooks"]
 
 
 def test_readme_says_what_to_hand_in_and_where_it_is(copy):
@@ -133,8 +133,8 @@ def test_the_copys_packaging_installs_what_the_kits_does(copy):
 
 @pytest.mark.parametrize("where", ["runs", "beside"])
 def test_intake_takes_what_the_copy_says_to_hand_in(copy, tmp_path, where):
-    """The seven notebooks (05 as Colab's "Copy of" from My Drive/Colab Notebooks) and the checkpoint, under
-    its name, in a runs/ folder or next to the notebooks: all seven are graded and the checkpoint is kept."""
+    """The nine notebooks (05 as Colab's "Copy of" from My Drive/Colab Notebooks) and the checkpoint, under
+    its name, in a runs/ folder or next to the notebooks: all nine are graded and the checkpoint is kept."""
     student = tmp_path / "class" / "ada"
     for path in (copy / "notebooks").glob("*.ipynb"):
         name = f"Copy of {path.name}" if path.name.startswith("05_") else path.name
@@ -152,11 +152,11 @@ def test_intake_takes_what_the_copy_says_to_hand_in(copy, tmp_path, where):
 
 
 def test_the_reference_run_ships(copy):
-    """reference_run/ (grading/reference_run.py), which the written questions of notebooks 06 and 07 name, is in
+    """reference_run/ (grading/reference_run.py), which the written questions of notebooks 07 to 09 name, is in
     the copy as it is here, and the copy's README says what it is for."""
     here = sorted(p.relative_to(nbs.ROOT) for p in (nbs.ROOT / "reference_run").rglob("*") if p.is_file())
     assert here, "no reference_run/ to ship"
     assert sorted(p.relative_to(copy) for p in (copy / "reference_run").rglob("*") if p.is_file()) == here
     assert all((copy / rel).read_bytes() == (nbs.ROOT / rel).read_bytes() for rel in here)
     readme = (copy / "README.md").read_text()
-    assert "## If your model does not train" in readme and "reference_run/07_visualizing_attention.md" in readme
+    assert "## If your model does not train" in readme and "reference_run/09_visualizing_attention.md" in readme

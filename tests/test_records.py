@@ -19,9 +19,9 @@ def record(student: str, notebook: str) -> NotebookRecord:
 
 
 def test_an_outcome_reads_back_as_it_was_written(tmp_path):
-    written = StudentOutcome("alice", notebooks={"06_decoding": "06_decoding.ipynb"}, status=Status.GRADED,
-                             flags=["06_decoding: time limit"], seconds=3.2, name="Alice A", lms_id="77", lms="moodle",
-                             judged=[record("alice", "06_decoding")])
+    written = StudentOutcome("alice", notebooks={"08_decoding": "08_decoding.ipynb"}, status=Status.GRADED,
+                             flags=["08_decoding: time limit"], seconds=3.2, name="Alice A", lms_id="77", lms="moodle",
+                             judged=[record("alice", "08_decoding")])
     path = write_outcome(tmp_path, written)
     assert path == tmp_path / "alice.json" and not list(tmp_path.glob("*.tmp"))
     assert read_outcome(path) == written and read_outcome(path).status is Status.GRADED
@@ -43,7 +43,7 @@ def test_an_outcome_written_before_the_lms_was_recorded_reads_as_not_known(tmp_p
 
 def test_a_damaged_outcome_is_left_out_of_the_reports_and_read_alone_raises(tmp_path):
     for student in ("alice", "bob"):
-        write_outcome(tmp_path, StudentOutcome(student, status="graded", judged=[record(student, "06_decoding")]))
+        write_outcome(tmp_path, StudentOutcome(student, status="graded", judged=[record(student, "08_decoding")]))
     broken = json.loads((tmp_path / "bob.json").read_text())
     del broken["judged"][0]["cells"][0]["cases"][0]["passed"]  # cut short
     (tmp_path / "bob.json").write_text(json.dumps(broken))
@@ -56,13 +56,13 @@ def test_a_damaged_outcome_is_left_out_of_the_reports_and_read_alone_raises(tmp_
 
 
 def test_intake_and_grading_join_into_one_outcome():
-    intake = StudentOutcome("alice", notebooks={"06_decoding": "x.ipynb"}, notes=["late"], name="Alice", lms_id="7",
+    intake = StudentOutcome("alice", notebooks={"08_decoding": "x.ipynb"}, notes=["late"], name="Alice", lms_id="7",
                             lms="canvas")
     graded = StudentOutcome("alice", status="graded", flags=["look"], seconds=2.0, sandboxes_started=1,
-                            judged=[record("alice", "06_decoding")])
+                            judged=[record("alice", "08_decoding")])
     both = joined(intake, graded)
     assert (both.status, both.notes, both.flags, both.name, both.notebooks, both.seconds) == (
-        "graded", ["late"], ["look"], "Alice", {"06_decoding": "x.ipynb"}, 2.0)
+        "graded", ["late"], ["look"], "Alice", {"08_decoding": "x.ipynb"}, 2.0)
     assert (both.lms_id, both.lms) == ("7", "canvas")  # who the student is, and whose id that is: intake's
     assert both.judged == graded.judged and both.sandboxes_started == 1
     failed = joined(intake, StudentOutcome("alice", status="failed", error="the worker died"))

@@ -86,7 +86,7 @@ def test_every_question_it_serves_names_it():
             for name in files:
                 assert f"`{name}`" in source, f"{folder.name}/{stem} {md_id} does not name {name}"
             assert "If your own model does not train" in source and rr.COLAB_KIT in source, (stem, md_id)
-    assert "reference_run/06_decoding.md" in README and "/content/attention-transformers/reference_run/" in README
+    assert "reference_run/08_decoding.md" in README and "/content/attention-transformers/reference_run/" in README
 
 
 def _fake_executed(stem: str, printed: dict[str, str], figure: bytes):
@@ -113,33 +113,33 @@ def test_render_keeps_the_printed_lines_and_shrinks_the_figures(tmp_path):
     buf = io.BytesIO()
     fig.savefig(buf, format="png")
     plt.close(fig)
-    chatter = ("CaptioningTransformer from /work/main/solutions/04_captioning_data_and_model.ipynb\n"
+    chatter = ("CaptioningTransformer from /work/main/solutions/05_captioning_model.ipynb\n"
                "using your fit\n✓ beam/basic passed\n")
-    printed = {b.cell: chatter + f"the numbers of {b.cell}: 1.5%\n" for b in rr.BLOCKS["06_decoding"]}
-    (md,) = rr.write({"06_decoding": _fake_executed("06_decoding", printed, buf.getvalue()),
-                      "05_training_and_evaluation": nbs.read(nbs.SOLUTIONS / "05_training_and_evaluation.ipynb")},
+    printed = {b.cell: chatter + f"the numbers of {b.cell}: 1.5%\n" for b in rr.BLOCKS["08_decoding"]}
+    (md,) = rr.write({"08_decoding": _fake_executed("08_decoding", printed, buf.getvalue()),
+                      "06_training": nbs.read(nbs.SOLUTIONS / "06_training.ipynb")},
                      tmp_path, date="2026-01-01")
     text = md.read_text()
-    assert {p.name for p in tmp_path.iterdir()} == {"06_decoding.md", "06_decoding"}
-    for block in rr.BLOCKS["06_decoding"]:
+    assert {p.name for p in tmp_path.iterdir()} == {"08_decoding.md", "08_decoding"}
+    for block in rr.BLOCKS["08_decoding"]:
         assert f"```text\nthe numbers of {block.cell}: 1.5%\n```" in text
-        assert f"](06_decoding/{block.cell}_1.png)" in text
+        assert f"](08_decoding/{block.cell}_1.png)" in text
     assert "from /work" not in text and "using your" not in text and "a warning" not in text and "✓" not in text
     assert "2026-01-01" in text and rr.COLAB_KIT in text
     from PIL import Image
-    for png in (tmp_path / "06_decoding").iterdir():
+    for png in (tmp_path / "08_decoding").iterdir():
         assert Image.open(png).width == rr.MAX_WIDTH and png.stat().st_size < len(buf.getvalue())
 
 
 # ------------------------------------------------------------------ against a fresh run (slow)
-STEMS = ("05_training_and_evaluation", *rr.BLOCKS)
+STEMS = ("06_training", *rr.BLOCKS)
 _NUMBER = re.compile(r"\d+(?:\.\d+)?")
 
 
 @pytest.fixture(scope="module")
 def fresh(request, tmp_path_factory) -> dict:
-    """The executed notebooks 05 to 07 of a full run: the Colab walk's where this machine simulates Colab, else
-    run here one after the other in one folder (06 and 07 load 05's checkpoint)."""
+    """The executed notebooks 06 to 09 of a full run: the Colab walk's where this machine simulates Colab, else
+    run here one after the other in one folder (07 to 09 load 06's checkpoint)."""
     if colab.available():
         executed = request.getfixturevalue("colab_walk")["executed"]
         return {stem: executed[stem] for stem in STEMS}
@@ -216,7 +216,7 @@ def test_a_full_run_writes_the_folder_and_a_partial_one_does_not(tmp_path, monke
     ok["value"] = True
     assert execute.execute_all(None, **run)
     assert {p.name for p in folder.iterdir()} == {f"{s}.md" for s in rr.BLOCKS} | set(rr.BLOCKS)
-    assert "printed by code_leaky: 2.5%" in (folder / "06_decoding.md").read_text()
+    assert "printed by code_leaky: 2.5%" in (folder / "08_decoding.md").read_text()
 
     from grading import __main__ as cli
     calls = []

@@ -343,7 +343,7 @@ def test_the_worked_example_of_beam_search_is_what_the_text_says():
     keep-k-alive beam's other answer, and the length-normalised scores it states are those of this file's
     searches on the stored model."""
     from grading.cases.captioning.decoding import WORKED_NEXT, WORKED_WORDS
-    text = "".join(c.source for c in nbs.read(nbs.SOLUTIONS / "06_decoding.ipynb").cells
+    text = "".join(c.source for c in nbs.read(nbs.SOLUTIONS / "08_decoding.ipynb").cells
                    if nbs.nbgrader_meta(c).get("grade_id") == "md_28")
     case = load_case("beam/worked_example")
     model, feats = _toy(case), _t(case.inputs["features"]).double()
@@ -913,15 +913,15 @@ def test_each_part_of_the_spec_is_seen_by_a_hidden_case(bug):
 # ---- what decoding may produce: the text allows a decoder that never writes <NULL> or <START> --------------
 # (grade_id, [(old, new)]): the solution edited to leave those two words out, as common practice does
 NO_SPECIAL_WORDS = {
-    "greedy decoding": ("05_training_and_evaluation", "greedy_decode", [
+    "greedy decoding": ("07_generation_and_evaluation", "greedy_decode", [
         ("model(features, words)[:, -1].argmax(dim=-1)",
          "model(features, words)[:, -1].index_fill(-1, torch.tensor([null_idx, start_idx], device=device), "
          "float('-inf')).argmax(dim=-1)")]),
-    "beam search, renormalised without them": ("06_decoding", "beam_search", [
+    "beam search, renormalised without them": ("08_decoding", "beam_search", [
         ("model(features[b:b + 1].expand(n, -1, -1), words)[:, -1], dim=-1)",
          "model(features[b:b + 1].expand(n, -1, -1), words)[:, -1].index_fill(-1, torch.tensor([null_idx, start_idx], "
          "device=device), float('-inf')), dim=-1)")]),
-    "sampling": ("06_decoding", "sample_decode", [
+    "sampling": ("08_decoding", "sample_decode", [
         ("model(features, words)[:, -1].float() / temperature",
          "model(features, words)[:, -1].float().index_fill(-1, torch.tensor([null_idx, start_idx], device=device), "
          "float('-inf')) / temperature")]),

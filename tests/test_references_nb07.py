@@ -15,7 +15,7 @@ from conftest import assert_matches_reference, case_names, load_any_case
 from grading import notebooks as nbs
 from starter.checks import CheckFailed, check
 
-STEM = "07_visualizing_attention"
+STEM = "09_visualizing_attention"
 
 
 _load = load_any_case

@@ -100,7 +100,7 @@ def test_every_tensor_of_the_models_moves_with_to(monkeypatch):
     assert _plain_tensor_attributes(plain) == ["Module.table"]
     monkeypatch.setenv(runtime.NOTEBOOKS_ENV, str(nbs.SOLUTIONS))  # "mine" = the reference solutions
     monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
-    captioner = load_definitions("04_captioning_data_and_model.ipynb", ["CaptioningTransformer"])["CaptioningTransformer"]
+    captioner = load_definitions("05_captioning_model.ipynb", ["CaptioningTransformer"])["CaptioningTransformer"]
     for layers in ("mine", "torch"):
         model = captioner(vocab_size=11, feature_dim=6, num_regions=4, layers=layers)
         assert not _plain_tensor_attributes(model), (layers, _plain_tensor_attributes(model))

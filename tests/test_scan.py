@@ -99,10 +99,10 @@ def test_an_expression_too_deep_to_write_back_is_still_a_reason():
 
 
 def test_a_script_cell_is_flagged_for_what_the_student_adds_not_for_its_given_lines():
-    """Notebook 05's script cells are given `%%writefile` and the kit's imports; a student's own
+    """Notebook 07's script cell is given `%%writefile` and the kit's imports; a student's own
     reach for the interpreter inside them is still flagged."""
     assert "calls get_ipython()" in given_reasons()["eval_script"]
-    release = nbs.read(nbs.RELEASE / "05_training_and_evaluation.ipynb")
+    release = nbs.read(nbs.RELEASE / "07_generation_and_evaluation.ipynb")
     cells = [dict(c) for c in release.cells]
     index = next(i for i, c in enumerate(cells) if nbs.nbgrader_meta(c).get("grade_id") == "eval_script")
     assert scan_notebook(cells).reasons == []

@@ -268,7 +268,7 @@ def planted_copy(student_copy, tmp_path_factory) -> Path:
     planted = tmp_path_factory.mktemp("planted") / "kit"
     shutil.copytree(student_copy, planted)
     (planted / "starter" / "planted.py").write_text(
-        _planted_answer("05_training_and_evaluation", "train_step", "kit_step"))
+        _planted_answer("06_training", "train_step", "kit_step"))
     for module in OLD_MODULES:
         shutil.copy(module, planted / "starter" / module.name)
     return planted
@@ -283,22 +283,22 @@ OLD_KIT_VERSIONS = {
     "starter.old_pipeline._kit_encode": "04.test_encode_captions",
     "starter.old_data.FeatureCaptions": "04.test_caption_features",
     "starter.old_data.pad_collate": "04.test_collate_captions",
-    "starter.old_training.warmup_cosine": "05.test_lr_at_step",
-    "starter.old_training.default_step": "05.test_train_step",
-    "starter.old_training.mean_loss": "05.test_validation_loss",
-    "starter.old_training.default_fit": "05.test_fit",
+    "starter.old_training.warmup_cosine": "06.test_lr_at_step",
+    "starter.old_training.default_step": "06.test_train_step",
+    "starter.old_training.mean_loss": "06.test_validation_loss",
+    "starter.old_training.default_fit": "06.test_fit",
 }
 
 
 def test_planted_giveaways_are_caught_by_the_callable_check(planted_copy, tasks, tmp_path):
     """The check is able to fail: an answer copied into the copy under other names, and the old kit's
     versions, each pass the hidden cases of the task they answer."""
-    targets = {"05.test_train_step", *OLD_KIT_VERSIONS.values()}
+    targets = {"06.test_train_step", *OLD_KIT_VERSIONS.values()}
     chosen = [t for t in tasks if t.key in targets]
     run_candidates(planted_copy, [c for t in chosen for c in t.cases], tmp_path,
                    only=["starter.planted", "starter.old_"])
     outcomes = judge_results(chosen, tmp_path / "results")
-    step = outcomes["05.test_train_step"]
+    step = outcomes["06.test_train_step"]
     assert step.giveaways().get("starter.planted.kit_step") == {c.case for c in step.task.cases}, \
         "a renamed copy of train_step is not caught"
     missed = [f"{name} ({task})" for name, task in OLD_KIT_VERSIONS.items() if name not in outcomes[task].giveaways()]
@@ -420,10 +420,10 @@ def similar_pairs(functions: dict[str, list[str]], answer_types: dict[str, list[
 # the old giveaways that were copies of their answer, give or take names (the others were rewrites: see the
 # module's docstring), by the answer they copy
 OLD_COPIES = {
-    "old_training.default_step": "05.train_step",
-    "old_training._lr_factor": "05.lr_at_step",
-    "old_training.mean_loss": "05.validation_loss",
-    "old_training.default_fit": "05.fit",
+    "old_training.default_step": "06.train_step",
+    "old_training._lr_factor": "06.lr_at_step",
+    "old_training.mean_loss": "06.validation_loss",
+    "old_training.default_fit": "06.fit",
     "old_common.build_vocab": "04.build_vocab",
     "old_common.encode_captions": "04.encode_captions",
     "old_pipeline._kit_extract": "04.extract_grid_features",
@@ -450,7 +450,7 @@ def test_the_scan_catches_a_renamed_answer(planted_copy, answer_types):
     """train_step with every name it binds changed reads as the answer itself, and the scan reports it."""
     planted = {"starter.planted.kit_step": functions_of_copy(planted_copy)["starter.planted.kit_step"]}
     flagged = [(score, answer) for score, _, answer in similar_pairs(planted, answer_types) if score >= SIMILAR]
-    assert flagged == [(1.0, "05.train_step")]
+    assert flagged == [(1.0, "06.train_step")]
 
 
 def test_no_function_of_the_copy_resembles_an_answer(student_copy, answer_types):

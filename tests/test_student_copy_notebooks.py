@@ -1,6 +1,6 @@
 """The release notebooks' given code gives away no graded answer (of any notebook).
 
-Students get all seven release notebooks at once, so a given (locked, non-solution, non-test) code cell of one
+Students get all nine release notebooks at once, so a given (locked, non-solution, non-test) code cell of one
 notebook must not write out the answer of a task of another (or the same). Every code cell of the published
 copy's notebooks whose nbgrader metadata is neither solution nor grade is cut into units: each function,
 method and class it defines, and its top-level statements other than definitions as one unit (inline code
@@ -54,9 +54,9 @@ _SIMPLE = (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Expr, ast.Return)
 
 # the known giveaways of commit 728a7b1 (fixtures, verbatim) and the answer each writes out
 GIVEN_GIVEAWAYS = {
-    "given_04_code_11.py": "04.CaptioningTransformer.forward",
-    "given_05_code_leaky.py": "04.CaptioningTransformer.forward",
-    "given_06_code_sampling.py": "05.greedy_decode",
+    "given_04_code_11.py": "05.CaptioningTransformer.forward",
+    "given_05_code_leaky.py": "05.CaptioningTransformer.forward",
+    "given_06_code_sampling.py": "07.greedy_decode",
     "given_07_code_07.py": "02.shift_encoding",
 }
 

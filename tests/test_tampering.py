@@ -29,7 +29,7 @@ from starter.compare import case_names
 # the module's class of attackers is graded once, in the set-up of its first test: 83 s alone on 2 cores
 pytestmark = pytest.mark.budget(300, reason="the class of attackers, graded once for the module")
 NB = "01_scaled_dot_product_attention"
-MODEL_NB = "04_captioning_data_and_model"
+MODEL_NB = "05_captioning_model"
 POINTS = {g: p for s, g, p in graded_columns() if s == NB}
 FULL = sum(POINTS.values())
 WRONG_MASK = '''
@@ -475,7 +475,7 @@ class _RunsCode:
         return (os.system, (f"touch {self.marker}",))
 
 
-NB05 = "05_training_and_evaluation"
+NB05 = "07_generation_and_evaluation"  # the notebook whose test cell grades the trained model
 
 
 def _hand_in_05(subs, student: str, overrides: dict | None = None,

@@ -7,7 +7,7 @@ import torch
 
 from starter.layers import matches_torch_decoder
 
-STEM = "04_captioning_data_and_model"
+STEM = "05_captioning_model"
 FORWARD = "CaptioningTransformer"
 MASK = "mask = torch.ones(T, T, dtype=torch.bool, device=captions.device).tril()"
 BUGS = {

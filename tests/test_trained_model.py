@@ -18,7 +18,7 @@ from grading import notebooks as nbs
 from starter.cases import case_groups
 from starter.compare import diagnose, load_case
 
-NB05 = "05_training_and_evaluation"
+NB05 = "07_generation_and_evaluation"  # the notebook whose test cell grades the trained model
 DIRS = [nbs.PUBLIC_REFERENCES, nbs.HIDDEN_REFERENCES]
 
 

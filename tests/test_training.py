@@ -190,7 +190,7 @@ def test_time_budget_that_does_not_bind_changes_nothing(monkeypatch):
 def _shapes_training_config() -> training.TrainConfig:
     """The TrainConfig of notebook 05's `shapes` run, read from its settings cell (CONFIGS)."""
     import ast
-    nb = nbs.read(nbs.SOLUTIONS / "05_training_and_evaluation.ipynb")
+    nb = nbs.read(nbs.SOLUTIONS / "06_training.ipynb")
     source = next(c.source for c in nb.cells if nbs.nbgrader_meta(c).get("grade_id") == "code_15")
     assignment = next(n for n in ast.parse(source).body if isinstance(n, ast.Assign)
                       and getattr(n.targets[0], "id", "") == "CONFIGS")

@@ -7,7 +7,7 @@ from functools import partial
 from pathlib import Path
 
 from grading import notebooks
-from grading.cases import nb01, nb02, nb03, nb07
+from grading.cases import nb01, nb02, nb03, nb09
 from grading.cases.captioning import cases_of
 from grading.references import CaseSpec, build
 
@@ -15,10 +15,12 @@ CASES: dict[str, Callable[[dict], list[CaseSpec]]] = {
     "01": nb01.cases,
     "02": nb02.cases,
     "03": nb03.cases,
-    "04": partial(cases_of, "04"),  # notebooks 04-06 share one case table (grading/cases/captioning)
+    "04": partial(cases_of, "04"),  # notebooks 04-08 share one case table (grading/cases/captioning)
     "05": partial(cases_of, "05"),
     "06": partial(cases_of, "06"),
-    "07": nb07.cases,
+    "07": partial(cases_of, "07"),
+    "08": partial(cases_of, "08"),
+    "09": nb09.cases,
 }
 
 

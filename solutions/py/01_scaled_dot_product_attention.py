@@ -61,7 +61,7 @@ torch.manual_seed(0)
 #
 # Translating *"we see the sky"* into Italian, the word *vediamo* ("we see") should look mostly at the first two inputs, e.g. $a_{1,1}=a_{1,2}=0.45$ and $a_{1,3}=a_{1,4}=0.05$. Nothing supervises these weights: everything is differentiable, so they are learned by backpropagation.
 #
-# The same recipe works for images. A CNN turns an image into an $H \times W$ grid of feature vectors $z_{i,j}$; a captioning decoder computes scores $e_{t,i,j}$ over the grid, a softmax over all $H\cdot W$ cells, and a context $c_t = \sum_{i,j} a_{t,i,j} z_{i,j}$ that "looks at" different image regions for different words. That is exactly what you will build in notebooks 04–06 and visualise in notebook 07.
+# The same recipe works for images. A CNN turns an image into an $H \times W$ grid of feature vectors $z_{i,j}$; a captioning decoder computes scores $e_{t,i,j}$ over the grid, a softmax over all $H\cdot W$ cells, and a context $c_t = \sum_{i,j} a_{t,i,j} z_{i,j}$ that "looks at" different image regions for different words. That is exactly what you will build in notebooks 04–08 and visualise in notebook 09.
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_05", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ## 2 · Dot-product alignment, queries, keys and values
@@ -416,7 +416,7 @@ check_public("01_scaled_dot_product_attention", globals());
 #
 # ## Handing in
 #
-# Hand in your seven notebooks, `01_scaled_dot_product_attention.ipynb` to `07_visualizing_attention.ipynb`, and notebook 05's trained model, `runs/captioning_transformer.pt`, with that file name, in a `runs/` folder or next to the notebooks. Notebook 05's trained-model cell (3 points) grades that file: without it, those points are lost.
+# Hand in your nine notebooks, `01_scaled_dot_product_attention.ipynb` to `09_visualizing_attention.ipynb`, and the model notebook 06 trained, `runs/captioning_transformer.pt`, with that file name, in a `runs/` folder or next to the notebooks. Notebook 07's trained-model cell (3 points) grades that file: without it, those points are lost.
 #
 # - **Locally**, all of them are in the course folder, the folder of your notebooks; the model is in its `runs/` folder.
 # - **On Colab**, the course folder is `My Drive/attention-course` (or the `COURSE_DIR` you chose): your notebooks, and the model in `My Drive/attention-course/runs/`. A notebook you opened from its Colab badge and saved with *File → Save a copy in Drive* is in `My Drive/Colab Notebooks` instead, as `Copy of 0N_….ipynb`: hand in that file as it is (the grader knows a notebook by its number).

@@ -3,7 +3,7 @@
 #
 # [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/attention-course-kit/attention-transformers/blob/main/notebooks/03_multi_head_attention.ipynb)
 #
-# One attention layer computes one set of weights per query: one way of deciding what is relevant. In this notebook you run **several attention heads in parallel** and then assemble the block that notebook 04 stacks into a captioning model:
+# One attention layer computes one set of weights per query: one way of deciding what is relevant. In this notebook you run **several attention heads in parallel** and then assemble the block that notebook 05 stacks into a captioning model:
 #
 # 1. `split_heads` and `merge_heads`: cutting the model dimension into $h$ heads of size $d_k = d_{model}/h$ and gluing them back, with a reshape and a transpose;
 # 2. `MultiHeadAttention`: projections $W^Q, W^K, W^V$, all heads at once, **one combined mask** (causal and padding), dropout on the attention weights, the output projection $W^O$, and the per-head weights returned for visualisation;
@@ -144,7 +144,7 @@ print("merge(split(x)) == x:", torch.equal(merge_heads(parts), x))
 #
 # Transformers regularise attention by applying dropout to the **attention weights, after the softmax and before they multiply the values**: $\text{out} = \mathrm{dropout}(\mathrm{softmax}(\cdot))\,V$. In training mode, dropout zeroes random weights and scales the rest by $1/(1-p)$ (so rows sum to 1 only on average); in `eval()` mode it does nothing. The checks run your layers in eval mode, except the `train_dropout` cases: they run them in training mode with a dropout that scales each value by a fixed function of that value instead of a random mask, so they see where the dropout goes whether you call it once or once per head.
 #
-# The layer returns two things: the output `(B, T_q, d_model)`, and the **per-head weights `(B, h, T_q, T_k)` as computed by the softmax, before dropout**, so that visualising them (notebook 07) shows what the model computes, not dropout noise. (`torch.nn.MultiheadAttention` averages the heads by default; we keep them apart.)
+# The layer returns two things: the output `(B, T_q, d_model)`, and the **per-head weights `(B, h, T_q, T_k)` as computed by the softmax, before dropout**, so that visualising them (notebook 09) shows what the model computes, not dropout noise. (`torch.nn.MultiheadAttention` averages the heads by default; we keep them apart.)
 #
 # ### Task 2 · `MultiHeadAttention`
 #
@@ -256,7 +256,7 @@ print("output matches PyTorch:", torch.allclose(out, out_ref, atol=1e-5),
 print("weight on padded keys of sequence 1:", w[1, :, :, 4:].abs().max().item())
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_09", "locked": true, "schema_version": 3, "solution": false, "task": false}
-# The four heads of this untrained layer on the padded sequence: each head has its own pattern, the future (upper triangle) and the two padded keys get exactly zero weight, and every row sums to 1. (The padded *queries* in rows 4 and 5 still produce outputs; the loss of notebook 04 ignores them.)
+# The four heads of this untrained layer on the padded sequence: each head has its own pattern, the future (upper triangle) and the two padded keys get exactly zero weight, and every row sums to 1. (The padded *queries* in rows 4 and 5 still produce outputs; the loss of notebook 05 ignores them.)
 
 # %% nbgrader={"grade": false, "grade_id": "code_10", "locked": true, "schema_version": 3, "solution": false, "task": false}
 tokens = ["<START>", "a", "red", "circle", "<NULL>", "<NULL>"]
@@ -289,7 +289,7 @@ print("eval mode: outputs identical:", torch.equal(drop(x, x, x)[0], drop(x, x, 
 #
 # ### Pre-norm or post-norm?
 #
-# The original Transformer is **post-norm**: $x \leftarrow \mathrm{LayerNorm}(x + \mathrm{Sublayer}(x))$. Here we use **pre-norm**: $x \leftarrow x + \mathrm{Sublayer}(\mathrm{LayerNorm}(x))$. In pre-norm, the residual path from the first layer to the last is a plain sum, never normalised, so gradients reach the early layers undiminished and training is stable from the start, with little or no learning-rate warm-up (Xiong et al., 2020, *On Layer Normalization in the Transformer Architecture*). Post-norm puts a LayerNorm on that path after every sublayer, and deep post-norm models often need a learning-rate warm-up, or a lower learning rate, to train at all (the measurement below shows both). Since notebooks 04–05 train a small model quickly, often on a laptop CPU, we prefer the robust choice.
+# The original Transformer is **post-norm**: $x \leftarrow \mathrm{LayerNorm}(x + \mathrm{Sublayer}(x))$. Here we use **pre-norm**: $x \leftarrow x + \mathrm{Sublayer}(\mathrm{LayerNorm}(x))$. In pre-norm, the residual path from the first layer to the last is a plain sum, never normalised, so gradients reach the early layers undiminished and training is stable from the start, with little or no learning-rate warm-up (Xiong et al., 2020, *On Layer Normalization in the Transformer Architecture*). Post-norm puts a LayerNorm on that path after every sublayer, and deep post-norm models often need a learning-rate warm-up, or a lower learning rate, to train at all (the measurement below shows both). Since notebooks 05–06 train a small model quickly, often on a laptop CPU, we prefer the robust choice.
 #
 # **Measured** by a benchmark of the course's authors, which trains a stack of 12 PyTorch encoder layers ($d_{model} = 64$, 4 heads, no dropout) to sort 12 digits, with Adam for 300 steps at a constant learning rate or with a linear warm-up over the first 100 steps, the same seed and batches for every run, and prints the mean training loss of the last 20 steps (guessing scores $\ln 10 \approx 2.30$):
 #
@@ -298,7 +298,7 @@ print("eval mode: outputs identical:", torch.equal(drop(x, x, x)[0], drop(x, x, 
 # | 0.001 | 0.10 | 0.10 | 0.26 | 0.26 |
 # | 0.003 | 0.52 | 0.12 | 2.07 | 0.23 |
 #
-# Two consequences: the output of a pre-norm stack is not normalised, so **a final LayerNorm follows the last layer** (notebook 04 adds it), and this layer does not normalise the memory (whoever produces it does). This layer matches `torch.nn.TransformerDecoderLayer(..., batch_first=True, norm_first=True, activation="relu")`.
+# Two consequences: the output of a pre-norm stack is not normalised, so **a final LayerNorm follows the last layer** (notebook 05 adds it), and this layer does not normalise the memory (whoever produces it does). This layer matches `torch.nn.TransformerDecoderLayer(..., batch_first=True, norm_first=True, activation="relu")`.
 #
 # In formulas, with $h$ the running value:
 #
@@ -308,7 +308,7 @@ print("eval mode: outputs identical:", torch.equal(drop(x, x, x)[0], drop(x, x, 
 #
 # ### Task 3 · `TransformerDecoderLayer`
 #
-# All submodules are declared for you. Write `forward` with your `MultiHeadAttention` layers (`self.self_attn`, `self.cross_attn`), `self.linear1`, `self.linear2`, `self.norm1` to `self.norm3` and `self.dropout`. Pass `tgt_mask` (True = may attend) and `tgt_key_padding_mask` to the self-attention, `memory_key_padding_mask` to the cross-attention, and return both layers' per-head weights. Its check runs your layer with PyTorch's attention (`F.multi_head_attention_forward` on your layers' own `q_proj`, `k_proj`, `v_proj`, `out_proj`) in place of your `MultiHeadAttention`, so a mistake in Tasks 1–2 costs points once, in their own tests; to run the block in notebooks 04–05 your attention must pass too.
+# All submodules are declared for you. Write `forward` with your `MultiHeadAttention` layers (`self.self_attn`, `self.cross_attn`), `self.linear1`, `self.linear2`, `self.norm1` to `self.norm3` and `self.dropout`. Pass `tgt_mask` (True = may attend) and `tgt_key_padding_mask` to the self-attention, `memory_key_padding_mask` to the cross-attention, and return both layers' per-head weights. Its check runs your layer with PyTorch's attention (`F.multi_head_attention_forward` on your layers' own `q_proj`, `k_proj`, `v_proj`, `out_proj`) in place of your `MultiHeadAttention`, so a mistake in Tasks 1–2 costs points once, in their own tests; to run the block in notebooks 05–06 your attention must pass too.
 
 # %% nbgrader={"grade": false, "grade_id": "TransformerDecoderLayer", "locked": false, "schema_version": 3, "solution": true, "task": false}
 class TransformerDecoderLayer(nn.Module):
@@ -434,11 +434,11 @@ check_public("03_multi_head_attention", globals());
 # - Dropout acts on the attention weights after the softmax; the returned per-head weights are taken before it.
 # - The pre-norm decoder layer: $x + \mathrm{Sublayer}(\mathrm{LN}(x))$ around masked self-attention, cross-attention to the memory and the feed-forward network; a final LayerNorm follows the stack.
 #
-# Next, **04 · The captioning Transformer: data and model** stacks these layers on top of image features; notebooks 05 and 06 train it to write captions and decode them.
+# Next, **04 · The captioning Transformer: the data** prepares image features and captions; notebook 05 stacks these layers on top of the features, and notebooks 06 to 08 train the model to write captions and decode them.
 #
 # ## Handing in
 #
-# Hand in your seven notebooks, `01_scaled_dot_product_attention.ipynb` to `07_visualizing_attention.ipynb`, and notebook 05's trained model, `runs/captioning_transformer.pt`, with that file name, in a `runs/` folder or next to the notebooks. Notebook 05's trained-model cell (3 points) grades that file: without it, those points are lost.
+# Hand in your nine notebooks, `01_scaled_dot_product_attention.ipynb` to `09_visualizing_attention.ipynb`, and the model notebook 06 trained, `runs/captioning_transformer.pt`, with that file name, in a `runs/` folder or next to the notebooks. Notebook 07's trained-model cell (3 points) grades that file: without it, those points are lost.
 #
 # - **Locally**, all of them are in the course folder, the folder of your notebooks; the model is in its `runs/` folder.
 # - **On Colab**, the course folder is `My Drive/attention-course` (or the `COURSE_DIR` you chose): your notebooks, and the model in `My Drive/attention-course/runs/`. A notebook you opened from its Colab badge and saved with *File → Save a copy in Drive* is in `My Drive/Colab Notebooks` instead, as `Copy of 0N_….ipynb`: hand in that file as it is (the grader knows a notebook by its number).

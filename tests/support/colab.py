@@ -1,7 +1,7 @@
 """The Colab stand-in of tests/test_colab.py: a Colab environment, a Drive that outlives runtimes, and the
 published student repository; `walk` runs a student's notebooks in it, each in a fresh runtime. The Colab walk is
 a session fixture (`colab_walk`, conftest.py) because tests/test_model_answers.py checks the model answers
-against what the walk's notebooks 05 and 06 printed, rather than training the model once more."""
+against what the walk's notebooks 07 and 08 printed, rather than training the model once more."""
 from __future__ import annotations
 
 import json

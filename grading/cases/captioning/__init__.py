@@ -1,13 +1,14 @@
-"""Reference cases of notebooks 04-06 (the captioning Transformer: data and model, training and
-evaluation, decoding), made together: `cases_of("05", ns)` gives one notebook's share (grading/cases/registry.py
-lists it as notebook 05's case maker), and every case keeps the inputs its generator gives it in one sequence,
+"""Reference cases of notebooks 04-08 (the captioning Transformer: data, model, training, generation and
+evaluation, decoding), made together: `cases_of("06", ns)` gives one notebook's share (grading/cases/registry.py
+lists it as notebook 06's case maker), and every case keeps the inputs its generator gives it in one sequence,
 the order of `all_cases` here. Each topic has its module, with its known bugs, case rows and case makers:
 
     data.py       04: extract_grid_features, build_vocab, encode_captions, the Dataset, collate
-    model.py      04: CaptioningTransformer.forward, caption_loss, teacher_forcing_loss
-    training.py   05: the schedule, the optimiser, the step, the validation loss, fit, the evaluation script,
-                  and the trained model handed in (`python -m grading.cases.captioning` prints its shares)
-    decoding.py   05: greedy_decode; 06: beam_search and its worked example, sample_decode
+    model.py      05: CaptioningTransformer.forward, caption_loss, teacher_forcing_loss
+    training.py   05: the optimiser; 06: the schedule, the step, the validation loss, fit, the training script;
+                  07: the evaluation script, and the trained model handed in (`python -m grading.cases.captioning`
+                  prints its shares)
+    decoding.py   07: greedy_decode; 08: beam_search and its worked example, sample_decode
     common.py     the toy model, random captions, the variants' wrapper
 
 The model cases always build the model with ``layers="torch"`` (PyTorch-backed layers from
@@ -77,19 +78,19 @@ from starter.pipeline import (
 from starter.scripts import with_eval_script, with_train_script
 
 # which notebook a case belongs to, by the task its name starts with
-PREFIXES = {"04": ("features/", "vocab/", "encode/", "dataset/", "collate/", "captioner/", "loss/", "teacher/",
-                   "optimizer/"),
-            "05": ("schedule/", "step/", "validation/", "fit/", "train_script/", "greedy/", "evaluate/", "eval_script/",
-                   "trained/"),
-            "06": ("beam/", "sample/")}
+PREFIXES = {"04": ("features/", "vocab/", "encode/", "dataset/", "collate/"),
+            "05": ("captioner/", "loss/", "teacher/", "optimizer/"),
+            "06": ("schedule/", "step/", "validation/", "fit/", "train_script/"),
+            "07": ("greedy/", "evaluate/", "eval_script/", "trained/"),
+            "08": ("beam/", "sample/")}
 
 
-_made: dict = {}  # the cases of 04-06 and the namespace they were made in, made once per process
+_made: dict = {}  # the cases of 04-08 and the namespace they were made in, made once per process
 
 
 def cases_of(number: str, ns: dict) -> list[CaseSpec]:
-    """The cases of notebook `number` ("04", "05" or "06"); `ns`, its solution's namespace, gets the names of the
-    other two and the adapters the test cells show. The three notebooks' cases are made together, once per
+    """The cases of notebook `number` ("04" to "08"); `ns`, its solution's namespace, gets the names of the
+    others and the adapters the test cells show. The three notebooks' cases are made together, once per
     process (choosing the decoding cases' seeds takes minutes): a second notebook's `ns` gets the names the
     first one's got."""
     if not _made:
@@ -208,7 +209,8 @@ def all_cases(ns) -> list[CaseSpec]:
     # the pipeline tasks' adapters (starter.pipeline), under the names their test cells show
     for fn, adapter in PIPELINE_ADAPTERS.items():
         ns[f"{adapter.__name__}({fn})"] = adapter(ns[fn])
-    scripts = notebooks.solution_scripts("05_training_and_evaluation")  # the scripts' cells, each file a module
+    scripts = {**notebooks.solution_scripts("06_training"),  # the scripts' cells, each file a module
+               **notebooks.solution_scripts("07_generation_and_evaluation")}
     ns["with_train_script(train_script)"] = with_train_script(scripts["train_captioner.py"])
     ns["with_eval_script(eval_script)"] = with_eval_script(scripts["evaluate_captioner.py"])
     return (out + feature_cases(ns) + pipeline_cases(ns) + validation_cases(ns) + fit_cases(ns) + trained_cases()

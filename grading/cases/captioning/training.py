@@ -93,7 +93,7 @@ def trained_shares(checkpoint) -> dict[str, float]:
     from grading import notebooks, trained_model
     from starter.compare import case_groups, load_case, observe, share_exactly_right
 
-    stem = "05_training_and_evaluation.h5"
+    stem = f"{notebooks.TRAINED_MODEL_CELL[0]}.h5"
     names = []
     for folder in (notebooks.PUBLIC_REFERENCES, notebooks.HIDDEN_REFERENCES):
         with h5py.File(folder / stem, "r") as f:

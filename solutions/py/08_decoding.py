@@ -1,11 +1,11 @@
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_01", "locked": true, "schema_version": 3, "solution": false, "task": false}
-# # 06 · Decoding: beam search, sampling, and teacher forcing against generation
+# # 08 · Decoding: beam search, sampling, and teacher forcing against generation
 #
-# [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/attention-course-kit/attention-transformers/blob/main/notebooks/06_decoding.ipynb)
+# [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/attention-course-kit/attention-transformers/blob/main/notebooks/08_decoding.ipynb)
 #
-# The model of notebook 05 writes a caption one word at a time, and `greedy_decode` took the most likely word at every step. That is one way to choose; here you write a second, **beam search**, which keeps several partial captions and returns the most likely whole caption it finds, and a third, **sampling**, which draws each word at random from the model's distribution. Then you compare the three on your model, sort its mistakes by kind, and measure what the causal mask of its training was for: a model trained with teacher forcing writes its captions in another way than it was trained.
+# The model of notebooks 05 and 06 writes a caption one word at a time, and `greedy_decode` took the most likely word at every step. That is one way to choose; here you write a second, **beam search**, which keeps several partial captions and returns the most likely whole caption it finds, and a third, **sampling**, which draws each word at random from the model's distribution. Then you compare the three on your model, sort its mistakes by kind, and measure what the causal mask of its training was for: a model trained with teacher forcing writes its captions in another way than it was trained.
 #
-# **What you need.** The graded tasks need nothing from earlier notebooks: their checks run your `beam_search` and `sample_decode` on a tiny stand-in model. The comparisons use your trained model: your `CaptioningTransformer` and `teacher_forcing_loss` from `04_captioning_data_and_model.ipynb`, your `greedy_decode`, `evaluate_captions` and training pieces from `05_training_and_evaluation.ipynb`, and the checkpoint notebook 05 saved (`runs/captioning_transformer.pt`), all kept next to this notebook (on Colab: in the course folder or in `My Drive/Colab Notebooks`). Without one of them, the comparisons say in one line what is missing. While the notebook is being graded they are skipped. If your model does not train, the written questions can be answered from the course's reference run (`reference_run/`): each question says where.
+# **What you need.** The graded tasks need nothing from earlier notebooks: their checks run your `beam_search` and `sample_decode` on a tiny stand-in model. The comparisons use your trained model: your `CaptioningTransformer`, `teacher_forcing_loss` and `make_optimizer` from `05_captioning_model.ipynb`, your training pieces from `06_training.ipynb` (with its `train_captioner.py`), your `greedy_decode` and `evaluate_captions` from `07_generation_and_evaluation.ipynb`, and the checkpoint notebook 06 saved (`runs/captioning_transformer.pt`), all kept next to this notebook (on Colab: in the course folder or in `My Drive/Colab Notebooks`). Without one of them, the comparisons say in one line what is missing. While the notebook is being graded they are skipped. If your model does not train, the written questions can be answered from the course's reference run (`reference_run/`): each question says where.
 #
 # **How to work.** Fill in the cells marked `# YOUR CODE HERE` (delete the `raise NotImplementedError()` line) and run the test cell below each one: it prints `✓ … passed` or one line naming the likely bug. The graded version of each test cell also runs hidden cases. Don't edit or delete test cells.
 
@@ -43,24 +43,26 @@ from starter.pipeline import yours_if_it_passes
 from starter.scripts import read_log
 
 torch.manual_seed(0)
-# The comparisons need the model trained in notebook 05. While nbgrader grades (NBGRADER_EXECUTION is set)
+# The comparisons need the model trained in notebook 06. While nbgrader grades (NBGRADER_EXECUTION is set)
 # they are skipped: no graded test depends on them.
 RUN_MODEL = not os.environ.get("NBGRADER_EXECUTION")
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_load", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ## 1 · Your trained model
 #
-# The next cell loads your `CaptioningTransformer` and `make_optimizer` (notebook 04), your `greedy_decode`, `evaluate_captions` and other training pieces (notebook 05) and the checkpoint notebook 05 saved, then the dataset the model was trained on (recorded in the checkpoint). Your `evaluate_captions` is used once it passes its public check.
+# The next cell loads your `CaptioningTransformer` and `make_optimizer` (notebook 05), your training pieces (notebook 06), your `greedy_decode` and `evaluate_captions` (notebook 07) and the checkpoint notebook 06 saved, then the dataset the model was trained on (recorded in the checkpoint). Your `evaluate_captions` is used once it passes its public check.
 
 # %% nbgrader={"grade": false, "grade_id": "code_load", "locked": true, "schema_version": 3, "solution": false, "task": false}
 device = torch.device("cpu")   # beam search here decodes one image at a time: a CPU is enough
-TRAINING_PIECES = ("fit", "train_step", "lr_at_step", "validation_loss")   # for section 5, with 04's make_optimizer
+TRAINING_PIECES = ("fit", "train_step", "lr_at_step", "validation_loss")   # for section 5, with 05's make_optimizer
 trained = evaluate = None
 if RUN_MODEL:
     from starter.notebook_loader import NotebookLoadError, load_trained_captioner
+    from starter.runtime import GENERATION_NOTEBOOK, MODEL_NOTEBOOK, TRAINING_NOTEBOOK
     try:
-        trained = load_trained_captioner(device=device, also=("evaluate_captions", *TRAINING_PIECES),
-                                         also_from_04=("make_optimizer",))
+        trained = load_trained_captioner(device=device, also={MODEL_NOTEBOOK: ("make_optimizer",),
+                                                              TRAINING_NOTEBOOK: TRAINING_PIECES,
+                                                              GENERATION_NOTEBOOK: ("evaluate_captions",)})
     except NotebookLoadError as exc:
         print(f"comparisons skipped: {exc}")
 if trained is not None:
@@ -95,7 +97,7 @@ elif not RUN_MODEL:
 #
 # **Length handling.** A sum of log-probabilities only goes down with every word, so raw scores prefer short captions. Finished hypotheses are compared by their **length-normalised** score $\frac{\sum \log p}{L^{\alpha}}$, with $L$ the number of words including `<END>` and $\alpha$ = `length_penalty`: $\alpha = 0$ is the raw sum, $\alpha = 1$ the mean log-probability per word. Only this final comparison is normalised; during the search hypotheses are ranked by their raw sum (they all have the same length at a given step).
 #
-# With $k = 1$ this is greedy decoding (your `greedy_decode` of notebook 05).
+# With $k = 1$ this is greedy decoding (your `greedy_decode` of notebook 07).
 #
 # ### Task 1 · `beam_search(model, features, beam_width, max_len, start_idx=1, end_idx=2, null_idx=0, length_penalty=0.7)`
 #
@@ -235,9 +237,9 @@ if evaluate is not None and ds.name == "shapes":
 
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_q_bleu_exact", "locked": true, "schema_version": 3, "solution": false, "task": false}
-# **Question 7 (2 points).** The comparison above printed a BLEU-4 and an exact-match rate for the same captions. (a) How can a caption that matches none of its image's references still score a high BLEU-4? Name a kind of mistake on `shapes` that BLEU barely punishes (the counts above show them), and say why, in terms of the n-grams it keeps. (b) Exact match is the stricter number here; why would it be useless on COCO?
+# **Question 9 (2 points).** The comparison above printed a BLEU-4 and an exact-match rate for the same captions. (a) How can a caption that matches none of its image's references still score a high BLEU-4? Name a kind of mistake on `shapes` that BLEU barely punishes (the counts above show them), and say why, in terms of the n-grams it keeps. (b) Exact match is the stricter number here; why would it be useless on COCO?
 #
-# If your own model does not train, answer from the course's reference run: section 3 of `reference_run/06_decoding.md`, in the course repository (on Colab under `/content/attention-transformers/`), has its scores and its counts of mistake kinds.
+# If your own model does not train, answer from the course's reference run: section 3 of `reference_run/08_decoding.md`, in the course repository (on Colab under `/content/attention-transformers/`), has its scores and its counts of mistake kinds.
 #
 # Write your answer in the cell below.
 
@@ -332,15 +334,15 @@ if evaluate is not None and sampler is not None:
 
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_q_decoding", "locked": true, "schema_version": 3, "solution": false, "task": false}
-# **Question 8 (2 points).** Use the numbers and the plot above. (a) Why can beam search find a caption that greedy decoding misses? Say what it gained and what it cost here, from the printed scores and times. (b) What does the temperature do to accuracy and diversity, as measured, and for what kind of use would you pick sampling over beam search?
+# **Question 10 (2 points).** Use the numbers and the plot above. (a) Why can beam search find a caption that greedy decoding misses? Say what it gained and what it cost here, from the printed scores and times. (b) What does the temperature do to accuracy and diversity, as measured, and for what kind of use would you pick sampling over beam search?
 #
-# If your own model does not train, answer from the course's reference run: sections 3 and 4 of `reference_run/06_decoding.md`, in the course repository (on Colab under `/content/attention-transformers/`), have its printed numbers and its plot.
+# If your own model does not train, answer from the course's reference run: sections 3 and 4 of `reference_run/08_decoding.md`, in the course repository (on Colab under `/content/attention-transformers/`), have its printed numbers and its plot.
 #
 # Write your answer in the cell below.
 
 # %% [markdown] nbgrader={"grade": true, "grade_id": "q_decoding", "locked": false, "points": 2, "schema_version": 3, "solution": true, "task": false}
 # ### BEGIN SOLUTION
-# **Model answer.** (a) Greedy commits to the single most likely word at each step; a caption whose first word is slightly less likely can still be the most likely caption overall, and beam search keeps $k$ prefixes so such a caption survives until its later words make up for it. Here (first 100 validation images) the beam raised the exact match and every score, at a cost: it called the model many times as often as greedy, because this version runs the model once per step for each image's live hypotheses, one image at a time, while greedy runs it once per step for the whole batch, and it took longer (the run prints how much; the ratio of times depends on the machine). (b) Lower temperature sharpens each word's distribution: exact match rises to about greedy's; higher temperature flattens it: more different captions but more wrong words, so exact match falls (the plot). Even at the lowest temperature the 3 samples of an image are about 2 different captions, not 1: each scene has three phrasings that are about equally likely (the phrasing floor of notebook 05), sharpening keeps equally likely phrasings equally likely, so the samples still pick different phrasings, each of them correct. Sampling suits uses that want variety (several different captions for one image, dialogue, creative text, data augmentation); beam search suits one best, accurate caption.
+# **Model answer.** (a) Greedy commits to the single most likely word at each step; a caption whose first word is slightly less likely can still be the most likely caption overall, and beam search keeps $k$ prefixes so such a caption survives until its later words make up for it. Here (first 100 validation images) the beam raised the exact match and every score, at a cost: it called the model many times as often as greedy, because this version runs the model once per step for each image's live hypotheses, one image at a time, while greedy runs it once per step for the whole batch, and it took longer (the run prints how much; the ratio of times depends on the machine). (b) Lower temperature sharpens each word's distribution: exact match rises to about greedy's; higher temperature flattens it: more different captions but more wrong words, so exact match falls (the plot). Even at the lowest temperature the 3 samples of an image are about 2 different captions, not 1: each scene has three phrasings that are about equally likely (the phrasing floor of notebook 06), sharpening keeps equally likely phrasings equally likely, so the samples still pick different phrasings, each of them correct. Sampling suits uses that want variety (several different captions for one image, dialogue, creative text, data augmentation); beam search suits one best, accurate caption.
 #
 # **Rubric.** 1 point: beam keeps alternatives whose joint probability wins later, with the measured gain and cost. 1 point: the direction of the trade-off as measured (accuracy down, diversity up with temperature) and a sensible use for sampling.
 # ### END SOLUTION
@@ -348,7 +350,7 @@ if evaluate is not None and sampler is not None:
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_leaky", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ## 5 · Teacher forcing against generation: what the causal mask is for
 #
-# Your model was trained with **teacher forcing**: at every position the input holds the true caption's words, and the causal mask keeps position $t$ from seeing the words after it. Generation has no true words: the model reads its own. The cell below measures what the mask does for generation. It trains a fresh copy of your model with your training pieces and notebook 05's settings (on the dataset's stored captions), but for 150 steps and with a **leaky mask**: before each of your decoder layers runs, the mask your `forward` passes it is replaced by one that allows everything, so every word may attend to every word of the input, later ones included (your model's code is unchanged; `allow_every_word` swaps the mask on its way into each layer). It prints the leaky model's teacher-forced validation loss and its greedy exact match on the comparison's images, next to your model's (its last validation loss, as its checkpoint recorded it).
+# Your model was trained with **teacher forcing**: at every position the input holds the true caption's words, and the causal mask keeps position $t$ from seeing the words after it. Generation has no true words: the model reads its own. The cell below measures what the mask does for generation. It trains a fresh copy of your model with your training pieces and notebook 06's settings (on the dataset's stored captions), but for 150 steps and with a **leaky mask**: before each of your decoder layers runs, the mask your `forward` passes it is replaced by one that allows everything, so every word may attend to every word of the input, later ones included (your model's code is unchanged; `allow_every_word` swaps the mask on its way into each layer). It prints the leaky model's teacher-forced validation loss and its greedy exact match on the comparison's images, next to your model's (its last validation loss, as its checkpoint recorded it).
 
 # %% nbgrader={"grade": false, "grade_id": "code_leaky", "locked": true, "schema_version": 3, "solution": false, "task": false}
 def allow_every_word(model):
@@ -373,7 +375,7 @@ if evaluate is not None and ds.name == "shapes":
     pieces = TrainingPieces(**{name: yours_if_it_passes(name, trained.defs[name], instead="no leaky model")
                                for name in (*TRAINING_PIECES, "make_optimizer")})
     loss_fn = yours_if_it_passes("teacher_forcing_loss",
-                                 load_or_none("04_captioning_data_and_model.ipynb", ["teacher_forcing_loss"])["teacher_forcing_loss"],
+                                 load_or_none("05_captioning_model.ipynb", ["teacher_forcing_loss"])["teacher_forcing_loss"],
                                  instead="no leaky model")
     if not pieces.missing() and loss_fn is not None:
         seed_everything(0)
@@ -397,23 +399,23 @@ elif evaluate is None:
     print("skipped: it trains with your training pieces and evaluates with your evaluate_captions")
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_q_causal_mask", "locked": true, "schema_version": 3, "solution": false, "task": false}
-# **Question 9 (2 points).** Explain the two numbers of the leaky model printed above: (a) why its teacher-forced validation loss is what it is, compared with your model's (look at the teacher-forcing table of notebook 04, section 6: which input word does position $t$ have to predict?), and (b) why its generated captions are what they are.
+# **Question 11 (2 points).** Explain the two numbers of the leaky model printed above: (a) why its teacher-forced validation loss is what it is, compared with your model's (look at the teacher-forcing table of notebook 05, section 5: which input word does position $t$ have to predict?), and (b) why its generated captions are what they are.
 #
-# If your own model does not train, answer from the course's reference run: section 5 of `reference_run/06_decoding.md`, in the course repository (on Colab under `/content/attention-transformers/`), has the leaky model's printed numbers next to the reference model's.
+# If your own model does not train, answer from the course's reference run: section 5 of `reference_run/08_decoding.md`, in the course repository (on Colab under `/content/attention-transformers/`), has the leaky model's printed numbers next to the reference model's.
 #
 # Write your answer in the cell below.
 
 # %% [markdown] nbgrader={"grade": true, "grade_id": "q_causal_mask", "locked": false, "points": 2, "schema_version": 3, "solution": true, "task": false}
 # ### BEGIN SOLUTION
-# **Model answer.** (a) With teacher forcing the target at position $t$ is the input word at position $t+1$. Without the causal mask position $t$ can attend to position $t+1$ and simply copy that word, so the loss drops far below what predicting the next word honestly allows (below the phrasing floor notebook 05 printed in its section 2), without the model learning the language or looking at the image much. (b) At generation time there is no word $t+1$ yet: the prefix ends at $t$, so the copying shortcut has nothing to copy, and the model never learned to predict a word from the image and the words before it. What it writes then is fluent but blind: a handful of captions whatever the image (the run prints how many different ones it wrote for 100 images), so its exact match is close to zero. The low loss measured a different, easier task than captioning.
+# **Model answer.** (a) With teacher forcing the target at position $t$ is the input word at position $t+1$. Without the causal mask position $t$ can attend to position $t+1$ and simply copy that word, so the loss drops far below what predicting the next word honestly allows (below the phrasing floor notebook 06 printed in its section 2), without the model learning the language or looking at the image much. (b) At generation time there is no word $t+1$ yet: the prefix ends at $t$, so the copying shortcut has nothing to copy, and the model never learned to predict a word from the image and the words before it. What it writes then is fluent but blind: a handful of captions whatever the image (the run prints how many different ones it wrote for 100 images), so its exact match is close to zero. The low loss measured a different, easier task than captioning.
 #
 # **Rubric.** 1 point: position $t$ sees its own target (the next input word) and copies it. 1 point: at generation there is no future word, so the learned shortcut fails; the teacher-forced loss does not measure generation.
 # ### END SOLUTION
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_q_exposure_bias", "locked": true, "schema_version": 3, "solution": false, "task": false}
-# **Question 10 (2 points).** Even with a correct mask, teacher forcing trains on the *true* previous words while generation feeds back the model's *own*. (a) How can one wrong word early in a caption spoil the words after it, when the model was only ever trained on true prefixes? Look among your model's wrong captions (notebook 05's evaluation, or notebook 07's failure cases): quote one if you find one, or, if none shows it, say what kinds of mistake section 3 counted instead and why a model this well trained on `shapes` may show none. (b) Name one way to reduce it and say why it helps.
+# **Question 12 (2 points).** Even with a correct mask, teacher forcing trains on the *true* previous words while generation feeds back the model's *own*. (a) How can one wrong word early in a caption spoil the words after it, when the model was only ever trained on true prefixes? Look among your model's wrong captions (notebook 07's evaluation, or notebook 09's failure cases): quote one if you find one, or, if none shows it, say what kinds of mistake section 3 counted instead and why a model this well trained on `shapes` may show none. (b) Name one way to reduce it and say why it helps.
 #
-# If your own model does not train, look in the course's reference run, in the course repository (on Colab under `/content/attention-transformers/`): the failure cases of `reference_run/07_visualizing_attention.md` (section 7) or the wrong captions of `reference_run/06_decoding.md` (section 3, its second figure).
+# If your own model does not train, look in the course's reference run, in the course repository (on Colab under `/content/attention-transformers/`): the failure cases of `reference_run/09_visualizing_attention.md` (section 7) or the wrong captions of `reference_run/08_decoding.md` (section 3, its second figure).
 #
 # Write your answer in the cell below.
 
@@ -431,7 +433,7 @@ elif evaluate is None:
 
 # %% nbgrader={"grade": false, "grade_id": "code_check_public", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from starter.checks import check_public
-check_public("06_decoding", globals());
+check_public("08_decoding", globals());
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_summary", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ## Summary
@@ -439,13 +441,13 @@ check_public("06_decoding", globals());
 # - Generation feeds back the model's own words: **greedy** takes the argmax at every step; **beam search** keeps the $k$ best hypotheses, ranks every hypothesis × word together, narrows as hypotheses finish, and compares finished ones by length-normalised log-probability; **sampling** draws each word from the softmax at a temperature.
 # - Beam search looks for the most likely caption, at the cost of many more calls of the model (the comparison printed how many); sampling trades accuracy for diversity, steered by the temperature.
 # - BLEU and exact match measure different things; on `shapes` the kinds of mistakes can be counted.
-# - Teacher forcing trains on true prefixes, generation runs on the model's own: what the causal mask is for, measured in section 5, and what the mismatch between the two does, Question 10.
+# - Teacher forcing trains on true prefixes, generation runs on the model's own: what the causal mask is for, measured in section 5, and what the mismatch between the two does, Question 12.
 #
-# Next, **07 · Visualising attention** loads the same checkpoint and looks inside the trained model.
+# Next, **09 · Visualising attention** loads the same checkpoint and looks inside the trained model.
 #
 # ## Handing in
 #
-# Hand in your seven notebooks, `01_scaled_dot_product_attention.ipynb` to `07_visualizing_attention.ipynb`, and notebook 05's trained model, `runs/captioning_transformer.pt`, with that file name, in a `runs/` folder or next to the notebooks. Notebook 05's trained-model cell (3 points) grades that file: without it, those points are lost.
+# Hand in your nine notebooks, `01_scaled_dot_product_attention.ipynb` to `09_visualizing_attention.ipynb`, and the model notebook 06 trained, `runs/captioning_transformer.pt`, with that file name, in a `runs/` folder or next to the notebooks. Notebook 07's trained-model cell (3 points) grades that file: without it, those points are lost.
 #
 # - **Locally**, all of them are in the course folder, the folder of your notebooks; the model is in its `runs/` folder.
 # - **On Colab**, the course folder is `My Drive/attention-course` (or the `COURSE_DIR` you chose): your notebooks, and the model in `My Drive/attention-course/runs/`. A notebook you opened from its Colab badge and saved with *File → Save a copy in Drive* is in `My Drive/Colab Notebooks` instead, as `Copy of 0N_….ipynb`: hand in that file as it is (the grader knows a notebook by its number).

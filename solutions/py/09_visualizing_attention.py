@@ -1,9 +1,9 @@
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_01", "locked": true, "schema_version": 3, "solution": false, "task": false}
-# # 07 · Visualising what the Transformer learned
+# # 09 · Visualising what the Transformer learned
 #
-# [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/attention-course-kit/attention-transformers/blob/main/notebooks/07_visualizing_attention.ipynb)
+# [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/attention-course-kit/attention-transformers/blob/main/notebooks/09_visualizing_attention.ipynb)
 #
-# A trained captioning Transformer is a pile of weight matrices, but its attention weights are readable: every weight says how much one position looked at another. In this notebook you open up the model of notebooks 04–05 and look at
+# A trained captioning Transformer is a pile of weight matrices, but its attention weights are readable: every weight says how much one position looked at another. In this notebook you open up the model of notebooks 05–07 and look at
 #
 # 1. the **positional encoding** it adds to the words: its structure, and what "a shift is a rotation" means;
 # 2. **self-attention** over the words of a generated caption, for every layer and head;
@@ -11,11 +11,11 @@
 # 4. a **number** for how well that attention localises the objects, compared with chance;
 # 5. **failure cases**: wrong captions, and where the model was looking when it made the mistake.
 #
-# The graded tasks are the tools for this: turning a weight vector over regions into a grid (`attention_to_grid`), and the grid into an image-sized overlay (`upsample_attention`); picking one layer's and head's weights out of what the model returns (`collect_attention`); the localisation metric and its chance level (`localisation_accuracy`, `chance_accuracy`). They are checked on stored inputs, not on your model, so a bug in notebooks 04–06 costs no points here.
+# The graded tasks are the tools for this: turning a weight vector over regions into a grid (`attention_to_grid`), and the grid into an image-sized overlay (`upsample_attention`); picking one layer's and head's weights out of what the model returns (`collect_attention`); the localisation metric and its chance level (`localisation_accuracy`, `chance_accuracy`). They are checked on stored inputs, not on your model, so a bug in notebooks 04–08 costs no points here.
 #
 # **How to work.** Fill in the cells marked `# YOUR CODE HERE` (delete the `raise NotImplementedError()` line) and run the test cell below each one: it prints `✓ … passed`, or one line naming the likely bug. The graded version of each test cell also runs hidden cases (other grid shapes, batch dimensions, float64, gradients). Don't edit or delete test cells.
 #
-# **What you need.** The pictures use the model you trained in notebook 05: finish `04_captioning_data_and_model.ipynb` and `05_training_and_evaluation.ipynb`, run 05 to the end first (it saves `runs/captioning_transformer.pt`), and keep them next to this notebook (on Colab: in the course folder or in `My Drive/Colab Notebooks`). While the notebook is being graded, the cells that need the trained model are skipped. If your model does not train, Question 11 can be answered from the course's reference run (`reference_run/`): it says where.
+# **What you need.** The pictures use the model you trained in notebook 06: finish `05_captioning_model.ipynb` and `07_generation_and_evaluation.ipynb`, run `06_training.ipynb` to the end first (it saves `runs/captioning_transformer.pt`), and keep them next to this notebook (on Colab: in the course folder or in `My Drive/Colab Notebooks`). While the notebook is being graded, the cells that need the trained model are skipped. If your model does not train, Question 13 can be answered from the course's reference run (`reference_run/`): it says where.
 
 # %% nbgrader={"grade": false, "grade_id": "code_02", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["colab"]
 # Run this cell first. On Google Colab it installs the course kit (only what Colab lacks, once per runtime)
@@ -51,19 +51,19 @@ from starter.plotting import (overlay_attention, show_attention, show_attention_
                               show_similarity_vs_distance, show_word_overlays)
 
 torch.manual_seed(0)
-# The pictures need the model trained in notebook 05. While nbgrader grades (NBGRADER_EXECUTION is set)
+# The pictures need the model trained in notebook 06. While nbgrader grades (NBGRADER_EXECUTION is set)
 # they are skipped: no graded test depends on them.
 RUN_MODEL = not os.environ.get("NBGRADER_EXECUTION")
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_04", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ## 1 · Positional encoding, once more
 #
-# Self-attention sees a set, not a sequence; the decoder of notebook 04 knows the order of the words only because a positional code $PE(pos)$ is added to each word embedding. With $\omega_i = 10000^{-2i/d}$, column pair $i$ of $PE(pos)$ is $(\sin \omega_i pos, \cos \omega_i pos)$: a point on the unit circle that turns by $\omega_i$ radians per position.
+# Self-attention sees a set, not a sequence; the decoder of notebook 05 knows the order of the words only because a positional code $PE(pos)$ is added to each word embedding. With $\omega_i = 10000^{-2i/d}$, column pair $i$ of $PE(pos)$ is $(\sin \omega_i pos, \cos \omega_i pos)$: a point on the unit circle that turns by $\omega_i$ radians per position.
 #
 # We take the table from **your notebook 02** (its `sinusoidal_encoding`), at the size the captioning model uses. The first picture is the table itself: fast clocks on the left, slow ones on the right.
 
 # %% nbgrader={"grade": false, "grade_id": "code_05", "locked": true, "schema_version": 3, "solution": false, "task": false}
-D_MODEL_PE, MAX_LEN_PE = 64, 40          # about the size of the captioning model of notebook 04
+D_MODEL_PE, MAX_LEN_PE = 64, 40          # about the size of the captioning model of notebook 05
 pe = None
 if RUN_MODEL:
     from starter.notebook_loader import NotebookLoadError, load_definitions
@@ -230,7 +230,7 @@ print("peak pixel (y, x): bilinear", peak(smooth), "| align_corners=True", peak(
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_12", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ## 3 · Getting the attention out of the model
 #
-# Your `CaptioningTransformer` (notebook 04) returns its attention weights when asked: `model(features, captions, return_attention=True)` gives `(logits, attn)` with
+# Your `CaptioningTransformer` (notebook 05) returns its attention weights when asked: `model(features, captions, return_attention=True)` gives `(logits, attn)` with
 #
 # * `attn["self"]`: one tensor per decoder layer, `(B, heads, T, T)`: word $t$ attending to words $0..t$ (causal);
 # * `attn["cross"]`: one tensor per decoder layer, `(B, heads, T, R)`: word $t$ attending to the $R$ image regions.
@@ -283,15 +283,15 @@ check("collect/grad", collect_attention)
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_15", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ### Loading your model
 #
-# The next cell runs the set-up and answer cells of **your** `04_captioning_data_and_model.ipynb` and `05_training_and_evaluation.ipynb` (nothing else: no training, no plots) to get `CaptioningTransformer` and `greedy_decode`, then loads the weights notebook 05 trained from the checkpoint (`starter.notebook_loader.load_trained_captioner`). The notebooks are looked for in the course folder and, on Colab, in `My Drive/Colab Notebooks`. The dataset is the one recorded in the checkpoint (set `DATASET` to override it); change `CHECKPOINT` if you keep it elsewhere. Without a checkpoint the cell says in one line how to get one, and the model sections are skipped.
+# The next cell runs the set-up and answer cells of **your** `05_captioning_model.ipynb` and `07_generation_and_evaluation.ipynb` (nothing else: no training, no plots) to get `CaptioningTransformer` and `greedy_decode`, then loads the weights notebook 06 trained from the checkpoint (`starter.notebook_loader.load_trained_captioner`). The notebooks are looked for in the course folder and, on Colab, in `My Drive/Colab Notebooks`. The dataset is the one recorded in the checkpoint (set `DATASET` to override it); change `CHECKPOINT` if you keep it elsewhere. Without a checkpoint the cell says in one line how to get one, and the model sections are skipped.
 
 # %% nbgrader={"grade": false, "grade_id": "code_16", "locked": true, "schema_version": 3, "solution": false, "task": false}
-CHECKPOINT = os.path.join("runs", "captioning_transformer.pt")  # in the course folder, where 05 saved it
+CHECKPOINT = os.path.join("runs", "captioning_transformer.pt")  # in the course folder, where 06 saved it
 DATASET = None                                             # None: the dataset recorded in the checkpoint
 device = torch.device("cpu")                               # plenty for inspecting a trained model
 
 model = ds = None
-if RUN_MODEL:  # without your notebooks 04-05 or the checkpoint: one line saying what to do, and no model sections
+if RUN_MODEL:  # without your notebooks 05 and 07 or the checkpoint: one line saying what to do, and no model sections
     from starter.notebook_loader import NotebookLoadError, load_trained_captioner
     try:
         trained = load_trained_captioner(CHECKPOINT, dataset=DATASET, device=device)
@@ -584,9 +584,9 @@ if RUN_MODEL and ds.num_regions > 1 and ds.name == "shapes":
 # How to read the number. Chance is what a model that attends to a random cell would score: $1/R = 1/49 \approx 2\%$ for the exact cell, about $9/49 \approx 18\%$ for the $3\times 3$ block (objects never sit on the border of the grid here, so no block is clipped). A hit rate far above that means the words do come from looking at the right place. It will not be 100%: the attention of one step may already be on the *next* object, or spread over a large object whose centre lies near a cell border, and the decoder can also find the object through self-attention to earlier words instead of looking again. The headline number is the last layer's, the layer whose output becomes the word; the best single map can be another layer's, and this run prints which, under its table, with whether one head localises better than the mean of its layer's heads: heads share the work (one may follow the named object while the others look at the background, at the other object, or at nothing in particular), so a head can be sharper than the mean or blurrier, and an earlier layer may already have found the object that the last layer no longer needs to look at.
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_q_heads_mean", "locked": true, "schema_version": 3, "solution": false, "task": false}
-# **Question 11 (2 points).** The table above gives the localisation accuracy of every head of every layer and of the mean of each layer's heads, and the printout compares the best head of the last layer with the mean of its heads. (a) In your run, which localises the objects better: the last layer's best head, or the mean of its heads? Why can the mean of the heads do better than every single head, and why could one head do better than the mean in another model? (b) What does this say about reading an attention map as an explanation of why the model wrote a word?
+# **Question 13 (2 points).** The table above gives the localisation accuracy of every head of every layer and of the mean of each layer's heads, and the printout compares the best head of the last layer with the mean of its heads. (a) In your run, which localises the objects better: the last layer's best head, or the mean of its heads? Why can the mean of the heads do better than every single head, and why could one head do better than the mean in another model? (b) What does this say about reading an attention map as an explanation of why the model wrote a word?
 #
-# If your own model does not train, answer from the course's reference run: section 6 of `reference_run/07_visualizing_attention.md`, in the course repository (on Colab under `/content/attention-transformers/`), has its table and its printout.
+# If your own model does not train, answer from the course's reference run: section 6 of `reference_run/09_visualizing_attention.md`, in the course repository (on Colab under `/content/attention-transformers/`), has its table and its printout.
 #
 # Write your answer in the cell below.
 
@@ -600,7 +600,7 @@ if RUN_MODEL and ds.num_regions > 1 and ds.name == "shapes":
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_29", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ## 7 · Failure cases
 #
-# Now the captions that are **wrong**: the generated sentence matches none of the image's reference captions. For each we print both and show the attention of every word, with the true objects outlined. Notebook 06 counted the kinds of mistake: on `shapes` most wrong captions **reverse a relation**, the right two objects in the wrong order ("a small red square above a large green cross" when the cross is above the square); the few others, where there are any, get an attribute wrong (a colour, shape, size or position) or leave an object out or add one: notebook 06's counts say which occur in your run. Read the attention of each word. In a reversal whose object words attend to their own objects, the model found both objects and got wrong *which is where*: a relation is read off where the two objects are relative to each other, not off what either region contains. A wrong colour or shape whose attention lies on the *other* object says instead that the model looked at the wrong place and named what it saw there.
+# Now the captions that are **wrong**: the generated sentence matches none of the image's reference captions. For each we print both and show the attention of every word, with the true objects outlined. Notebook 08 counted the kinds of mistake: on `shapes` most wrong captions **reverse a relation**, the right two objects in the wrong order ("a small red square above a large green cross" when the cross is above the square); the few others, where there are any, get an attribute wrong (a colour, shape, size or position) or leave an object out or add one: notebook 08's counts say which occur in your run. Read the attention of each word. In a reversal whose object words attend to their own objects, the model found both objects and got wrong *which is where*: a relation is read off where the two objects are relative to each other, not off what either region contains. A wrong colour or shape whose attention lies on the *other* object says instead that the model looked at the wrong place and named what it saw there.
 
 # %% nbgrader={"grade": false, "grade_id": "code_30", "locked": true, "schema_version": 3, "solution": false, "task": false}
 if RUN_MODEL and ds.num_regions > 1 and ds.name == "shapes":
@@ -619,7 +619,7 @@ if RUN_MODEL and ds.num_regions > 1 and ds.name == "shapes":
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_31", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ## 8 · Other features: COCO grids and CS231n fc7 vectors
 #
-# **COCO grid features** (`load_dataset("coco-grid")`, built by `python -m starter.build_coco_grid`) have the same $7 \times 7$ layout, so sections 4, 5 and 7 work unchanged on a model trained on them in notebook 05: set `CHECKPOINT` in section 3 to `runs/captioning_transformer_coco-grid.pt`, where that run saves it (the dataset is read from the checkpoint) and draw the attention over real photographs. That file has no object annotations, so section 6 (the number) is skipped and the overlays are the evidence. Expect them to be noisier than on the shapes: words like "a", "of", "with" have no place in the image, objects spread over several cells, and a $7 \times 7$ grid is coarse.
+# **COCO grid features** (`load_dataset("coco-grid")`, built by `python -m starter.build_coco_grid`) have the same $7 \times 7$ layout, so sections 4, 5 and 7 work unchanged on a model trained on them in notebook 06: set `CHECKPOINT` in section 3 to `runs/captioning_transformer_coco-grid.pt`, where that run saves it (the dataset is read from the checkpoint) and draw the attention over real photographs. That file has no object annotations, so section 6 (the number) is skipped and the overlays are the evidence. Expect them to be noisier than on the shapes: words like "a", "of", "with" have no place in the image, objects spread over several cells, and a $7 \times 7$ grid is coarse.
 #
 # **CS231n fc7 features** (`load_dataset("coco-fc7")`) are one 512-dimensional vector per image: $R = 1$ memory token. Cross-attention then has nothing to choose from: a softmax over one key is $e^{s}/e^{s} = 1$, whatever the query. Every word "attends" 100% to the only token, and the context it receives is a projection of the same image vector at every step: the single-context bottleneck of the RNN encoder-decoder from the lecture, in Transformer clothing. There is no map to draw; with fc7 features only the self-attention (section 4) is worth looking at. A one-region attention layer shows it directly:
 
@@ -640,7 +640,7 @@ if RUN_MODEL and ds.num_regions == 1:
 
 # %% nbgrader={"grade": false, "grade_id": "code_check_public", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from starter.checks import check_public
-check_public("07_visualizing_attention", globals());
+check_public("09_visualizing_attention", globals());
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_33", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ## Summary
@@ -654,7 +654,7 @@ check_public("07_visualizing_attention", globals());
 #
 # ## Handing in
 #
-# Hand in your seven notebooks, `01_scaled_dot_product_attention.ipynb` to `07_visualizing_attention.ipynb`, and notebook 05's trained model, `runs/captioning_transformer.pt`, with that file name, in a `runs/` folder or next to the notebooks. Notebook 05's trained-model cell (3 points) grades that file: without it, those points are lost.
+# Hand in your nine notebooks, `01_scaled_dot_product_attention.ipynb` to `09_visualizing_attention.ipynb`, and the model notebook 06 trained, `runs/captioning_transformer.pt`, with that file name, in a `runs/` folder or next to the notebooks. Notebook 07's trained-model cell (3 points) grades that file: without it, those points are lost.
 #
 # - **Locally**, all of them are in the course folder, the folder of your notebooks; the model is in its `runs/` folder.
 # - **On Colab**, the course folder is `My Drive/attention-course` (or the `COURSE_DIR` you chose): your notebooks, and the model in `My Drive/attention-course/runs/`. A notebook you opened from its Colab badge and saved with *File → Save a copy in Drive* is in `My Drive/Colab Notebooks` instead, as `Copy of 0N_….ipynb`: hand in that file as it is (the grader knows a notebook by its number).

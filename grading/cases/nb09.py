@@ -1,7 +1,7 @@
-"""Reference cases of notebook 07 (visualising attention).
+"""Reference cases of notebook 09 (visualising attention).
 
-The graded tools of notebook 07 are checked on stored inputs only, never on a trained model, so a bug
-in a student's notebooks 04-06 costs no points here. Public cases (public=True) are what students see;
+The graded tools of notebook 09 are checked on stored inputs only, never on a trained model, so a bug
+in a student's notebooks 04-08 costs no points here. Public cases (public=True) are what students see;
 hidden ones use batch dimensions, non-square grids, float64, a single region (fc7 features), an
 all-zero map, large radii and gradients. Variants are known bugs, written here independently of the
 solution, that the check names.
