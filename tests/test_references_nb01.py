@@ -5,6 +5,8 @@ formula, causal masks against `numpy.tril`, gradients against autograd through P
 """
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -93,3 +95,33 @@ def test_cases_cover_the_curriculum():
     assert targets == {"attention_loop", "scaled_dot_product_attention", "causal_mask", "SelfAttention"}
     graded = [n for n in _names() if _load(n).grad_wrt]
     assert graded, "at least one gradient check"
+
+
+def test_question_3s_model_answer_is_what_the_polarity_cell_prints():
+    """Q3: the polarity cell, run on the solution's answers, prints what the model answer says: PyTorch's attention
+    agrees with the student's under a bool mask, an additive mask and is_causal; flipped, query 0 sees only its
+    future and the last query nothing (NaN weights from the student's softmax; zeros or NaN from PyTorch's, by
+    version); a mask of ones and zeros added to the scores lets the future in, an additive -inf mask does not."""
+    import contextlib
+    import io
+
+    from grading import notebooks as nbs
+
+    stem = "01_scaled_dot_product_attention"
+    ns = dict(nbs.solution(stem))
+    (cell,) = [c for c in nbs.read(nbs.SOLUTIONS / f"{stem}.ipynb").cells
+               if nbs.nbgrader_meta(c).get("grade_id") == "code_torch_sdpa"]
+    with contextlib.redirect_stdout(io.StringIO()) as out:
+        exec(cell.source, ns)
+    printed = out.getvalue()
+    for name in ("a bool mask", "an additive float mask", "is_causal=True"):
+        assert f"yours == PyTorch's with {name}: True" in printed, printed
+    assert "query 0 may attend to keys [1, 2, 3, 4], the last query to []" in printed, printed
+    yours, theirs = re.search(r"from yours: \[(.*?)\], its output from PyTorch's \(version [^)]*\): \[(.*?)\]", printed).groups()
+    assert set(yours.split(", ")) == {"nan"}, yours
+    assert set(theirs.split(", ")) in ({"0.0"}, {"nan"}), theirs
+    assert "with the additive mask, query 0's output moves when its future changes: False" in printed
+    assert "with the bool mask cast to float (1.0 / 0.0), query 0's output moves when its future changes: True" in printed
+    answer = [c.source for c in nbs.read(nbs.SOLUTIONS / f"{stem}.ipynb").cells
+              if nbs.nbgrader_meta(c).get("grade_id") == "q_polarity"][0]
+    assert "keys 1 to 4, its future" in answer and "NaN weights" in answer and "an output of zeros" in answer

@@ -113,8 +113,8 @@ def test_cases_cover_the_notebook():
     assert sum(c.expects_error for c in cases) >= 2
 
 
-def test_question_3s_model_answer_holds_for_the_solutions_encoding():
-    """Q3: PE(p)·PE(p+k) = sum_i cos(omega_i k) for every start p, the same for +k and -k; a rotation M(phi) of each
+def test_question_4s_model_answer_holds_for_the_solutions_encoding():
+    """Q4: PE(p)·PE(p+k) = sum_i cos(omega_i k) for every start p, the same for +k and -k; a rotation M(phi) of each
     frequency pair between the two codes makes the score peak at the signed offset k = -phi."""
     ns = nbs.execute_definitions(nbs.SOLUTIONS / f"{STEM}.ipynb")
     d, phi = 16, 3

@@ -7,7 +7,7 @@
 #
 # 1. **attention as a weighted average**, written with explicit loops so every number is visible;
 # 2. the **vectorised** `scaled_dot_product_attention(q, k, v, mask=None)` that works for any number of batch dimensions;
-# 3. a **causal mask** that stops a position from looking at the future;
+# 3. a **causal mask** that stops a position from looking at the future, and how PyTorch's own attention and `nn.MultiheadAttention` read a mask;
 # 4. a **self-attention layer** with learned projections $W_q, W_k, W_v$.
 #
 # Along the way you will measure *why* the scores are divided by $\sqrt{d_k}$ and see that attention, on its own, does not know the order of its inputs.
@@ -304,6 +304,48 @@ plt.show()
 # **Rubric.** 1 point: the algebra of (a) (the normaliser $Z$ cancels). 1 point: underflow/precision with large blocked scores (or an equivalent numerical argument); the fully blocked row alone earns half a point.
 # ### END SOLUTION
 
+# %% [markdown] nbgrader={"grade": false, "grade_id": "md_torch_sdpa", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# ### PyTorch's attention, and which way a mask points
+#
+# From here on you may use PyTorch's own `F.scaled_dot_product_attention` (on a GPU it picks a fused kernel). Its boolean `attn_mask` follows your convention, **True = may attend**; a float `attn_mask` is *added* to the scores; `is_causal=True` makes the causal mask itself. `nn.MultiheadAttention` reads its boolean masks (`key_padding_mask`, and `attn_mask` when it is boolean) the other way round: **True = blocked**. Mixing the two up raises no error, since the shapes fit. The cell below compares your function with PyTorch's under each kind of mask, then passes the causal mask flipped, and as a float tensor of ones and zeros.
+
+# %% nbgrader={"grade": false, "grade_id": "code_torch_sdpa", "locked": true, "schema_version": 3, "solution": false, "task": false}
+T = 5
+q, k, v = torch.randn(2, T, 8), torch.randn(2, T, 8), torch.randn(2, T, 4)
+allowed = causal_mask(T)                                             # True = may attend
+yours, _ = scaled_dot_product_attention(q, k, v, mask=allowed)
+additive = nn.Transformer.generate_square_subsequent_mask(T)        # PyTorch's float causal mask: 0 or -inf
+for name, theirs in (("a bool mask", F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)),
+                     ("an additive float mask", F.scaled_dot_product_attention(q, k, v, attn_mask=additive)),
+                     ("is_causal=True", F.scaled_dot_product_attention(q, k, v, is_causal=True))):
+    print(f"yours == PyTorch's with {name}: {torch.allclose(yours, theirs, atol=1e-5)}")
+
+flipped = ~allowed                                                   # nn.MultiheadAttention's reading: True = blocked
+_, w_flipped = scaled_dot_product_attention(q, k, v, mask=flipped)
+print(f"flipped: query 0 may attend to keys {flipped[0].nonzero().flatten().tolist()}, the last query to "
+      f"{flipped[-1].nonzero().flatten().tolist()}; the last query's weights from yours: "
+      f"{[round(x, 3) for x in w_flipped[0, -1].tolist()]}, its output from PyTorch's (version {torch.__version__}): "
+      f"{[round(x, 3) for x in F.scaled_dot_product_attention(q, k, v, attn_mask=flipped)[0, -1].tolist()]}")
+
+future_moved = v.clone()
+future_moved[:, 1:] += 1.0                                           # other values for keys 1 .. T-1: query 0's future
+for name, mask in (("the additive mask", additive), ("the bool mask cast to float (1.0 / 0.0)", allowed.float())):
+    before = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)[:, 0]
+    after = F.scaled_dot_product_attention(q, k, future_moved, attn_mask=mask)[:, 0]
+    print(f"with {name}, query 0's output moves when its future changes: {not torch.allclose(before, after)}")
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "md_q_polarity", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# **Question 3 (2 points).** Use what the cell above printed. (a) With the causal mask flipped, as `nn.MultiheadAttention` would read it, which keys may query 0 attend to, and what did the last query get from your function and from PyTorch's? A model trained with this mask raises no error: what would it learn, and why is that worse than an error? (b) A float mask is added to the scores. Why does the boolean mask cast to float (1.0 where allowed, 0.0 where blocked) block nothing, as the last line shows? What must an additive mask hold instead?
+#
+# Write your answer in the cell below.
+
+# %% [markdown] nbgrader={"grade": true, "grade_id": "q_polarity", "locked": false, "points": 2, "schema_version": 3, "solution": true, "task": false}
+# ### BEGIN SOLUTION
+# **Model answer.** (a) Flipped, query 0 may attend only to keys 1 to 4, its future, and not to itself; every query sees only the keys after it, and the last query sees none. For that row your function returns NaN weights: every score is $-\infty$, so the softmax is $0/0$. PyTorch's function, in the version printed, returns an output of zeros for a row with no key left; versions before it give NaN as yours does. Nothing fails: the shapes fit, and with PyTorch's zeros not even a NaN shows. A model trained with the flipped mask reads the words after each position, among them the word it has to predict, so its training loss falls far and fast; when it generates, those words do not exist yet and its captions are bad (notebook 08 measures a leaky mask). An error would have shown the bug at once; a model that trains and then fails at generation hides it. (b) Adding 1.0 to the allowed scores and 0.0 to the blocked ones shifts the scores, but a blocked key keeps a finite score and so a positive weight $e^{s}/Z$: the future still enters query 0's output, which is why it moved when the future values changed. An additive mask must hold 0 where attending is allowed and $-\infty$ (or a number so negative that its exponential is 0) where it is blocked, as `additive` does.
+#
+# **Rubric.** 1 point (a): the keys (the future only, the last query none), NaN from the softmax of all $-\infty$ against PyTorch's zeros (or NaN, by version), and why a silent leak is worse (it trains and fails at generation). 1 point (b): a finite added score keeps a positive weight; the blocked entries must be $-\infty$ and the allowed 0. Half a point for (b) without the reason.
+# ### END SOLUTION
+
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_15", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ## 6 · Attention does not know about order
 #
@@ -412,6 +454,7 @@ check_public("01_scaled_dot_product_attention", globals());
 # - Attention computes a fresh context for every query: scores, a softmax over the keys, a weighted average of the values.
 # - Dot-product scores have variance $d_k$; dividing by $\sqrt{d_k}$ keeps the softmax from saturating.
 # - Masks are applied by setting scores to $-\infty$ before the softmax; the causal mask keeps $s \le t$.
+# - PyTorch's `F.scaled_dot_product_attention` reads a boolean mask as you do (True = may attend) and adds a float mask to the scores (0 or $-\infty$); `nn.MultiheadAttention` reads a boolean mask the other way round (True = blocked). A flipped mask raises no error.
 # - Self-attention is permutation equivariant: it needs positional information to read sequences, which is the topic of **02 · Positional encoding**.
 #
 # ## Handing in

@@ -268,7 +268,7 @@ plt.show()
 # The three curves lie on top of each other: the similarity is a function of the distance alone. (The dot product cannot tell $+k$ from $-k$; attention layers recover the direction through their learned projections $W_q$, $W_k$, which can implement the rotations of section 4.)
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_q_offset", "locked": true, "schema_version": 3, "solution": false, "task": false}
-# **Question 3 (2 points).** The plot above shows the similarity $PE(p) \cdot PE(p+k)$ as the same curve for every start $p$. (a) Show it from the formula: write the dot product as a sum over the frequency pairs $(\sin \omega_i t, \cos \omega_i t)$ and simplify it. (b) That sum is the same for $+k$ and $-k$, yet a head can attend to the word *before* rather than the word after. A head's score is $q \cdot k = (W_q x_p) \cdot (W_k x_{p+k})$, not $PE \cdot PE$: explain, with section 4's rotation, how the projections can make the score depend on the sign of the offset.
+# **Question 4 (2 points).** The plot above shows the similarity $PE(p) \cdot PE(p+k)$ as the same curve for every start $p$. (a) Show it from the formula: write the dot product as a sum over the frequency pairs $(\sin \omega_i t, \cos \omega_i t)$ and simplify it. (b) That sum is the same for $+k$ and $-k$, yet a head can attend to the word *before* rather than the word after. A head's score is $q \cdot k = (W_q x_p) \cdot (W_k x_{p+k})$, not $PE \cdot PE$: explain, with section 4's rotation, how the projections can make the score depend on the sign of the offset.
 #
 # Write your answer in the cell below.
 
