@@ -131,7 +131,8 @@ def header(stem: str, date: str) -> list[str]:
             "the course's own answers to every task of notebooks 01 to 09, run top to bottom on the default `shapes` "
             "data, with notebook 06's model trained in full. **Answer from your own run** when your notebooks run; if "
             "your model of notebooks 05 and 06 does not train, answer the written questions from these numbers and "
-            "figures instead, and say so in your answer. Your own numbers would differ a little: every run does.", "",
+            "figures instead, and say so in your answer. Your own numbers will differ: every run does, and a model "
+            "built with PyTorch's layers (`LAYERS = \"torch\"`) more.", "",
             f"This file is `reference_run/{stem}.md` in the course repository, its figures the PNG files of "
             f"`reference_run/{stem}/`. On Colab the first cell of each notebook put the course in "
             f"`{COLAB_KIT}`: open the folder icon on the left, then `attention-transformers/reference_run/` (a double "

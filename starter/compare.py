@@ -652,7 +652,8 @@ def diagnose(case: Case, obs: Observation) -> Diagnosis | None:
         if obs.dtypes.get(out_name) != want_dtype or value.dtype != want.dtype:  # the name and the data agree
             hint = ""
             if want.dtype.kind == "f":
-                hint = " (don't hard-code a dtype: create new tensors with the inputs' dtype, e.g. `dtype=q.dtype`)"
+                hint = (" (return the dtype the task names; where it names none, make new tensors in the inputs' dtype, "
+                        "e.g. `dtype=q.dtype`, not a fixed one)")
             elif want.dtype == bool:
                 hint = " (return a boolean tensor, e.g. from a comparison or `.bool()`)"
             return Diagnosis("wrong dtype", f"{what}: `{out_name}` has dtype {obs.dtypes.get(out_name)}, expected {want_dtype}{hint}.")

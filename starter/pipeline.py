@@ -473,6 +473,7 @@ PUBLIC_CASES = {
     "validation_loss": ("validation/basic", with_batches),
     "fit": ("fit/basic", with_loader),
     "evaluate_captions": ("evaluate/basic", with_split),
+    "greedy_decode": ("greedy/basic", with_model),
     "sample_decode": ("sample/basic", with_sampler),
     # the model and its loss (notebook 05), as notebook 06 takes them over
     "CaptioningTransformer": ("captioner/basic", lambda model_class: model_class),

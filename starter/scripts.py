@@ -533,7 +533,7 @@ def _available(name: str) -> torch.device:
 
 
 _CHECKED = ("CaptioningTransformer", "teacher_forcing_loss", "make_optimizer", "lr_at_step", "train_step",
-            "validation_loss", "evaluate_captions")  # the pieces with a public case of their own; decoders are checked where used
+            "validation_loss", "greedy_decode", "evaluate_captions")  # the pieces with a public case of their own
 
 
 # ---- the checks' stand-in experiment ---------------------------------------------------------------------------

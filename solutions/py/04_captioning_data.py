@@ -71,7 +71,7 @@ torch.manual_seed(0)
 #
 # ### The data
 #
-# The default dataset, `shapes`, is generated: scenes of one or two coloured shapes on a grid, captioned in several phrasings ("a small red circle in the top left", "in the top left there is a small red circle"), with $7 \times 7$ grid features of a pretrained EfficientNet and the small images kept for display. It trains on a laptop CPU (notebook 06 prints how long it took on yours) and its captions can be checked by eye. COCO (notebook 06, section 3) uses the same interface. The dataset is chosen here, in one line: a dataset that is not on disk is an error naming the command that fetches it.
+# The default dataset, `shapes`, is generated: scenes of one or two coloured shapes on a grid, captioned in several phrasings ("a small red circle in the top left", "in the top left there is a small red circle"), with $7 \times 7$ grid features of a pretrained EfficientNet and the small images kept for display. It trains on a laptop CPU (notebook 06 prints how long it took on yours) and its captions can be checked by eye. COCO (notebook 06, section 3) uses the same interface. The dataset is chosen here, in one line: `shapes` is built on first use, and a COCO dataset that is not on disk is an error naming the command that fetches it.
 
 # %% nbgrader={"grade": false, "grade_id": "code_05", "locked": true, "schema_version": 3, "solution": false, "task": false}
 DATASET = "shapes"   # or "coco-fc7" (CS231n features: python -m data.coco_cs231n), "coco-grid" (python -m starter.build_coco_grid)

@@ -59,7 +59,7 @@ torch.manual_seed(0)
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_from04", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ## 1 · The data, and your pieces from notebook 04
 #
-# The dataset is chosen here, in one line (`shapes` by default): a dataset that is not on disk is an error naming the command that fetches it. Then your pieces of notebook 04 are loaded and each one runs its public check; the line printed for each says whether yours is used.
+# The dataset is chosen here, in one line (`shapes` by default): `shapes` is built on first use, and a COCO dataset that is not on disk is an error naming the command that fetches it. Then your pieces of notebook 04 are loaded and each one runs its public check; the line printed for each says whether yours is used.
 
 # %% nbgrader={"grade": false, "grade_id": "code_data05", "locked": true, "schema_version": 3, "solution": false, "task": false}
 DATASET = "shapes"   # or "coco-fc7" (CS231n features: python -m data.coco_cs231n), "coco-grid" (python -m starter.build_coco_grid)

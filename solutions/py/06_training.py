@@ -63,7 +63,7 @@ torch.manual_seed(0)
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_from04", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ## 1 · The data, and your pieces from notebooks 04 and 05
 #
-# The dataset is chosen here, in one line (`shapes` by default; COCO in section 3): a dataset that is not on disk is an error naming the command that fetches it. Then your pieces of notebooks 04 and 05 are loaded and each one this notebook calls runs its public check (`caption_loss` runs inside `teacher_forcing_loss`); the line printed for each says whether yours is used.
+# The dataset is chosen here, in one line (`shapes` by default; COCO in section 3): `shapes` is built on first use, and a COCO dataset that is not on disk is an error naming the command that fetches it. Then your pieces of notebooks 04 and 05 are loaded and each one this notebook calls runs its public check (`caption_loss` runs inside `teacher_forcing_loss`); the line printed for each says whether yours is used.
 
 # %% nbgrader={"grade": false, "grade_id": "code_data05", "locked": true, "schema_version": 3, "solution": false, "task": false}
 DATASET = "shapes"   # or "coco-fc7" (CS231n features: python -m data.coco_cs231n), "coco-grid" (python -m starter.build_coco_grid)
@@ -88,7 +88,7 @@ model_ready = (yours_if_it_passes("CaptioningTransformer", CaptioningTransformer
 make_optimizer = yours_if_it_passes("make_optimizer", mine["make_optimizer"], instead=untrained)
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_layers", "locked": true, "schema_version": 3, "solution": false, "task": false}
-# The model uses a decoder layer and a positional encoding with the interfaces of notebooks 02–03, as in notebook 05: yours (`LAYERS = "mine"`, loaded from your notebooks 02 and 03, which must pass their public checks) or PyTorch's (`LAYERS = "torch"`). Either way the rest of the notebook is the same.
+# The model uses a decoder layer and a positional encoding with the interfaces of notebooks 02–03, as in notebook 05: yours (`LAYERS = "mine"`, loaded from your notebooks 02 and 03, which must pass their public checks) or PyTorch's (`LAYERS = "torch"`). Either way the rest of the notebook is the same. The training script, a program of its own, does not read `LAYERS`: it uses your layers when notebooks 02 and 03 pass their checks, else PyTorch's, and prints which.
 
 # %% nbgrader={"grade": false, "grade_id": "code_layers", "locked": true, "schema_version": 3, "solution": false, "task": false}
 LAYERS = "mine"   # or "torch": PyTorch-backed layers with the same interface (starter/layers.py)
@@ -373,7 +373,7 @@ check("train_script/resume_after_crash", with_train_script(train_script))
 # *How this check works:* `with_train_script(train_script)` calls your script's `main` with command lines and a stand-in experiment: a tiny model, a few rows of data, a made-up schedule, and a step that does not train but moves the weights by the batch, the rate, a drift kept in the optimiser's state and a random draw. A resume that loses any of these ends with other weights. It compares the final checkpoint's weights, the log and how each command line ended with the stored ones.
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_step_2", "locked": true, "schema_version": 3, "solution": false, "task": false}
-# **Settings.** The script's defaults are the `shapes` settings: a small model (2 layers, $d_{model} = 64$, 4 heads, about 0.14 M parameters) trains 700 steps; the script prints a line every 100 steps and the training cell prints how long the run took on your machine. It trains without dropout: 700 steps of 64 captions see each of the 9000 training captions about 5 times, too few to overfit (the validation loss still falls at the end, see the curve below). The COCO settings, with far more parameters per caption, keep it (`CONFIGS` below, and section 3). When nbgrader runs this notebook, `GRADING` is True and nothing trains (the overfit check and the script's runs are skipped): the graded tests don't depend on training at all, and notebook 07's trained-model cell measures the checkpoint you hand in.
+# **Settings.** The script's defaults are the `shapes` settings: a small model (2 layers, $d_{model} = 64$, 4 heads, about 0.145 M parameters) trains 700 steps; the script prints a line every 100 steps and the training cell prints how long the run took on your machine. It trains without dropout: 700 steps of 64 captions see each of the 9000 training captions about 5 times, too few to overfit (the validation loss ends near its lowest: see the curve below). The COCO settings, with far more parameters per caption, keep it (`CONFIGS` below, and section 3). When nbgrader runs this notebook, `GRADING` is True and nothing trains (the overfit check and the script's runs are skipped): the graded tests don't depend on training at all, and notebook 07's trained-model cell measures the checkpoint you hand in.
 #
 # **Sanity check first: overfit one small batch.** Before a long run, train a fresh model on one batch of 8 captions, as at the end of notebook 05, but now with your `train_step`: a correct step drives the loss close to zero. If it stalls while notebook 05's memorisation passed, look at the step (the learning rate it sets, the gradients it clears, the loss it returns).
 

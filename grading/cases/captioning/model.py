@@ -43,8 +43,10 @@ FORWARD_BUGS = {
                        "below the diagonal), or each word sees the word it must predict.", dict(mask="none")),
     "mask_plus_one": ("causal mask off by one: it lets position t see word t+1; position t may attend to 0..t "
                       "(.tril(), diagonal 0).", dict(mask="plus_one")),
-    "mask_strict": ("causal mask off by one: position t must also attend to itself (.tril() keeps the diagonal; "
-                    ".tril(-1) leaves the first word nothing to attend to).", dict(mask="strict")),
+    "mask_strict": ("causal mask wrong: a row of it allows no key at all (the first word's, when position t may not "
+                    "attend to itself; the last word's, when the mask is inverted), and a softmax over no key is NaN. "
+                    "Position t attends to 0..t, itself included, and tgt_mask is True where attention is ALLOWED.",
+                    dict(mask="strict")),
     "mask_inverted": ("causal mask inverted: our tgt_mask is True where attention is ALLOWED (the lower triangle).",
                       dict(mask="inverted")),
     "mask_upper": ("causal mask is the upper triangle: tgt_mask is True where attention is ALLOWED, i.e. on and "

@@ -275,8 +275,8 @@ EVALUATE_BUGS = {
     "one_reference": "captions are scored against one reference only: each is scored against all the references of its image.",
     "end_kept": "the <END> token is part of the caption text: stop before it.",
     "no_stop_at_end": "words after <END> are kept: stop at the first <END>.",
-    "exact_first_reference": "exact match compares with the first reference only: a caption matching any of the "
-                             "image's references counts.",
+    "exact_first_reference": "exact match is too low: a caption counts when its words, as `tokenize` splits them "
+                             "(case and punctuation aside), equal those of any one of its image's references.",
     "exact_percent": "exact_match is a percentage: return the fraction (between 0 and 1).",
     "unk_dropped": "<UNK> is left out of the captions: skip only <NULL> and <START> (the model did say a word, one "
                    "the vocabulary does not have), and stop at <END>.",
@@ -604,7 +604,7 @@ TRAIN_SCRIPT_BUGS = {
                           "checkpoint's weights into the model too.",
     "step_not_returned": "after --resume the run starts over at step 0 (schedule, batches and log begin again): "
                          "restore returns the number of steps the checkpoint's run had done.",
-    "objects_saved": "a resumed run stops because the checkpoint cannot be read back: torch.load(weights_only=True) "
+    "objects_saved": "the checkpoint cannot be read back: torch.load(weights_only=True) "
                      "refuses Python objects, so a checkpoint holds tensors, numbers and state dicts, not the "
                      "optimiser object itself.",
 }
