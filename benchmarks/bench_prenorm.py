@@ -1,5 +1,5 @@
 """Pre-norm vs post-norm, with and without a learning-rate warm-up: the small experiment behind notebook 03's
-question 5.
+question 6.
 
     python benchmarks/bench_prenorm.py [--layers 12] [--steps 300] [--lrs 1e-3 3e-3] [--warmup 100]
 

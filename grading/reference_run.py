@@ -1,6 +1,6 @@
 """The reference run: what the solution notebooks printed and drew for the written questions, for the student copy.
 
-Notebook 07's question 9, notebook 08's questions 10 to 13 and notebook 09's question 14 ask about numbers and figures
+Notebook 07's question 10, notebook 08's questions 11 to 14 and notebook 09's question 15 ask about numbers and figures
 of the student's own run: the bottleneck experiment, the greedy/beam comparison, the kinds of mistakes, the sampling
 plot, the leaky-mask experiment, the wrong captions, the localisation table. A student whose model of notebooks 05-06
 does not train has nothing to answer

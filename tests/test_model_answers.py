@@ -44,8 +44,8 @@ def _scores(line: str) -> dict[str, float]:
     return {k: float(v) for k, v in re.findall(r"(BLEU-\d|CIDEr|ROUGE-L) " + NUMBER, line)}
 
 
-def test_q10_the_mistake_bleu_barely_punishes_is_the_commonest(printed):
-    """Q10 names the relation swap as the shapes mistake BLEU-4 barely punishes: it is the commonest kind of
+def test_q11_the_mistake_bleu_barely_punishes_is_the_commonest(printed):
+    """Q11 names the relation swap as the shapes mistake BLEU-4 barely punishes: it is the commonest kind of
     greedy's mistakes in notebook 08's comparison."""
     assert "Swapping the two objects of a relation" in _model_answer("08_decoding", "q_bleu_exact")
     counts = dict(re.findall(r"(\w+) (\d+)", re.search(r"greedy +: (.*)", printed["08_decoding"]).group(1)))
@@ -53,8 +53,8 @@ def test_q10_the_mistake_bleu_barely_punishes_is_the_commonest(printed):
     assert max(wrong, key=wrong.get) == "relation", wrong
 
 
-def test_q12_the_leaky_model_copies_and_then_writes_one_caption(printed):
-    """Q12 (notebook 08): the leaky model's teacher-forced loss is far below notebook 06's phrasing floor and the
+def test_q13_the_leaky_model_copies_and_then_writes_one_caption(printed):
+    """Q13 (notebook 08): the leaky model's teacher-forced loss is far below notebook 06's phrasing floor and the
     honest model's; it writes a handful of captions whatever the image; its exact match is close to zero."""
     text = printed["08_decoding"]
     answer = _model_answer("08_decoding", "q_causal_mask")
@@ -73,7 +73,7 @@ def test_q12_the_leaky_model_copies_and_then_writes_one_caption(printed):
 def test_section_4_compares_one_short_budget_and_attention_wins(printed):
     """Notebook 07, section 4: two runs of 150 steps, each fewer than a quarter of the 700 of notebook 06's run (as its text
     says; a claim in steps, which every machine takes alike, not in seconds, which vary from run to run), and
-    attention over the regions beats one pooled vector by far on the same budget, as Question 9's model answer
+    attention over the regions beats one pooled vector by far on the same budget, as Question 10's model answer
     says: several times the exact match, a clearly lower validation loss, and the one vector's captions put objects
     in the wrong position."""
     text = printed["07_generation_and_evaluation"]
@@ -96,8 +96,8 @@ def test_section_4_compares_one_short_budget_and_attention_wins(printed):
     assert "position" in re.findall(r"one vector: .*\| (\w+)", text), text[-800:]
 
 
-def test_q11_beam_search_gains_at_many_more_model_calls_and_sampling_trades_accuracy(printed):
-    """Q11: beam raised the exact match and every score, calling the model many times as often as greedy and taking
+def test_q12_beam_search_gains_at_many_more_model_calls_and_sampling_trades_accuracy(printed):
+    """Q12: beam raised the exact match and every score, calling the model many times as often as greedy and taking
     longer; sampling at the lowest temperature matches greedy's exact match with about 2 different captions in 3;
     higher temperatures lose accuracy and gain diversity."""
     text = printed["08_decoding"]

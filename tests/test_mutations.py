@@ -44,6 +44,8 @@ DROP_WEIGHTS = "out = self.dropout(weights) @ v"
 RETURN_MHA = "return self.out_proj(merge_heads(out)), weights"
 SELF_ADD = "        attended, self_weights = self.self_attn(h, h, h, attn_mask=tgt_mask, key_padding_mask=tgt_key_padding_mask)\n        x = x + self.dropout(attended)"
 FFN = "x = x + self.dropout(self.linear2(self.dropout(torch.relu(self.linear1(h)))))"
+ROPE_PAIRS = "a, b = x[..., 0::2], x[..., 1::2]"
+ROPE_RETURN = "return torch.stack([a * cos - b * sin, a * sin + b * cos], dim=-1).flatten(-2)"
 
 # (notebook, targets, {grade_id: [(old, new)]}, words the message of a failing case must contain)
 BUGS = {
@@ -94,9 +96,28 @@ BUGS = {
         VIS, {"collect_attention"}, {"collect_attention": [
             ("weights.mean(dim=1) if head is None else weights[:, head]", "weights[:, head] if head else weights.mean(dim=1)")]},
         "head=0"),
+    "rope: pairs from the two halves (rotate_half)": (
+        PE, {"apply_rope"}, {"apply_rope": [(ROPE_PAIRS, "h = d // 2\n    a, b = x[..., :h], x[..., h:]"),
+                                            (ROPE_RETURN, "return torch.cat([a * cos - b * sin, a * sin + b * cos], dim=-1)")]},
+        "rotate_half"),
+    "rope: rotated the other way": (
+        PE, {"apply_rope"}, {"apply_rope": [(ROPE_RETURN, ROPE_RETURN.replace(
+            "a * cos - b * sin, a * sin + b * cos", "a * cos + b * sin, b * cos - a * sin"))]}, "rotated the other way"),
+    "rope: the offset ignored": (
+        PE, {"apply_rope"}, {"apply_rope": [("torch.arange(offset, offset + x.shape[-2]", "torch.arange(0, x.shape[-2]")]},
+        "offset is ignored"),
+    "rope: angles in float32": (
+        PE, {"apply_rope"}, {"apply_rope": [("dtype=torch.float64)\n    omega", "dtype=torch.float32)\n    omega"),
+                                            ("torch.arange(0, d, 2, dtype=torch.float64)", "torch.arange(0, d, 2, dtype=torch.float32)")]},
+        "lose digits"),
 }
 
 ALTERNATIVES = {
+    "rope: the rotation as a complex multiplication": (
+        PE, {"apply_rope"}, {"apply_rope": [
+            ("    cos, sin = angle.cos().to(x.dtype), angle.sin().to(x.dtype)\n", ""),
+            (ROPE_PAIRS, "z = torch.view_as_complex(x.to(torch.float64).unflatten(-1, (-1, 2)).contiguous())"),
+            (ROPE_RETURN, "return torch.view_as_real(z * torch.polar(torch.ones_like(angle), angle)).flatten(-2).to(x.dtype)")]}),
     "posenc: table added first, a persistent buffer": (
         PE, {"PositionalEncoding", "follows_module(PositionalEncoding)"}, {"PositionalEncoding": [
             (BUFFER, 'self.register_buffer("pe", sinusoidal_encoding(max_len, d_model))'),

@@ -1,7 +1,8 @@
 """Notebook 02's stored references agree with independent implementations.
 
 The encoding against the formula evaluated in NumPy, one column at a time; the shift matrices and the
-shifted codes against the angle-addition formulas; the layer against x + the NumPy table; gradients
+shifted codes against the angle-addition formulas; rotary embeddings against complex multiplication (a pair
+(a, b) as a + ib, times e^(i theta)); the layer against x + the NumPy table; gradients
 against autograd through independent PyTorch formulas. Bug variants must differ from the reference,
 and the cases that expect a ValueError must really get one from the solution.
 """
@@ -58,6 +59,12 @@ def _independent(case, inputs):
             a = omega[i] * phi
             cols += [s * torch.cos(a) + c * torch.sin(a), -s * torch.sin(a) + c * torch.cos(a)]
         return [torch.stack(cols, -1)]
+    if t == "apply_rope":  # pair (a, b) as the complex number a + ib, rotated by multiplying with e^(i theta)
+        x, (offset,) = inputs["x"], case.const_args
+        d, T = x.shape[-1], x.shape[-2]
+        theta = (offset + torch.arange(T, dtype=torch.float64))[:, None] / 10000 ** (torch.arange(0, d, 2, dtype=torch.float64) / d)
+        z = torch.complex(x[..., 0::2], x[..., 1::2]) * torch.polar(torch.ones_like(theta), theta)
+        return [torch.stack([z.real, z.imag], -1).flatten(-2)]
     if t == "PositionalEncoding":
         x = inputs["x"]
         summed = x + torch.from_numpy(pe_numpy(x.shape[1], x.shape[2]))
@@ -80,8 +87,12 @@ NAMES = _names()
 def test_reference_matches_independent_implementation(name):
     case = _load(name)
     if case.expects_error:
-        assert case.expected["output"].size == 0  # placeholder: the check only expects the ValueError
-        assert case.inputs["x"].shape[1] > case.init["max_len"]
+        placeholder = next(iter(case.expected.values()))
+        assert placeholder.size == 0  # the check only expects the ValueError
+        if case.target == "apply_rope":
+            assert case.inputs["x"].shape[-1] % 2 == 1
+        else:
+            assert case.inputs["x"].shape[1] > case.init["max_len"]
         return
     inputs = {k: torch.from_numpy(np.array(v)).double() for k, v in case.inputs.items()}
     for key in case.grad_wrt:
@@ -104,13 +115,45 @@ def test_solution_refuses_too_long_sequences():
 def test_cases_cover_the_notebook():
     cases = [_load(n) for n in NAMES]
     assert {c.target for c in cases} == {"sinusoidal_encoding", "relative_shift_matrix", "shift_encoding",
-                                         "PositionalEncoding", "follows_module(PositionalEncoding)"}
+                                         "PositionalEncoding", "follows_module(PositionalEncoding)", "apply_rope"}
     assert any(c.train_seed is not None for c in cases), "no case about dropout (training mode)"
     for target in {c.target for c in cases} - {"follows_module(PositionalEncoding)"}:
         mine = [c for c in cases if c.target == target]
         assert any(c.grad_wrt for c in mine) or target == "sinusoidal_encoding", f"{target}: no gradient check"
     assert any(c.target == "sinusoidal_encoding" and c.const_args[1] % 2 == 1 for c in cases), "odd d_model"
-    assert sum(c.expects_error for c in cases) >= 2
+    assert sum(c.expects_error for c in cases) >= 3
+    rope = [c for c in cases if c.target == "apply_rope"]
+    assert any(c.const_args[0] >= 100_000 for c in rope), "no far position (float32 angles)"
+    assert any(c.const_args[0] and c.inputs["x"].shape[-2] == 1 for c in rope), "no cached decoding step"
+
+
+def test_solution_refuses_an_odd_rope_size_and_rotates_a_cached_step_as_the_whole_sequence():
+    ns = nbs.execute_definitions(nbs.SOLUTIONS / f"{STEM}.ipynb")
+    with pytest.raises(ValueError, match="d = 5"):
+        ns["apply_rope"](torch.zeros(2, 3, 5))
+    x = torch.randn(2, 9, 8, dtype=torch.float64)
+    assert torch.allclose(ns["apply_rope"](x)[:, 4:], ns["apply_rope"](x[:, 4:], offset=4))
+
+
+def test_question_5s_model_answer_is_what_the_rope_cell_prints():
+    """Q5: the score of a rotated query and key is the same wherever the pair sits, for the key 3 after and for the
+    key 3 before, and those two differ; the last row rotated alone with its offset is the whole sequence's."""
+    import contextlib
+    import io
+    import re
+
+    ns = dict(nbs.solution(STEM))
+    (cell,) = [c for c in nbs.read(nbs.SOLUTIONS / f"{STEM}.ipynb").cells
+               if nbs.nbgrader_meta(c).get("grade_id") == "code_rope"]
+    with contextlib.redirect_stdout(io.StringIO()) as out:
+        exec(cell.source, ns)
+    rows = [tuple(map(float, m)) for m in re.findall(r"key 3 after it +(-?[\d.]+) \| key 3 before it +(-?[\d.]+)",
+                                                     out.getvalue())]
+    assert len(rows) == 4, out.getvalue()
+    after, before = zip(*rows)
+    assert max(after) - min(after) < 2e-3 and max(before) - min(before) < 2e-3, rows
+    assert abs(after[0] - before[0]) > 0.05, rows
+    assert "equals the last row of the whole sequence rotated: True" in out.getvalue()
 
 
 def test_question_4s_model_answer_holds_for_the_solutions_encoding():

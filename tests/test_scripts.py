@@ -279,8 +279,8 @@ def test_notebook_06_runs_to_the_end_while_the_training_script_is_unfinished(tmp
     assert not (tmp_path / "runs" / "captioning_transformer.pt").exists()
 
 
-def test_question_8_a_lost_random_state_shows_with_dropout_only(course, tmp_path, monkeypatch):
-    """Notebook 06's question 8 (a): a restore that leaves torch's generator as new_model seeded it resumes to the
+def test_question_9_a_lost_random_state_shows_with_dropout_only(course, tmp_path, monkeypatch):
+    """Notebook 06's question 9 (a): a restore that leaves torch's generator as new_model seeded it resumes to the
     weights of a run that never stopped at --dropout 0 (nothing else draws from it), and to other weights at
     --dropout 0.1 (the dropout masks are drawn again)."""
     from starter.scripts import Experiment, train_main

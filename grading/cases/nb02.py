@@ -146,6 +146,42 @@ def _posenc_variants(full_length: bool = False) -> dict:
     return variants
 
 
+def _rope(x, offset, halves=False, sign=1.0, use_offset=True, start=0, exponent="pair", angles=torch.float64):
+    """Rotary position embedding with one deliberate deviation (angles in float64 unless `angles` says)."""
+    d = x.shape[-1]
+    pos = torch.arange(x.shape[-2], dtype=angles) + (offset if use_offset else 0) + start
+    i = torch.arange(d // 2, dtype=angles)
+    omega = 10000.0 ** (-(2 * i if exponent == "pair" else i) / d)
+    angle = sign * pos[:, None] * omega[None, :]
+    cos, sin = angle.cos().to(x.dtype), angle.sin().to(x.dtype)
+    if halves:  # pairs (i, i + d/2): GPT-NeoX's and Llama's rotate_half layout
+        a, b = x[..., : d // 2], x[..., d // 2:]
+        return torch.cat([a * cos - b * sin, a * sin + b * cos], -1)
+    a, b = x[..., 0::2], x[..., 1::2]
+    return torch.stack([a * cos - b * sin, a * sin + b * cos], -1).flatten(-2)
+
+
+def _rope_variants(offset: int) -> dict:
+    variants = {
+        "halves": ("pairs taken as (i, i + d/2), the layout of GPT-NeoX's and Llama's rotate_half: here pair i is the "
+                   "interleaved columns (2i, 2i+1), as in section 4.", deviation(_rope, halves=True)),
+        "reversed": ("each pair is rotated the other way, by M(omega_i pos) itself: RoPE here is (a, b) -> "
+                     "(a cos - b sin, a sin + b cos), the transpose.", deviation(_rope, sign=-1.0)),
+        "from_one": ("positions start at offset + 1: row t of x is at position offset + t, row 0 at offset.",
+                     deviation(_rope, start=1)),
+        "half_exponent": ("omega_i = 10000^(-i/d) instead of 10000^(-2i/d) (i is the pair index, 2i its first "
+                          "column).", deviation(_rope, exponent="half")),
+        "float32_angles": ("the angles lose digits at large positions: pos * omega in float32 is off by about "
+                           "0.001 radian at position 100 000; the angles must be accurate before the rotation.",
+                           deviation(_rope, angles=torch.float32)),
+    }
+    if offset:
+        variants["offset_ignored"] = ("the offset is ignored: row t is at position offset + t, so a single row "
+                                      "decoded after `offset` others is rotated for its own place.",
+                                      deviation(_rope, use_offset=False))
+    return variants
+
+
 # ---- cases ----------------------------------------------------------------------------------------
 
 
@@ -183,6 +219,16 @@ class PosEncCase(Row):
     dtype: torch.dtype = torch.float32
     grad: bool = False
     train_seed: int | None = None  # train mode with dropout 0.5, this seed: where the dropout goes
+
+
+@dataclass(frozen=True, kw_only=True)
+class RopeCase(Row):
+    """apply_rope(x, offset); an odd last axis is a case of bad input (a ValueError)."""
+    shape: tuple[int, ...]
+    offset: int = 0
+    dtype: torch.dtype = torch.float32
+    grad: bool = False
+    atol: float = 1e-5
 
 
 def _omegas(d, dtype=torch.float32):
@@ -224,6 +270,18 @@ def _posenc_spec(c: PosEncCase, g: torch.Generator) -> CaseSpec:
         properties=[raises] if too_long else [], public=c.public,
         hint="" if too_long else "the output is dropout(x + pe[:T]) with T = x.shape[1] (dropout is off in the "
                                  "checks, except in the one about dropout, which runs in training mode).")
+
+
+def _rope_spec(c: RopeCase, g: torch.Generator) -> CaseSpec:
+    odd = c.shape[-1] % 2 == 1  # a case of bad input: apply_rope must raise, nothing is compared
+    raises = ["raises", "ValueError", f"when the last axis is odd (d = {c.shape[-1]})"]
+    return CaseSpec(
+        name=c.name, target="apply_rope", args=["x"], const_args=[c.offset],
+        inputs={"x": randn(*c.shape, g=g, dtype=c.dtype)}, outputs=["rotated"], grad_wrt=["x"] if c.grad else [],
+        variants={} if odd else _rope_variants(c.offset), properties=[raises] if odd else [], atol=c.atol,
+        public=c.public,
+        hint="" if odd else "column pair (2i, 2i+1) of row t rotated by omega_i * (offset + t), "
+                            "omega_i = 10000^(-2i/d): (a, b) -> (a cos - b sin, a sin + b cos).")
 
 
 def _table_as_attribute(ns: dict, moved_in_forward: bool) -> type:
@@ -305,5 +363,18 @@ def cases(ns) -> list[CaseSpec]:
     out += [_follows_spec(c, g) for c in [
         PosEncCase(name="posenc/follows_module", shape=(2, 5, 8), max_len=10, public=True),
         PosEncCase(name="posenc/follows_module_float64", shape=(1, 7, 6), max_len=7, dtype=torch.float64),
+    ]]
+    # apply_rope(x, offset): its own generator, so that the cases above keep their inputs
+    g_rope = torch.Generator().manual_seed(2031)
+    out += [_rope_spec(c, g_rope) for c in [
+        RopeCase(name="rope/basic", shape=(2, 6, 8), public=True),
+        RopeCase(name="rope/offset", shape=(3, 4), offset=5, public=True),
+        RopeCase(name="rope/heads", shape=(2, 3, 5, 6)),
+        RopeCase(name="rope/one_cached_step", shape=(2, 4, 1, 8), offset=11),
+        RopeCase(name="rope/long_float64", shape=(40, 16), offset=100, dtype=torch.float64, atol=1e-10),
+        RopeCase(name="rope/d2", shape=(7, 2), offset=3),
+        RopeCase(name="rope/grad", shape=(2, 5, 4), offset=2, grad=True),
+        RopeCase(name="rope/far_float32", shape=(3, 32), offset=100_000, atol=1e-4),
+        RopeCase(name="rope/odd_d", shape=(2, 4, 5), public=False),
     ]]
     return out

@@ -11,6 +11,7 @@
 # 4. what the dot product between two codes says about their **distance**;
 # 5. a `PositionalEncoding` layer that precomputes the table once and adds it to a batch of embeddings;
 # 6. adding versus concatenating, and **learned** position embeddings as the alternative.
+# 7. **rotary positions** (RoPE), section 4's rotation applied to each head's queries and keys, as current language models do.
 #
 # **How to work.** Fill in the cells marked `# YOUR CODE HERE` (delete the `raise NotImplementedError()` line). After each one, run the test cell below it: it prints `✓ … passed`, or one line saying what is wrong and the likely cause. The graded version of each test cell also runs hidden cases (other sizes, an odd `d_model`, float64 inputs, gradients), so make your code general. Don't edit or delete test cells. This notebook stands alone: it needs nothing from notebook 01.
 
@@ -380,6 +381,90 @@ except IndexError as exc:
     print("learned table, position 24:", type(exc).__name__, "-", exc)
 print("sinusoidal formula, position 24:", sinusoidal_encoding(25, 16)[24, :4].numpy().round(3), "...")
 
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "md_rope", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# ## 8 · Rotary positions: rotate the queries and keys
+#
+# Added to the inputs, a position code is mixed with the word's content in one vector, and a head reaches relative positions only through its projections (Question 4). **Rotary position embeddings** (RoPE; Su et al., 2021), the scheme of most current language models, put the position where the score is computed instead: after the projections and before the dot product, each head's query and key vectors are rotated pair by pair, by angles proportional to their position. Nothing is added to the inputs, and the values are not rotated.
+#
+# ### Task 5 · `apply_rope(x, offset=0)`
+#
+# `x` holds the query (or the key) vectors of one head, shape `(..., T, d)`: any leading axes (batch, heads), `d` even. Row `t` is at position `pos = offset + t`; a decoder that writes one word at a time and keeps the rotated keys of the earlier words passes just the new row, with `offset` the number of positions before it.
+#
+# Return a tensor of `x`'s shape, dtype and device in which each column pair $(x_{2i}, x_{2i+1})$ of a row, the pairs of section 4, is rotated by the angle $\theta_i = \omega_i \cdot pos$, with $\omega_i = 10000^{-2i/d}$, the frequencies of the sinusoidal code:
+#
+# $$(a, b) \mapsto (a\cos\theta_i - b\sin\theta_i,\; a\sin\theta_i + b\cos\theta_i).$$
+#
+# This is the direction of the RoFormer paper and of the usual implementations; as a matrix it is $M(\omega_i\,pos)^\top$, section 4's matrix transposed. The angles must stay accurate at positions in the hundreds of thousands, as long-context models use, where `pos * omega` in float32 has lost its digits. An odd `d` leaves a column without a partner: raise a `ValueError` that names `d`.
+
+# %% nbgrader={"grade": false, "grade_id": "apply_rope", "locked": false, "schema_version": 3, "solution": true, "task": false}
+def apply_rope(x, offset=0):
+    """Rotary position embedding of the rows of `x`.
+
+    Args:
+        x:      (..., T, d) tensor, d even: the query or key vectors of one head; row t is at position offset + t.
+        offset: the position of row 0, a Python int (0 for a whole sequence).
+    Returns:
+        (..., T, d) tensor, same dtype and device as x: column pair (2i, 2i + 1) of row t rotated by the angle
+        omega_i * (offset + t), omega_i = 10000 ** (-2i / d).
+    """
+    ### BEGIN SOLUTION
+    d = x.shape[-1]
+    if d % 2:
+        raise ValueError(f"apply_rope rotates column pairs: d must be even, got d = {d}")
+    pos = torch.arange(offset, offset + x.shape[-2], dtype=torch.float64)
+    omega = 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+    angle = (pos[:, None] * omega[None, :]).to(x.device)             # (T, d/2), in float64
+    cos, sin = angle.cos().to(x.dtype), angle.sin().to(x.dtype)
+    a, b = x[..., 0::2], x[..., 1::2]
+    return torch.stack([a * cos - b * sin, a * sin + b * cos], dim=-1).flatten(-2)
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_apply_rope", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
+from starter.checks import check
+check("rope/basic", apply_rope)
+check("rope/offset", apply_rope)
+### BEGIN HIDDEN TESTS
+check("rope/heads", apply_rope)
+check("rope/one_cached_step", apply_rope)
+check("rope/long_float64", apply_rope)
+check("rope/d2", apply_rope)
+check("rope/grad", apply_rope)
+check("rope/far_float32", apply_rope)
+check("rope/odd_d", apply_rope)
+### END HIDDEN TESTS
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "md_rope_2", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# Two properties, measured: the score of one query and one key depends on where they are only through their offset, and rotating the last row alone, with its offset, gives what rotating the whole sequence gives for that row.
+
+# %% nbgrader={"grade": false, "grade_id": "code_rope", "locked": true, "schema_version": 3, "solution": false, "task": false}
+q, k = torch.randn(1, 16), torch.randn(1, 16)   # a query and a key vector of one head, d = 16
+
+
+def rope_score(m, n):
+    """The score of the query at position m with the key at position n, both rotated."""
+    return float(apply_rope(q, offset=m) @ apply_rope(k, offset=n).T)
+
+
+for m in (3, 10, 100, 2000):
+    print(f"query at {m:4d}: key 3 after it {rope_score(m, m + 3):8.4f} | key 3 before it {rope_score(m, m - 3):8.4f}")
+x = torch.randn(2, 6, 16)
+print("the last row rotated alone (offset 5) equals the last row of the whole sequence rotated:",
+      torch.allclose(apply_rope(x)[:, -1:], apply_rope(x[:, -1:], offset=5), atol=1e-6))
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "md_q_rope", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# **Question 5 (2 points).** The cell above printed the score of one query and one key at four places, with the key 3 positions after the query and 3 before. (a) Write the rotation of pair $i$ at position $p$ as a matrix $R(\omega_i p)$ and show that the score of a query at position $m$ and a key at position $n$ depends only on $n - m$ (section 4's $M$ has the property you need). Why do the scores at $+3$ and $-3$ differ, when $PE(p) \cdot PE(p+k)$ of section 5 is the same for $+k$ and $-k$? (b) A decoder that has written $T$ words and keeps their rotated keys writes word $T + 1$: which vectors does it rotate, and with what offset? Why does it not rotate the values?
+#
+# Write your answer in the cell below.
+
+# %% [markdown] nbgrader={"grade": true, "grade_id": "q_rope", "locked": false, "points": 2, "schema_version": 3, "solution": true, "task": false}
+# ### BEGIN SOLUTION
+# **Model answer.** (a) Pair $i$ of the query becomes $R(\omega_i m)\, q_i$ and pair $i$ of the key $R(\omega_i n)\, k_i$, so the score is $\sum_i (R(\omega_i m) q_i)^\top R(\omega_i n) k_i = \sum_i q_i^\top R(\omega_i m)^\top R(\omega_i n)\, k_i = \sum_i q_i^\top R(\omega_i (n - m))\, k_i$: a rotation's transpose is the rotation by the opposite angle, and rotations add their angles (section 4's $M$ does the same, $M(\phi)^\top M(\psi) = M(\psi - \phi)$). Only the offset $n - m$ is left, which is why each column of scores printed is the same at every place. With $\phi = \omega_i (n - m)$ a pair contributes $(q_i \cdot k_i)\cos\phi + (q_{i,1} k_{i,2} - q_{i,2} k_{i,1})\sin\phi$ (with the first and second entries of each pair): the sine term changes sign with the offset, so $+3$ and $-3$ give other scores. For $PE(p) \cdot PE(p + k)$ the two vectors of a pair are the same point of the circle at angle 0, so the sine term is 0 and only the cosine, even in $k$, is left. (b) Only the new word's query and key, each rotated with offset $T$ (the positions $0 \ldots T-1$ come before it): the keys kept were rotated for their own positions, which do not change when a word is added, as the printed check shows for the last row. The values are not rotated because position should enter only through the scores, which decide where a word looks; the output is a weighted average of values, which then carry the words' content alone.
+#
+# **Rubric.** 1 point (a): the transposes combine to $R(\omega_i (n - m))$, and the sign of the offset matters through the sine term (or an equivalent argument that $R(\phi) \ne R(-\phi)$ unless $q_i$ and $k_i$ are parallel), against $PE \cdot PE$ where it cancels. 1 point (b): only the new query and key, offset $T$; the values carry content, position enters through the scores. Half a point for (a) without the sign.
+# ### END SOLUTION
+
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_check_public", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ### Check everything
 #
@@ -390,7 +475,7 @@ from starter.checks import check_public
 check_public("02_positional_encoding", globals());
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_22", "locked": true, "schema_version": 3, "solution": false, "task": false}
-# Other families exist and are active research: relative position encodings (Shaw et al., 2018), rotary embeddings (RoFormer, Su et al., 2021, which apply exactly the rotations of section 4 to queries and keys), and conditional position encodings for vision Transformers (Chu et al., 2023).
+# Other families exist and are active research: relative position encodings (Shaw et al., 2018), rotary embeddings (section 8), and conditional position encodings for vision Transformers (Chu et al., 2023).
 #
 # ## Summary
 #
@@ -399,6 +484,7 @@ check_public("02_positional_encoding", globals());
 # - A shift by $\phi$ positions is a rotation $M(\omega_i\phi)$ of every column pair, independent of the position, and the dot product of two codes depends only on their distance.
 # - The table is computed once and registered as a buffer; `PositionalEncoding` adds its first $T$ rows and refuses sequences longer than `max_len` with a `ValueError`.
 # - Learned embeddings are the alternative, but they cannot extend past the lengths seen in training.
+# - Rotary embeddings rotate each head's queries and keys instead, pair by pair, by angles proportional to their position: the score then depends only on the offset between them, with its sign, and a cached key never needs rotating again.
 #
 # Next, **03 · Multi-head attention** runs several attention heads in parallel and assembles the Transformer decoder block.
 #

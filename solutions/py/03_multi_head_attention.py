@@ -406,7 +406,7 @@ plt.tight_layout()
 plt.show()
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_q_prenorm", "locked": true, "schema_version": 3, "solution": false, "task": false}
-# **Question 5 (2 points).** Your block is pre-norm. (a) Write where the LayerNorm sits in a pre-norm and in a post-norm sublayer, and explain why a stack of pre-norm blocks needs one more LayerNorm after its last block while a post-norm stack does not. (b) Read the table of the measurement above: for which stack and at which learning rate does the warm-up decide whether the model learns at all? Explain why a deep post-norm stack is hard to train without a warm-up, and why the pre-norm stack learns without one.
+# **Question 6 (2 points).** Your block is pre-norm. (a) Write where the LayerNorm sits in a pre-norm and in a post-norm sublayer, and explain why a stack of pre-norm blocks needs one more LayerNorm after its last block while a post-norm stack does not. (b) Read the table of the measurement above: for which stack and at which learning rate does the warm-up decide whether the model learns at all? Explain why a deep post-norm stack is hard to train without a warm-up, and why the pre-norm stack learns without one.
 #
 # Write your answer in the cell below.
 

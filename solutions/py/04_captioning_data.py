@@ -424,7 +424,7 @@ print(f"{DATASET}: {share:.0%} of the target positions of 20 batches of 64 are p
       f"{full:.0%} if every caption were padded to T = {encoded['train'].shape[1]}")
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_q_padding", "locked": true, "schema_version": 3, "solution": false, "task": false}
-# **Question 6 (2 points).** The cell above printed the share $s$ of padding among the target positions of your batches, and what it would be if every caption were padded to $T$. (a) Suppose the loss were averaged over every position, padding included, and the model had learned to predict `<NULL>` after `<END>` (a loss of about 0 there). Then the loss, and the gradient, of the real words are scaled by a factor: which, in terms of $s$, and what is it for each of the two shares printed? (b) Why does this amount to a learning rate that changes from batch to batch, and why does padding each batch only to its longest caption (your `collate_captions`) not remove the need to leave padding out of the loss?
+# **Question 7 (2 points).** The cell above printed the share $s$ of padding among the target positions of your batches, and what it would be if every caption were padded to $T$. (a) Suppose the loss were averaged over every position, padding included, and the model had learned to predict `<NULL>` after `<END>` (a loss of about 0 there). Then the loss, and the gradient, of the real words are scaled by a factor: which, in terms of $s$, and what is it for each of the two shares printed? (b) Why does this amount to a learning rate that changes from batch to batch, and why does padding each batch only to its longest caption (your `collate_captions`) not remove the need to leave padding out of the loss?
 #
 # Write your answer in the cell below.
 

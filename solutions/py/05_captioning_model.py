@@ -331,7 +331,7 @@ check("optimizer/wider", with_param_groups(make_optimizer))
 #
 # The first test of a model and its loss together, before any real training (notebook 06): train a fresh model on **one batch of 8 captions** for 150 steps of your `make_optimizer`'s AdamW, with no weight decay (learning 8 captions by heart is just what weight decay works against; with none, AdamW's steps are Adam's), in the plainest optimisation loop there is (the one below: loss, `zero_grad`, `backward`, `step`). Until your `make_optimizer` passes its public check, the cell uses `torch.optim.AdamW` over all the parameters at once: with no weight decay, the same steps. A correct model and loss drive the loss of those 8 captions close to zero within those 150 steps: the model has far more parameters than 8 captions have words, so it can learn them by heart.
 #
-# If the loss stalls, the model cannot even memorise 8 captions, typically because the forward pass ignores the words or the image, or the loss compares the wrong positions; a long run would only waste time. Passing is no proof of everything: Question 7 asks what it does not show.
+# If the loss stalls, the model cannot even memorise 8 captions, typically because the forward pass ignores the words or the image, or the loss compares the wrong positions; a long run would only waste time. Passing is no proof of everything: Question 8 asks what it does not show.
 
 # %% nbgrader={"grade": false, "grade_id": "code_memorise", "locked": true, "schema_version": 3, "solution": false, "task": false}
 MEMORISE_STEPS = 150
@@ -371,7 +371,7 @@ elif all(fn is not None for fn in ready):
     plt.show()
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_q_memorise", "locked": true, "schema_version": 3, "solution": false, "task": false}
-# **Question 7 (2 points).** The memorisation cell printed the loss of the first step next to $\log V$, the loss of a guess spread evenly over the $V$ words of the vocabulary, and the loss after 150 steps. (a) Why is the first loss of a freshly initialised model close to $\log V$? What would a first loss far above it tell you about the model? (b) The loss fell close to zero. Why is that no evidence that the model will caption images it has not seen? Name one bug in the forward pass that would memorise the batch just as well, and say why it would.
+# **Question 8 (2 points).** The memorisation cell printed the loss of the first step next to $\log V$, the loss of a guess spread evenly over the $V$ words of the vocabulary, and the loss after 150 steps. (a) Why is the first loss of a freshly initialised model close to $\log V$? What would a first loss far above it tell you about the model? (b) The loss fell close to zero. Why is that no evidence that the model will caption images it has not seen? Name one bug in the forward pass that would memorise the batch just as well, and say why it would.
 #
 # Write your answer in the cell below.
 

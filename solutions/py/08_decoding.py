@@ -237,7 +237,7 @@ if evaluate is not None and ds.name == "shapes":
 
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_q_bleu_exact", "locked": true, "schema_version": 3, "solution": false, "task": false}
-# **Question 10 (2 points).** The comparison above printed a BLEU-4 and an exact-match rate for the same captions. (a) How can a caption that matches none of its image's references still score a high BLEU-4? Name a kind of mistake on `shapes` that BLEU barely punishes (the counts above show them), and say why, in terms of the n-grams it keeps. (b) Exact match is the stricter number here; why would it be useless on COCO?
+# **Question 11 (2 points).** The comparison above printed a BLEU-4 and an exact-match rate for the same captions. (a) How can a caption that matches none of its image's references still score a high BLEU-4? Name a kind of mistake on `shapes` that BLEU barely punishes (the counts above show them), and say why, in terms of the n-grams it keeps. (b) Exact match is the stricter number here; why would it be useless on COCO?
 #
 # If your own model does not train, answer from the course's reference run: section 3 of `reference_run/08_decoding.md`, in the course repository (on Colab under `/content/attention-transformers/`), has its scores and its counts of mistake kinds.
 #
@@ -334,7 +334,7 @@ if evaluate is not None and sampler is not None:
 
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_q_decoding", "locked": true, "schema_version": 3, "solution": false, "task": false}
-# **Question 11 (2 points).** Use the numbers and the plot above. (a) Why can beam search find a caption that greedy decoding misses? Say what it gained and what it cost here, from the printed scores and times. (b) What does the temperature do to accuracy and diversity, as measured, and for what kind of use would you pick sampling over beam search?
+# **Question 12 (2 points).** Use the numbers and the plot above. (a) Why can beam search find a caption that greedy decoding misses? Say what it gained and what it cost here, from the printed scores and times. (b) What does the temperature do to accuracy and diversity, as measured, and for what kind of use would you pick sampling over beam search?
 #
 # If your own model does not train, answer from the course's reference run: sections 3 and 4 of `reference_run/08_decoding.md`, in the course repository (on Colab under `/content/attention-transformers/`), have its printed numbers and its plot.
 #
@@ -399,7 +399,7 @@ elif evaluate is None:
     print("skipped: it trains with your training pieces and evaluates with your evaluate_captions")
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_q_causal_mask", "locked": true, "schema_version": 3, "solution": false, "task": false}
-# **Question 12 (2 points).** Explain the two numbers of the leaky model printed above: (a) why its teacher-forced validation loss is what it is, compared with your model's (look at the teacher-forcing table of notebook 05, section 5: which input word does position $t$ have to predict?), and (b) why its generated captions are what they are.
+# **Question 13 (2 points).** Explain the two numbers of the leaky model printed above: (a) why its teacher-forced validation loss is what it is, compared with your model's (look at the teacher-forcing table of notebook 05, section 5: which input word does position $t$ have to predict?), and (b) why its generated captions are what they are.
 #
 # If your own model does not train, answer from the course's reference run: section 5 of `reference_run/08_decoding.md`, in the course repository (on Colab under `/content/attention-transformers/`), has the leaky model's printed numbers next to the reference model's.
 #
@@ -413,7 +413,7 @@ elif evaluate is None:
 # ### END SOLUTION
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_q_exposure_bias", "locked": true, "schema_version": 3, "solution": false, "task": false}
-# **Question 13 (2 points).** Even with a correct mask, teacher forcing trains on the *true* previous words while generation feeds back the model's *own*. (a) How can one wrong word early in a caption spoil the words after it, when the model was only ever trained on true prefixes? Look among your model's wrong captions (notebook 07's evaluation, or notebook 09's failure cases): quote one if you find one, or, if none shows it, say what kinds of mistake section 3 counted instead and why a model this well trained on `shapes` may show none. (b) Name one way to reduce it and say why it helps.
+# **Question 14 (2 points).** Even with a correct mask, teacher forcing trains on the *true* previous words while generation feeds back the model's *own*. (a) How can one wrong word early in a caption spoil the words after it, when the model was only ever trained on true prefixes? Look among your model's wrong captions (notebook 07's evaluation, or notebook 09's failure cases): quote one if you find one, or, if none shows it, say what kinds of mistake section 3 counted instead and why a model this well trained on `shapes` may show none. (b) Name one way to reduce it and say why it helps.
 #
 # If your own model does not train, look in the course's reference run, in the course repository (on Colab under `/content/attention-transformers/`): the failure cases of `reference_run/09_visualizing_attention.md` (section 7) or the wrong captions of `reference_run/08_decoding.md` (section 3, its second figure).
 #
@@ -441,7 +441,7 @@ check_public("08_decoding", globals());
 # - Generation feeds back the model's own words: **greedy** takes the argmax at every step; **beam search** keeps the $k$ best hypotheses, ranks every hypothesis × word together, narrows as hypotheses finish, and compares finished ones by length-normalised log-probability; **sampling** draws each word from the softmax at a temperature.
 # - Beam search looks for the most likely caption, at the cost of many more calls of the model (the comparison printed how many); sampling trades accuracy for diversity, steered by the temperature.
 # - BLEU and exact match measure different things; on `shapes` the kinds of mistakes can be counted.
-# - Teacher forcing trains on true prefixes, generation runs on the model's own: what the causal mask is for, measured in section 5, and what the mismatch between the two does, Question 13.
+# - Teacher forcing trains on true prefixes, generation runs on the model's own: what the causal mask is for, measured in section 5, and what the mismatch between the two does, Question 14.
 #
 # Next, **09 · Visualising attention** loads the same checkpoint and looks inside the trained model.
 #
