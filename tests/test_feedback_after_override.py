@@ -68,6 +68,11 @@ def _run(capsys, *argv: str) -> str:
     return capsys.readouterr().out
 
 
+def _notebook_points() -> float:
+    """The notebook's points: its test cells' and its written questions'."""
+    return sum(p for stem, _, p in nbs.graded_columns() + nbs.written_columns() if stem == NB)
+
+
 def _assert_judges_lines_only(page: str) -> None:
     from starter.compare import case_names
 
@@ -81,7 +86,7 @@ def test_scores_given_in_formgrader_reach_the_feedback_page_and_the_lms_zip(grad
     page_file = out / "feedback" / student / f"{NB}.html"
     before = page_file.read_text(encoding="utf-8")
     assert (_score(before, TEST_CELL), _score(before, WRITTEN), _total(before)) == ("3.0 / 3.0", "not graded yet / 2.0",
-                                                                                     "11.0 / 15.0")
+                                                                                     f"11.0 / {_notebook_points():.1f}")
 
     _give(db_url, student, TEST_CELL, 1.5)  # an override of the judge's points
     _give(db_url, student, WRITTEN, 2.0)  # a written answer graded
@@ -89,7 +94,7 @@ def test_scores_given_in_formgrader_reach_the_feedback_page_and_the_lms_zip(grad
     assert "feedback pages made again with the gradebook's scores: 1 student(s)" in said, said
     page = page_file.read_text(encoding="utf-8")
     assert (_score(page, TEST_CELL), _score(page, WRITTEN), _total(page)) == ("1.5 / 3.0", "2.0 / 2.0",
-                                                                               "11.5 / 15.0")
+                                                                               f"11.5 / {_notebook_points():.1f}")
     assert f"<title>{html.escape(NAME, quote=False)}: " in page, "the page's title lost the student's name"
     _assert_judges_lines_only(page)
     row = {r["id"]: r for r in read_csv(out / "grades.csv")[1:]}[student]
@@ -115,7 +120,7 @@ def test_scores_given_in_formgrader_reach_the_feedback_page_and_the_lms_zip(grad
     assert "feedback pages made again with the gradebook's scores: 1 student(s)" in said, said
     with zipfile.ZipFile(out / "moodle" / "feedback_files.zip") as zf:
         zipped = zf.read(f"{NAME}_{LMS_ID}_assignsubmission_file_/{NB}.html").decode("utf-8")
-    assert (_score(zipped, TEST_CELL), _total(zipped)) == ("2.5 / 3.0", "12.5 / 15.0")
+    assert (_score(zipped, TEST_CELL), _total(zipped)) == ("2.5 / 3.0", f"12.5 / {_notebook_points():.1f}")
     assert zipped == page_file.read_text(encoding="utf-8")
     _assert_judges_lines_only(zipped)
     assert float(read_csv(out / "moodle" / "grading_worksheet.csv")[0]["Grade"]) == 12.5

@@ -172,7 +172,8 @@ def _rope_variants(offset: int) -> dict:
         "half_exponent": ("omega_i = 10000^(-i/d) instead of 10000^(-2i/d) (i is the pair index, 2i its first "
                           "column).", deviation(_rope, exponent="half")),
         "float32_angles": ("the angles lose digits at large positions: pos * omega in float32 is off by about "
-                           "0.001 radian at position 100 000; the angles must be accurate before the rotation.",
+                           "a thousandth of a radian at positions in the hundreds of thousands; the angles must be "
+                           "accurate before the rotation.",
                            deviation(_rope, angles=torch.float32)),
     }
     if offset:
@@ -375,6 +376,9 @@ def cases(ns) -> list[CaseSpec]:
         RopeCase(name="rope/d2", shape=(7, 2), offset=3),
         RopeCase(name="rope/grad", shape=(2, 5, 4), offset=2, grad=True),
         RopeCase(name="rope/far_float32", shape=(3, 32), offset=100_000, atol=1e-4),
-        RopeCase(name="rope/odd_d", shape=(2, 4, 5), public=False),
+        RopeCase(name="rope/odd_d", shape=(2, 4, 5), public=True),
     ]]
+    # public: a far position (the float32 angles' loss shows), its own generator too
+    out += [_rope_spec(RopeCase(name="rope/far", shape=(2, 16), offset=200_000, atol=1e-4, public=True),
+                       torch.Generator().manual_seed(2032))]
     return out

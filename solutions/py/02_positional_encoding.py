@@ -425,6 +425,8 @@ def apply_rope(x, offset=0):
 from starter.checks import check
 check("rope/basic", apply_rope)
 check("rope/offset", apply_rope)
+check("rope/far", apply_rope)
+check("rope/odd_d", apply_rope)
 ### BEGIN HIDDEN TESTS
 check("rope/heads", apply_rope)
 check("rope/one_cached_step", apply_rope)
@@ -432,7 +434,6 @@ check("rope/long_float64", apply_rope)
 check("rope/d2", apply_rope)
 check("rope/grad", apply_rope)
 check("rope/far_float32", apply_rope)
-check("rope/odd_d", apply_rope)
 ### END HIDDEN TESTS
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_rope_2", "locked": true, "schema_version": 3, "solution": false, "task": false}
