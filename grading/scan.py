@@ -1,6 +1,9 @@
 """Spot student code that reaches for the checks, the interpreter or the system, for an instructor's look.
 
-It decides nothing: scores come from the judge, which compares recorded outputs with expected ones
+It reads spelling, not behaviour: an import of a risky module, a risky module reached as an attribute of
+another (`np.ctypeslib.ctypes`, `torch.sys`, `pathlib.os`), the interpreter's own names (`__builtins__`), a
+`getattr` by a name made at run time or of a dunder, an assignment into a module or class. Code that reaches
+the same objects by a route it does not spell is not listed. It decides nothing: scores come from the judge, which compares recorded outputs with expected ones
 that never enter the sandbox, so such code cannot gain points. The findings go to the `review`
 column. Honest notebook code (functions, classes, `self.x = ...`, tensor maths) raises none.
 
@@ -24,7 +27,10 @@ PROTECTED_NAMES = {"check", "load_case", "CheckFailed", "summary"}
 RISKY_CALLS = {"setattr", "delattr", "globals", "vars", "__import__", "exec", "eval", "compile", "get_ipython",
                "locals"}
 RISKY_MODULES = {"builtins", "ctypes", "gc", "importlib", "inspect", "sys", "starter", "unittest", "IPython",
-                 "ipykernel", "signal", "subprocess", "grading", "nbgrader", "os"}
+                 "ipykernel", "signal", "subprocess", "grading", "nbgrader", "os", "operator"}
+# names that are the interpreter's own, not the student's: read as a name, not only as an attribute
+RISKY_NAMES = {"__builtins__", "__loader__", "__spec__", "__import__"}
+NAME_LOOKUPS = {"getattr", "hasattr"}  # a lookup by a name that is not written out, or of a dunder, is a finding
 # IPython's calls that run a magic, and which of their arguments is the code the magic may run as Python
 MAGIC_CODE_ARGUMENT = {"run_line_magic": 1, "run_cell_magic": 2}
 MAX_MAGIC_DEPTH = 3  # a magic's code that holds a magic, ...: deeper is not read
@@ -162,6 +168,17 @@ def _reasons(tree: ast.AST, depth: int) -> list[str]:
                     reasons.append(f"binds {name} by import")
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in RISKY_CALLS:
             reasons.append(f"calls {node.func.id}()")
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in NAME_LOOKUPS \
+                and len(node.args) >= 2:
+            name = node.args[1]
+            if not (isinstance(name, ast.Constant) and isinstance(name.value, str)):
+                reasons.append(f"calls {node.func.id}() with a name made at run time")
+            elif name.value.startswith("__"):
+                reasons.append(f"calls {node.func.id}() for {name.value}")
+        elif isinstance(node, ast.Name) and node.id in RISKY_NAMES:
+            reasons.append(f"uses {node.id}")
+        elif isinstance(node, ast.Attribute) and node.attr in RISKY_MODULES:
+            reasons.append(f"reaches the module {node.attr} through {_shown(node.value)}")
         elif isinstance(node, ast.Call) and (code := _magic_code(node)) is not None:
             reasons += _magic_reasons(code, depth)
         elif isinstance(node, ast.Attribute) and node.attr.startswith("__") and node.attr not in (

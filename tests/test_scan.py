@@ -66,6 +66,30 @@ def test_tampering_raises_an_alarm(code):
     assert suspicious(code)
 
 
+# routes to the same objects that the plain forms' reasons did not spell out: each now gives its own reason
+ROUTES = {
+    "getattr(__builtins__, bytes([101, 120, 101, 99]).decode())('check = print')":
+        {"uses __builtins__", "calls getattr() with a name made at run time"},
+    "import numpy as np\nnp.ctypeslib.ctypes.CDLL(None)": {"reaches the module ctypes through np.ctypeslib"},
+    "torch.sys.modules['starter.checks'].check = print": {"reaches the module sys through torch"},
+    "getattr(type(m), '__setattr__')(m, 'x', 1)": {"calls getattr() for __setattr__"},
+    "import pathlib\npathlib.os.system('ls')": {"reaches the module os through pathlib"},
+    "from operator import attrgetter\nattrgetter('check')(ns)": {"imports operator"},
+}
+
+
+@pytest.mark.parametrize("code", sorted(ROUTES))
+def test_a_route_around_the_plain_spelling_has_its_reason(code):
+    assert ROUTES[code] <= set(suspicious(code)), suspicious(code)
+
+
+def test_honest_lookups_raise_nothing():
+    """What answers do write: a getattr of a written-out attribute, modules' functions used, not reached through."""
+    honest = ("w = getattr(self, 'weight')\nout = torch.nn.functional.relu(x)\nos_name = 'linux'\n"
+              "import math\nscale = math.sqrt(d)\nself.cache = {}\n")
+    assert suspicious(honest) == []
+
+
 def _with_extra_cells(*sources: str):
     nb = nbs.filled_submission(NB)
     nb.cells += [nbformat.v4.new_code_cell(source) for source in sources]
