@@ -170,11 +170,11 @@ def _reasons(tree: ast.AST, depth: int) -> list[str]:
             reasons.append(f"calls {node.func.id}()")
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in NAME_LOOKUPS \
                 and len(node.args) >= 2:
-            name = node.args[1]
-            if not (isinstance(name, ast.Constant) and isinstance(name.value, str)):
+            looked_up = node.args[1]
+            if not (isinstance(looked_up, ast.Constant) and isinstance(looked_up.value, str)):
                 reasons.append(f"calls {node.func.id}() with a name made at run time")
-            elif name.value.startswith("__"):
-                reasons.append(f"calls {node.func.id}() for {name.value}")
+            elif looked_up.value.startswith("__"):
+                reasons.append(f"calls {node.func.id}() for {looked_up.value}")
         elif isinstance(node, ast.Name) and node.id in RISKY_NAMES:
             reasons.append(f"uses {node.id}")
         elif isinstance(node, ast.Attribute) and node.attr in RISKY_MODULES:
