@@ -164,8 +164,9 @@ def load_trained_captioner(checkpoint: str | Path = TRAINED_MODEL, dataset: str 
     loaded = [load_definitions(notebook, names) for notebook, names in wanted.items()]
     if not Path(checkpoint).is_file():
         raise NotebookLoadError(missing_checkpoint(checkpoint, TRAINING_NOTEBOOK))
-    print("; ".join(f"{', '.join(defs)} from {defs.path}" for defs in loaded))
-    model, info = load_checkpoint(checkpoint, loaded[0]["CaptioningTransformer"], device=device)  # eval mode
+    print("; ".join(f"{', '.join(found)} from {found.path}" for found in loaded))
+    defs = {name: obj for found in loaded for name, obj in found.items()}
+    model, info = load_checkpoint(checkpoint, defs["CaptioningTransformer"], device=device)  # eval mode
     dataset = dataset or (info["extra"] or {}).get("dataset") or "shapes"
     ds = load_dataset(dataset)
     if info["config"].get("num_regions", ds.num_regions) != ds.num_regions:
@@ -173,4 +174,4 @@ def load_trained_captioner(checkpoint: str | Path = TRAINED_MODEL, dataset: str 
                                 "pass the dataset notebook 06 used")
     print(f"model: {sum(p.numel() for p in model.parameters()):,} parameters, from {checkpoint} | dataset "
           f"{dataset!r}: {ds.grid_shape[0]} x {ds.grid_shape[1]} regions, {ds.split('val').num_images} validation images")
-    return TrainedCaptioner(model, info, ds, {k: v for defs in loaded for k, v in defs.items()}, Path(checkpoint))
+    return TrainedCaptioner(model, info, ds, defs, Path(checkpoint))

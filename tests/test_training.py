@@ -188,15 +188,20 @@ def test_time_budget_that_does_not_bind_changes_nothing(monkeypatch):
 
 
 def _shapes_training_config() -> training.TrainConfig:
-    """The TrainConfig of notebook 05's `shapes` run, read from its settings cell (CONFIGS)."""
+    """The TrainConfig of notebook 06's `shapes` run, read from its settings cell (CONFIGS)."""
+    return nbs.shapes_config()["train"]
+
+
+def test_the_bottleneck_runs_use_notebook_06s_settings_but_the_steps():
+    """Notebook 07's two short runs (section 4) are notebook 06's shapes settings, 150 steps long."""
     import ast
-    nb = nbs.read(nbs.SOLUTIONS / "06_training.ipynb")
-    source = next(c.source for c in nb.cells if nbs.nbgrader_meta(c).get("grade_id") == "code_15")
+    from dataclasses import replace
+    source = next(c.source for c in nbs.read(nbs.SOLUTIONS / "07_generation_and_evaluation.ipynb").cells
+                  if nbs.nbgrader_meta(c).get("grade_id") == "code_bottleneck")
     assignment = next(n for n in ast.parse(source).body if isinstance(n, ast.Assign)
-                      and getattr(n.targets[0], "id", "") == "CONFIGS")
-    namespace: dict = {"TrainConfig": training.TrainConfig}
-    exec(compile(ast.Module([assignment], type_ignores=[]), "code_15", "exec"), namespace)  # dict(...), TrainConfig(...)
-    return namespace["CONFIGS"]["shapes"]["train"]
+                      and getattr(n.targets[0], "id", "") == "SHORT_RUN")
+    short = eval(compile(ast.Expression(assignment.value), "SHORT_RUN", "eval"), {"TrainConfig": training.TrainConfig})
+    assert short == replace(_shapes_training_config(), steps=150)
 
 
 def test_the_graded_run_trains_the_same_on_a_slow_machine(monkeypatch):
