@@ -57,9 +57,9 @@ def check(name: str, fn: Callable) -> None:
 
 def _adapters() -> dict[str, Callable]:
     """The wrappers test cells put around an answer ("with_model(greedy_decode)"), by name."""
-    from . import layers, pipeline, scripts
+    from . import fast, layers, pipeline, scripts
 
-    return {name: getattr(module, name) for module in (layers, pipeline, scripts) for name in module.__all__}
+    return {name: getattr(module, name) for module in (layers, pipeline, scripts, fast) for name in module.__all__}
 
 
 def check_public(notebook: str, namespace: dict) -> int:

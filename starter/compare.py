@@ -139,9 +139,10 @@ class _Forbidden(Exception):
     RULES it broke (None for a dotted name of `forbid`); `named` once `name` is the torch function the
     student's code called rather than the ATen operator it ended in."""
 
-    def __init__(self, name: str, rule: str | None = None, named: bool = False):
+    def __init__(self, name: str, rule: str | None = None, named: bool = False, held: int = 0, limit: int = 0):
         super().__init__(name)
         self.name, self.rule, self.named = name, rule, named
+        self.held, self.limit = held, limit
 
 
 # Rules a case's `forbid` may name besides dotted names: what a task is to write by hand, refused however the
@@ -151,6 +152,24 @@ class _Forbidden(Exception):
 MATRIX_PRODUCTS = "matrix products"  # any torch product of whole matrices: more than one dot product at once
 READY_MADE_SOFTMAX = "ready-made softmax"  # torch's softmax in any form (softmax, log_softmax, softmin, ...)
 RULES = (MATRIX_PRODUCTS, READY_MADE_SOFTMAX)
+# A rule with a number: f"{HELD_AT_MOST}{n}" refuses any operation that makes a tensor holding more than n numbers
+# (its storage, so a view or a broadcast of an input counts what it shares, not its shape): a task whose point is
+# to never hold a large intermediate, attention in blocks without the whole score matrix.
+HELD_AT_MOST = "tensors of at most "
+
+
+def _held_limit(rules: list[str]) -> int | None:
+    limits = [int(r[_len(HELD_AT_MOST):]) for r in rules if r.startswith(HELD_AT_MOST)]
+    return min(limits) if limits else None
+
+
+def held_numbers(t) -> int:
+    """How many numbers a tensor's storage holds (its own memory, however it is viewed)."""
+    return _TB.untyped_storage(t).nbytes() // max(1, _TB.element_size(t))
+
+
+def _is_rule(name: str) -> bool:
+    return name in RULES or name.startswith(HELD_AT_MOST)
 # The ATen operators (by name) that each rule refuses: what every torch function doing that work ends in on the
 # CPU, where checks run (torch.matmul, @, mm, bmm, einsum, tensordot, F.linear, convolutions and the fused
 # attention kernels of F.scaled_dot_product_attention end in the products; F.softmax, Tensor.softmax,
@@ -202,7 +221,7 @@ def _tripwires(names: list[str]):
     saved = []
     try:
         for dotted in names:
-            if dotted in RULES:
+            if _is_rule(dotted):
                 continue
             owner_name, attr = dotted.rsplit(".", 1)
             try:
@@ -231,12 +250,17 @@ class _RefuseOperators(TorchDispatchMode):
     def __init__(self, rules: list[str]):
         super().__init__()
         self.rules = rules
+        self.limit = _held_limit(rules)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         op = func.overloadpacket.__name__
         if READY_MADE_SOFTMAX in self.rules and op in _SOFTMAX_OPS:
             raise _Forbidden(f"aten.{op}", READY_MADE_SOFTMAX)
         out = func(*args, **(kwargs or {}))
+        if self.limit is not None:
+            for t in (out if _isinstance(out, (_tuple, list)) else (out,)):
+                if _isinstance(t, _TB) and held_numbers(t) > self.limit:
+                    raise _Forbidden(f"aten.{op}", HELD_AT_MOST, held=held_numbers(t), limit=self.limit)
         if MATRIX_PRODUCTS in self.rules and (op in _PRODUCT_OPS or any(p in op for p in _FUSED_ATTENTION_OPS)):
             if not (_isinstance(out, _TB) and _TB.numel(out) <= 1):
                 raise _Forbidden(f"aten.{op}", MATRIX_PRODUCTS)
@@ -255,7 +279,7 @@ class _NameTheCall(TorchFunctionMode):
         except _Forbidden as exc:
             if exc.named:
                 raise
-            raise _Forbidden(_public_name(func), exc.rule, named=True) from None
+            raise _Forbidden(_public_name(func), exc.rule, named=True, held=exc.held, limit=exc.limit) from None
 
 
 _TORCH_NAMES: dict[Any, str] = {}
@@ -376,7 +400,7 @@ def _call(case: Case, fn: Callable, requires_grad: bool):
     kwargs = {k: inputs[v] for k, v in case.kwargs.items()}
     kwargs.update(case.const_kwargs)
     try:
-        rules = [r for r in case.forbid if r in RULES]
+        rules = [r for r in case.forbid if _is_rule(r)]
         with _quiet(), _tripwires(case.forbid), value_dropout(case.train_seed):  # dropout as the reference saw it
             with _watching(rules):
                 out = call(*args, **kwargs)
@@ -386,6 +410,11 @@ def _call(case: Case, fn: Callable, requires_grad: bool):
         if exc.rule == MATRIX_PRODUCTS:
             raise CheckFailed(f"{what} multiplies whole matrices (`{exc.name}`): this task asks for loops over the "
                               "queries and keys (a dot product of two vectors is fine).") from None
+        if exc.rule == HELD_AT_MOST:
+            raise CheckFailed(f"{what} made a tensor of {exc.held:,} numbers (`{exc.name}`) where this case allows "
+                              f"{exc.limit:,} in any one tensor (as many as an input holds, or one block_size x block_size block of "
+                              "scores per batch and head): score one block of queries against one block of keys at a "
+                              "time; a mask or a row of scores as long as the sequence counts too.") from None
         raise CheckFailed(f"{what} calls `{exc.name}`: this task is to implement it yourself, not to call a "
                           "ready-made version.") from None
     except NotImplementedError as exc:

@@ -7,7 +7,7 @@ from functools import partial
 from pathlib import Path
 
 from grading import notebooks
-from grading.cases import nb01, nb02, nb03, nb09
+from grading.cases import nb01, nb02, nb03, nb09, nb10
 from grading.cases.captioning import cases_of
 from grading.references import CaseSpec, build
 
@@ -21,6 +21,7 @@ CASES: dict[str, Callable[[dict], list[CaseSpec]]] = {
     "07": partial(cases_of, "07"),
     "08": partial(cases_of, "08"),
     "09": nb09.cases,
+    "10": nb10.cases,
 }
 
 
