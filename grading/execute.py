@@ -68,6 +68,10 @@ KEY_NUMBERS: dict[str, re.Pattern] = {
     "no_reference": re.compile(r"^(\d+) of (\d+) validation captions \([^)]*\) match no reference", re.M),
     "decoders_images": re.compile(r"^first (\d+) validation images\ngreedy ", re.M),
     "beam": re.compile(rf"^beam, k = (\d+) .*?\bBLEU-4 {_NUM}\b", re.M),
+    # notebook 10: word positions run per caption without and with the cache (every line: one per length), and the
+    # largest tensor held by attention in blocks and all at once (every line: one per sequence length)
+    "cache_work": re.compile(r"^ *(\d+) words: .*\| positions run: +(\d+) against +(\d+) ", re.M),
+    "held": re.compile(r"^T = +(\d+): largest tensor held, in numbers: blocks +([\d,]+) .*?\| plain +([\d,]+) ", re.M),
 }
 
 
@@ -161,6 +165,15 @@ def key_numbers(text: str) -> dict[str, float]:
                 found["train_steps_planned"] = int(m.group(2))
         elif name == "decoders_images":
             found.setdefault("eval_images", int(m.group(1)))
+        elif name == "cache_work":  # the course's caption length (the first line) and four times it
+            rows = {int(m[0]): int(m[1]) / int(m[2]) for m in pattern.findall(text)}
+            first = int(m.group(1))
+            found["cache_words"], found["cache_less_work"] = first, round(rows[first], 6)
+            if 4 * first in rows:
+                found["cache_less_work_4x"] = round(rows[4 * first], 6)
+        elif name == "held":  # the longest sequence measured
+            T, blocks, plain = pattern.findall(text)[-1]
+            found["held_T"], found["held_blocks"], found["held_plain"] = (int(x.replace(",", "")) for x in (T, blocks, plain))
         elif name == "beam":
             found["beam_k"], found["beam_BLEU-4"] = int(m.group(1)), float(m.group(2))
         elif name == "no_reference":
@@ -198,6 +211,13 @@ def format_numbers(n: dict[str, float]) -> str:
     if "localisation" in n:
         parts.append(f"localisation {n['localisation']:.1%} vs chance {n['chance']:.1%}"
                      + (f" (3x3: {n['localisation_3x3']:.1%} vs {n['chance_3x3']:.1%})" if "localisation_3x3" in n else ""))
+    if "cache_less_work" in n:
+        parts.append(f"the cache runs {n['cache_less_work']:.1f}x fewer word positions per caption of "
+                     f"{n['cache_words']:.0f} words" + (f", {n['cache_less_work_4x']:.1f}x of {4 * n['cache_words']:.0f}"
+                                                        if "cache_less_work_4x" in n else ""))
+    if "held_T" in n:
+        parts.append(f"at T = {n['held_T']:,.0f} attention in blocks holds {n['held_blocks']:,.0f} numbers at most, "
+                     f"all at once {n['held_plain']:,.0f}")
     return "; ".join(parts) or "-"
 
 

@@ -57,7 +57,7 @@ that model) from it.
 - **Locally** the course folder is the folder of the notebooks you opened: `notebooks/` after
   `jupyter lab notebooks/`, so the trained model is `notebooks/runs/captioning_transformer.pt`.
 - **On Colab** (with `USE_DRIVE = True`, the first cell's default) it is `My Drive/attention-course`
-  in your Google Drive: the first cell puts copies of the nine notebooks there (open them from there:
+  in your Google Drive: the first cell puts copies of the ten notebooks there (open them from there:
   *File → Open notebook → Google Drive*), and the trained model is
   `My Drive/attention-course/runs/captioning_transformer.pt`. A notebook opened from its badge and
   saved with *File → Save a copy in Drive* lands in `My Drive/Colab Notebooks` instead, as
@@ -75,7 +75,7 @@ part to use.
 
 ## Handing in
 
-Hand in **the nine notebooks and notebook 06's trained model**:
+Hand in **the ten notebooks and notebook 06's trained model**:
 
 - your `01_…` to `09_….ipynb`, from the course folder (on Colab also from `My Drive/Colab Notebooks`
   for a notebook you saved there; a `Copy of 0N_….ipynb` is fine as it is: the grader knows a notebook

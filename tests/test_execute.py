@@ -122,6 +122,23 @@ def test_key_numbers_of_the_solution_prints():
     assert execute.key_numbers("nothing to see\n") == {} and execute.format_numbers({}) == "-"
 
 
+def test_key_numbers_of_notebook_10():
+    """The course's caption length is the first line of the cache's table, four times it another; the blocks' figures
+    are those of the longest sequence."""
+    text = ("  15 words:    0.69 ms per caption without the cache,   0.15 ms with it ( 4.6x faster) | positions run:   "
+            "120 against   15 ( 8.0x)\n"
+            "  60 words:    8.34 ms per caption without the cache,   0.72 ms with it (11.6x faster) | positions run:  "
+            "1830 against   60 (30.5x)\n"
+            "T =   256: largest tensor held, in numbers: blocks    16,384 (0.002 s) | plain      65,536 (0.001 s) | x\n"
+            "T =  4096: largest tensor held, in numbers: blocks   262,144 (0.197 s) | plain  16,777,216 (0.074 s) | x\n")
+    n = execute.key_numbers(text)
+    assert n == {"cache_words": 15, "cache_less_work": 8.0, "cache_less_work_4x": 30.5, "held_T": 4096,
+                 "held_blocks": 262144, "held_plain": 16777216}
+    assert execute.format_numbers(n) == ("the cache runs 8.0x fewer word positions per caption of 15 words, 30.5x of 60; "
+                                         "at T = 4,096 attention in blocks holds 262,144 numbers at most, all at once "
+                                         "16,777,216")
+
+
 def test_kit_run_leaves_the_backend_to_the_kernels(monkeypatch):
     spec = importlib.util.spec_from_file_location("kit", ROOT / "kit.py")
     kit = importlib.util.module_from_spec(spec)

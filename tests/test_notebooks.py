@@ -152,7 +152,7 @@ def test_starter_contains_no_graded_code():
 
 def test_every_notebook_starts_with_the_same_set_up_cell():
     """The first code cell (tagged "colab": on Colab it installs the kit and mounts the course folder, everywhere it
-    calls start_notebook) is the same in all nine notebooks, so a fix to one reaches every notebook."""
+    calls start_notebook) is the same in all ten notebooks, so a fix to one reaches every notebook."""
     cells = {stem: [c for c in nbs.read(nbs.SOLUTIONS / f"{stem}.ipynb").cells
                     if "colab" in c.get("metadata", {}).get("tags", [])] for stem in SOLUTION_STEMS}
     assert all(len(found) == 1 for found in cells.values()), {s: len(c) for s, c in cells.items()}

@@ -55,7 +55,7 @@ def test_repo_address_reaches_the_first_cell_and_the_badges(tmp_path):
 
 
 # ---------------------------------------------------------------------------------- handing in
-HAND_IN = ["nine notebooks", "runs/captioning_transformer.pt", "My Drive/attention-course", "My Drive/Colab Notebooks"]
+HAND_IN = ["ten notebooks", "runs/captioning_transformer.pt", "My Drive/attention-course", "My Drive/Colab Notebooks"]
 
 
 def test_readme_says_what_to_hand_in_and_where_it_is(copy):
@@ -133,8 +133,8 @@ def test_the_copys_packaging_installs_what_the_kits_does(copy):
 
 @pytest.mark.parametrize("where", ["runs", "beside"])
 def test_intake_takes_what_the_copy_says_to_hand_in(copy, tmp_path, where):
-    """The nine notebooks (05 as Colab's "Copy of" from My Drive/Colab Notebooks) and the checkpoint, under
-    its name, in a runs/ folder or next to the notebooks: all nine are graded and the checkpoint is kept."""
+    """The ten notebooks (05 as Colab's "Copy of" from My Drive/Colab Notebooks) and the checkpoint, under
+    its name, in a runs/ folder or next to the notebooks: all ten are graded and the checkpoint is kept."""
     student = tmp_path / "class" / "ada"
     for path in (copy / "notebooks").glob("*.ipynb"):
         name = f"Copy of {path.name}" if path.name.startswith("05_") else path.name

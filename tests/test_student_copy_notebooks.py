@@ -1,6 +1,6 @@
 """The release notebooks' given code gives away no graded answer (of any notebook).
 
-Students get all nine release notebooks at once, so a given (locked, non-solution, non-test) code cell of one
+Students get all ten release notebooks at once, so a given (locked, non-solution, non-test) code cell of one
 notebook must not write out the answer of a task of another (or the same). Every code cell of the published
 copy's notebooks whose nbgrader metadata is neither solution nor grade is cut into units: each function,
 method and class it defines, and its top-level statements other than definitions as one unit (inline code

@@ -13,7 +13,6 @@ import math
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 
 from grading.cases.captioning.common import _seeded
 from grading.cases.captioning.decoding import GREEDY_BUGS, _decoding_toy
@@ -50,10 +49,19 @@ def _visible(steps, bug=None):
     return j <= i
 
 
+def _softmax_rows(scores, empty_rows_zero):
+    """softmax over the keys; a query with no key left gets NaN (a softmax written out) or, with
+    `empty_rows_zero`, zeros (what F.scaled_dot_product_attention gives it)."""
+    weights = scores.softmax(-1)
+    return weights.nan_to_num(0.0) if empty_rows_zero else weights
+
+
 def _attend(q, k, v, steps, bug=None):
     scale = 1.0 if bug == "no_scale" else 1 / math.sqrt(q.shape[-1])
+    zeros = bug == "own_key_excluded_zeros"
+    bug = "own_key_excluded" if zeros else bug
     scores = (q @ k.transpose(-2, -1) * scale).masked_fill(~_visible(steps, bug), -math.inf)
-    out = scores.softmax(-1) @ v
+    out = _softmax_rows(scores, zeros) @ v
     keys, values = k, v
     if bug == "cache_not_extended":
         keys, values = k[..., :steps[0], :], v[..., :steps[0], :]
@@ -66,6 +74,8 @@ CACHE_BUGS = {
     "no_scale": "the scores are not divided by sqrt(d_k): scale q @ k^T by 1 / sqrt(d_k) as in notebook 01.",
     "own_key_excluded": "each new position does not attend to its own key: position s + i may attend to positions "
                         "0 .. s + i, itself included (append the new keys before attending).",
+    "own_key_excluded_zeros": "each new position does not attend to its own key: position s + i may attend to "
+                              "positions 0 .. s + i, itself included (append the new keys before attending).",
     "no_causal_in_piece": "new positions of one call see each other's later keys: within a call, new position i may "
                           "attend to the cached keys and the new ones up to itself, not after.",
     "cache_ignored": "the output does not use the cached keys and values: attend over the cached ones followed by "
@@ -107,13 +117,13 @@ def _heads(x, h):
     return x.unflatten(-1, (h, -1)).transpose(1, 2)
 
 
-def _mha(attn, query, key, value, visible=None):
+def _mha(attn, query, key, value, visible=None, empty_rows_zero=False):
     q, k, v = (_heads(p(x), attn.num_heads) for p, x in ((attn.q_proj, query), (attn.k_proj, key),
                                                           (attn.v_proj, value)))
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
     if visible is not None:
         scores = scores.masked_fill(~visible, -math.inf)
-    return attn.out_proj((scores.softmax(-1) @ v).transpose(1, 2).flatten(2))
+    return attn.out_proj((_softmax_rows(scores, empty_rows_zero) @ v).transpose(1, 2).flatten(2))
 
 
 @torch.no_grad()
@@ -121,6 +131,8 @@ def _decode(model, features, captions, steps, bug=None):
     """The logits a decode_step with `bug` gives when `captions` are fed in `steps`, computed over the whole
     sequence at once with the keys each position then sees and the position it is then given."""
     T = captions.shape[1]
+    zeros = bug == "own_key_excluded_zeros"
+    bug = "own_key_excluded" if zeros else bug
     owner, first = _pieces(steps)
     positions = torch.arange(T) - first[owner] if bug == "positions_from_zero" else torch.arange(T)
     memory = model.feature_proj(features)
@@ -130,7 +142,7 @@ def _decode(model, features, captions, steps, bug=None):
     visible = _visible(steps, None if bug == "positions_from_zero" or bug == "memory_without_regions" else bug)
     for layer in model.decoder_layers:
         h = layer.norm1(x)
-        x = x + _mha(layer.self_attn, h, h, h, visible)
+        x = x + _mha(layer.self_attn, h, h, h, visible, zeros)
         h = layer.norm2(x)
         x = x + _mha(layer.cross_attn, h, memory, memory)
         x = x + layer.linear2(torch.relu(layer.linear1(layer.norm3(x))))
@@ -141,6 +153,7 @@ STEP_BUGS = {
     "positions_from_zero": "each call's words get the position vectors of positions 0, 1, ...: the words of a call "
                            "are at positions s .. s + n - 1, s being the number of words the cache has seen.",
     "own_key_excluded": CACHE_BUGS["own_key_excluded"],
+    "own_key_excluded_zeros": CACHE_BUGS["own_key_excluded"],
     "no_causal_in_piece": CACHE_BUGS["no_causal_in_piece"],
     "cache_ignored": "the logits of a call do not depend on the earlier words: each layer's self-attention must "
                      "attend over the cached keys and values too.",
@@ -423,5 +436,7 @@ def cases(ns: dict) -> list[CaseSpec]:
                   padded=True, dtype=torch.float64, atol=1e-10),
         BlockCase(name="blocks/causal_padding_many_heads", batch=2, heads=4, T_q=24, block=8, causal=True,
                   padded=True),
+        BlockCase(name="blocks/large_scores_causal", batch=2, heads=1, T_q=27, block=8, causal=True, scale=30.0,
+                  atol=1e-3),
     ]]
     return out

@@ -386,6 +386,7 @@ check("blocks/causal_uneven", blockwise_attention)
 check("blocks/one_block", blockwise_attention)
 check("blocks/cross_lengths_float64", blockwise_attention)
 check("blocks/causal_padding_many_heads", blockwise_attention)
+check("blocks/large_scores_causal", blockwise_attention)
 ### END HIDDEN TESTS
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_blocks_measured", "locked": true, "schema_version": 3, "solution": false, "task": false}
@@ -465,4 +466,7 @@ check_public("10_efficient_attention", globals());
 #
 # ## Handing in
 #
-# Hand in your ten notebooks, `01_scaled_dot_product_attention.ipynb` to `10_efficient_attention.ipynb`, and the model notebook 06 trained, `runs/captioning_transformer.pt`, with that file name, in a `runs/` folder or next to the notebooks. Notebook 07's trained-model cell grades that file: without it, those points are lost.
+# Hand in your ten notebooks, `01_scaled_dot_product_attention.ipynb` to `10_efficient_attention.ipynb`, and the model notebook 06 trained, `runs/captioning_transformer.pt`, with that file name, in a `runs/` folder or next to the notebooks. Notebook 07's trained-model cell (3 points) grades that file: without it, those points are lost.
+#
+# - **Locally**, all of them are in the course folder, the folder of your notebooks; the model is in its `runs/` folder.
+# - **On Colab**, the course folder is `My Drive/attention-course` (or the `COURSE_DIR` you chose): your notebooks, and the model in `My Drive/attention-course/runs/`. A notebook you opened from its Colab badge and saved with *File → Save a copy in Drive* is in `My Drive/Colab Notebooks` instead, as `Copy of 0N_….ipynb`: hand in that file as it is (the grader knows a notebook by its number).

@@ -32,7 +32,7 @@ BUDGET_SECONDS = 120
 # The budgets are seconds of the machine CI runs on (2 cores). A slower machine gets them in proportion: the
 # calibration, a fixed piece of Python work, took CALIBRATION_SECONDS there, and takes `slowness()` times as long here.
 CALIBRATION_SECONDS = 0.1  # 0.08 s measured on a quiet 2-core CI machine, and a margin
-SLOW_FIXTURES = {"colab_walk": (480, "a Colab student's nine notebooks, each in a new runtime with its own pip "
+SLOW_FIXTURES = {"colab_walk": (480, "a Colab student's ten notebooks, each in a new runtime with its own pip "
                                      "install, 06 training its model")}
 
 
