@@ -149,6 +149,9 @@ BUGS = {
     "blocks: the sums not rescaled": (
         "blocks/", {"blockwise_attention": [(RESCALE, "weights, rescale = torch.exp(scores - shift), 1.0")]},
         "exp(m_old - m_new)"),
+    "blocks: a block with no key for a query gives NaN": (
+        "blocks/", {"blockwise_attention": [("shift = m_new.masked_fill(m_new == -math.inf, 0.0)", "shift = m_new")]},
+        "add nothing"),
     "blocks: padding polarity flipped": (
         "blocks/", {"blockwise_attention": [("key_padding_mask[:, None, None, j:j + block_size]",
                                              "~key_padding_mask[:, None, None, j:j + block_size]")]}, "padding keys"),

@@ -317,7 +317,7 @@ def _blocks(q, k, v, block_size, causal=False, key_padding_mask=None, *, bug=Non
                 pad = key_padding_mask[:, None, None, j:j + block_size]
                 s = s.masked_fill(~pad if bug == "padding_inverted" else pad, -math.inf)
             new = torch.maximum(m, s.amax(-1, keepdim=True))
-            safe = new.masked_fill(new == -math.inf, 0.0)
+            safe = new if bug == "unguarded" else new.masked_fill(new == -math.inf, 0.0)
             if bug == "no_running_max":
                 w, factor = torch.exp(s), torch.ones_like(m)
             else:
@@ -339,6 +339,8 @@ BLOCK_BUGS = {
                   "weighted sum by exp(m_old - m_new) before adding the new block.",
     "sum_not_rescaled": "the weighted sum is rescaled when the maximum grows but the sum of weights is not: rescale "
                         "both by exp(m_old - m_new).",
+    "unguarded": "a query with no key in a block (padding at the start) gets NaN: while its running maximum is still "
+                 "-inf, exp(-inf - (-inf)) is not a number; such a block must add nothing (shift by 0 there).",
     "diagonal_excluded": "with causal=True each query must also attend to its own key: query i sees keys 0 .. i.",
     "padding_inverted": "key_padding_mask is True at padding keys (which get no weight), not at the keys to keep.",
     "last_block_dropped": "the last, shorter block of keys is left out: when T is not a multiple of block_size the "
@@ -363,6 +365,7 @@ class BlockCase(Row):
     causal: bool = False
     padded: bool = False
     scale: float = 1.0  # of q and k: large scores where the running maximum matters
+    pad_start: int = 0  # padding at the start of the first row (a first block with no key to attend to)
     dtype: torch.dtype = torch.float32
     atol: float = 1e-5
 
@@ -377,7 +380,9 @@ def _block_spec(c: BlockCase, g: torch.Generator) -> CaseSpec:
     if c.padded:  # each row pads a random tail (its first key is never padding)
         keep = torch.randint(1, T_k + 1, (c.batch,), generator=g)
         keep[0] = T_k - 3
-        inputs["pad"] = torch.arange(T_k)[None, :] >= keep[:, None]
+        pad = torch.arange(T_k)[None, :] >= keep[:, None]
+        pad[0, :c.pad_start] = True
+        inputs["pad"] = pad
         kwargs["key_padding_mask"] = "pad"
     largest = max(c.batch * c.heads * max(c.T_q, T_k) * max(c.d, d_v),
                   c.batch * c.heads * min(c.block, c.T_q) * min(c.block, T_k))
@@ -429,6 +434,8 @@ def cases(ns: dict) -> list[CaseSpec]:
         BlockCase(name="blocks/basic", batch=1, heads=2, T_q=32, block=8, public=True),
         BlockCase(name="blocks/causal", batch=2, heads=1, T_q=24, block=8, causal=True, public=True),
         BlockCase(name="blocks/large_scores", batch=1, heads=1, T_q=20, block=8, scale=30.0, atol=1e-3, public=True),
+        BlockCase(name="blocks/left_padding", batch=2, heads=1, T_q=20, block=8, padded=True, pad_start=9,
+                  public=True),
         BlockCase(name="blocks/padding", batch=2, heads=2, T_q=24, block=8, padded=True),
         BlockCase(name="blocks/causal_uneven", batch=1, heads=2, T_q=29, block=8, causal=True),
         BlockCase(name="blocks/one_block", batch=2, heads=1, T_q=6, block=16),
@@ -436,6 +443,8 @@ def cases(ns: dict) -> list[CaseSpec]:
                   padded=True, dtype=torch.float64, atol=1e-10),
         BlockCase(name="blocks/causal_padding_many_heads", batch=2, heads=4, T_q=24, block=8, causal=True,
                   padded=True),
+        BlockCase(name="blocks/left_padding_heads", batch=2, heads=3, T_q=26, block=8, padded=True,
+                  pad_start=11),
         BlockCase(name="blocks/large_scores_causal", batch=2, heads=1, T_q=27, block=8, causal=True, scale=30.0,
                   atol=1e-3),
     ]]

@@ -72,7 +72,7 @@ RUN_MEASUREMENTS = not os.environ.get("NBGRADER_EXECUTION")
 # - `cache`: `None` (nothing before), or the pair `(K, V)` this function returned for the $s$ positions before: `(..., s, d_k)` and `(..., s, d_v)`.
 # - Returns `(out, (K_new, V_new))`: `out` `(..., n, d_v)` is scaled dot-product attention (notebook 01) of the new queries over all $s + n$ keys, where new position $i$ (position $s + i$ of the sequence) may attend to positions $0 \ldots s + i$ and no later one; `K_new`, `V_new` are the earlier keys and values followed by the new ones along the position axis, `(..., s + n, d_k)` and `(..., s + n, d_v)`.
 #
-# Fed a sequence piece by piece, the outputs side by side must equal causal attention over the whole sequence; the check does exactly that (`in_steps` feeds it in the pieces the case names).
+# Fed a sequence piece by piece, the outputs side by side must equal causal attention over the whole sequence; the check does exactly that (`in_steps` feeds it in the pieces the case names). Your attention of notebook 01 or PyTorch's `F.scaled_dot_product_attention` (with a boolean mask, True = may attend) may compute the attention itself.
 
 # %% nbgrader={"grade": false, "grade_id": "attend_with_cache", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def attend_with_cache(q, k, v, cache=None):
@@ -122,7 +122,7 @@ check("cache/one_piece", in_steps(attend_with_cache))
 # | `layer.self_attn`, `layer.cross_attn` | each with `q_proj`, `k_proj`, `v_proj`, `out_proj` (`nn.Linear`s) and `num_heads`, heads split as in notebook 03 |
 # | `model.final_norm`, `model.vocab_head` | the logits, as in your forward |
 #
-# A layer's forward recomputes every position and has no cache, so work from these parts, not by calling a decoder layer or an attention module: the checks' stand-in (`starter.fast.CaptionerWeights`, the same names with stored weights) holds weights only and raises if called. `torch.nn.functional`'s attention is fine for the cross-attention. The checks feed a caption in pieces (`stepwise` makes the calls) and compare all the logits with your forward's, as computed when the references were made.
+# A layer's forward recomputes every position and has no cache, so work from these parts, not by calling a decoder layer or an attention module: the checks' stand-in (`starter.fast.CaptionerWeights`, the same names with stored weights) holds weights only and raises if called. `torch.nn.functional`'s attention is fine for the cross-attention. The checks feed a caption in pieces (`stepwise` makes the calls) and compare all the logits with those the course's notebook-05 forward gives the whole caption with the same weights.
 #
 # ### Task 2 · `decode_step(model, features, words, cache=None)`
 
@@ -177,7 +177,7 @@ check("step/long_caption", stepwise(decode_step))
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_greedy", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ### Task 3 · `cached_greedy_decode(model, features, max_len, start_idx=1, end_idx=2, null_idx=0, step=decode_step)`
 #
-# Greedy decoding with a cached step: the same captions, in the same format, as your `greedy_decode` of notebook 07 (`(B, max_len)` int64, no `<START>`, `<END>` kept, `null_idx` after it; `max_len` counts every word, `<END>` included). Call `step(model, features, words, cache)` first with `<START>` and `cache=None`, then each time with only the words just chosen and the cache it returned: each call feeds one new position per caption, never the prefix again. A caption that has finished still takes part in the batch's calls; its words after `<END>` are `null_idx`, whatever the model says.
+# Greedy decoding with a cached step: the same captions, in the same format, as your `greedy_decode` of notebook 07 (`(B, max_len)` int64, no `<START>`, `<END>` kept, `null_idx` after it; `max_len` counts every word, `<END>` included). Call `step(model, features, words, cache)` first with `<START>` and `cache=None`, then each time with only the words just chosen and the cache it returned: each call feeds one new position per caption, never the prefix again. A caption that has finished still takes part in the batch's calls; its words after `<END>` are `null_idx`, whatever the model says. As in notebook 07, stopping once every caption has finished is fine, and the candidates may be every word or every word but `<NULL>` and `<START>`.
 #
 # The check runs your function with `step` set to the cached step of a small stand-in model (`starter.fast.toy_step` on `starter.layers.ToyCaptioner`, whose "cache" is a running sum rather than keys and values), so it grades the decoding loop alone, whatever your `decode_step` does.
 
@@ -223,7 +223,7 @@ check("cached_greedy/other_special_tokens", with_toy_steps(cached_greedy_decode)
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_saves", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ## 3 · What the cache saves, measured
 #
-# Both decoders below are your `cached_greedy_decode`: once with your `decode_step`, and once with `without_cache(decode_step)`, a step that keeps no keys or values (its "cache" is the words so far) and runs the whole prefix through your `decode_step` every time, as notebook 07's `greedy_decode` does. Each writes captions of a fixed length, for a batch of images, on a model the size of the course's (untrained: the cost of a step does not depend on what the weights learned), with an end word that never comes so that every caption has the full length. The first length is the course's caption length; the others are two, four and eight times it. The cell prints the time per caption and the word positions the model ran per caption, and plots both.
+# Both decoders below are your `cached_greedy_decode`: once with your `decode_step`, and once with `without_cache(decode_step)`, a step that keeps no keys or values (its "cache" is the words so far) and runs the whole prefix through your `decode_step` every time, as notebook 07's `greedy_decode` does. Each writes captions of a fixed length, for a batch of images (the best of three runs), on a model the size of the course's (untrained: the cost of a step does not depend on what the weights learned), with an end word that never comes so that every caption has the full length. The first length is the course's caption length; the others are two, four and eight times it. The cell prints the time per caption and the word positions the model ran per caption, and plots both.
 
 # %% nbgrader={"grade": false, "grade_id": "code_saves", "locked": true, "schema_version": 3, "solution": false, "task": false}
 def without_cache(step):
@@ -261,9 +261,11 @@ if RUN_MEASUREMENTS:
                              dim_feedforward=256, max_len=max(lengths) + 1).eval()
     images = torch.randn(n_captions, 49, 64)
     try:
-        cost_per_caption(bench, images[:2], 2)   # untimed: one-time costs
-        for length in lengths:
-            cost[length] = (cost_per_caption(bench, images, length), cost_per_caption(bench, images, length, cache=False))
+        for cache in (True, False):   # untimed: one-time costs of both
+            cost_per_caption(bench, images[:2], 2, cache)
+        for length in lengths:   # the best of three runs: the least disturbed by other work on the machine
+            cost[length] = tuple(min((cost_per_caption(bench, images, length, cache) for _ in range(3)),
+                                     key=lambda c: c[0]) for cache in (True, False))
     except NotImplementedError:
         print("not measured: finish decode_step and cached_greedy_decode first")
 for length, ((cached_s, cached_n), (full_s, full_n)) in cost.items():
@@ -310,15 +312,15 @@ elif trained is not None:
 
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_q_cache", "locked": true, "schema_version": 3, "solution": false, "task": false}
-# ### Question 16 · What the cache keeps (2 points)
+# **Question 16 (2 points).** (a) The cache keeps each layer's keys and values of the earlier words, but not their queries. Why are the queries of earlier positions never needed again, while their keys and values are needed at every later step? (b) From the run above: how does the time saved grow with the caption length, and how does the time ratio compare with the ratio of word positions run? What does a step cost besides the work on its word positions?
 #
-# (a) The cache keeps each layer's keys and values of the earlier words, but not their queries. Why are the queries of earlier positions never needed again, while their keys and values are needed at every later step? (b) From the run above: how does the time saved grow with the caption length, and why is the time ratio at the course's caption length smaller than the ratio of word positions run?
+# Write your answer in the cell below.
 
 # %% [markdown] nbgrader={"grade": true, "grade_id": "q_kv_cache", "locked": false, "points": 2, "schema_version": 3, "solution": true, "task": false}
 # ### BEGIN SOLUTION
-# **Model answer.** (a) A query is used only to compute its own position's output: at step $t$ the new word's query is compared with the keys of positions $0 \ldots t$ and mixes their values. Later steps need the outputs of new positions only, and those read the *keys and values* of every earlier position (each new query attends to all of them), never an earlier query. With the causal mask an earlier position's output never changes, so its query has done its work once. (b) The time ratio grows with the length, as the positions ratio does ($L(L+1)/2$ against $L$, so about $(L+1)/2$): the run's table shows it rising from the course's length to eight times it. At short lengths it is much smaller than the positions ratio because a step has a fixed cost that does not depend on how many positions it runs (Python and PyTorch's per-operation overhead, the image memory, the vocabulary head), and the cached step pays it at every step too; only when the prefix is long does the work on the prefix dominate.
+# **Model answer.** (a) A query is used only to compute its own position's output: at step $t$ the new word's query is compared with the keys of positions $0 \ldots t$ and mixes their values. Later steps need the outputs of new positions only, and those read the *keys and values* of every earlier position (each new query attends to all of them), never an earlier query. With the causal mask an earlier position's output never changes, so its query has done its work once. (b) The time ratio grows with the length, as the positions ratio does ($L(L+1)/2$ against $L$, so about $(L+1)/2$): in the course's run it rises from the course's length to eight times it, and it stays below the positions ratio at every length. A step has a cost that does not depend on how many positions it runs (Python's and PyTorch's cost per operation, the cross-attention over the image, the calls themselves), and the cached step pays it at every step too; the longer the prefix, the more the work on it dominates. Timings on a busy machine are noisy, so an answer that reads its own run's figures, with this reason, is right.
 #
-# **Rubric.** 1 point: a query serves only its own output, while every later query reads all earlier keys and values (causality: earlier outputs never change). 1 point: the ratio grows with length, with the fixed per-step cost as the reason it is smaller than the positions ratio at short lengths.
+# **Rubric.** 1 point: a query serves only its own output, while every later query reads all earlier keys and values (causality: earlier outputs never change). 1 point: the ratio grows with length, and a per-step cost that does not grow with the prefix as the reason it stays below the positions ratio.
 # ### END SOLUTION
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_blocks", "locked": true, "schema_version": 3, "solution": false, "task": false}
@@ -335,7 +337,7 @@ elif trained is not None:
 # ### Task 4 · `blockwise_attention(q, k, v, block_size, causal=False, key_padding_mask=None)`
 #
 # - `q` `(B, h, T_q, d_k)`, `k` `(B, h, T_k, d_k)`, `v` `(B, h, T_k, d_v)`; `block_size`, a positive int (the last block may be shorter, and a block may be longer than the sequence).
-# - `causal=True` (only with `T_q == T_k`): query $i$ may attend to keys $0 \ldots i$. `key_padding_mask`: `None`, or bool `(B, T_k)` with True at padding keys, which get no weight (the polarity of notebook 03's `key_padding_mask`). Every query may attend to at least one key.
+# - `causal=True` (only with `T_q == T_k`): query $i$ may attend to keys $0 \ldots i$. `key_padding_mask`: `None`, or bool `(B, T_k)` with True at padding keys, which get no weight (the polarity of notebook 03's `key_padding_mask`); padding may be anywhere, at the start too. Every query may attend to at least one key, but not necessarily in every block: a block in which a query may attend to no key must add nothing to it (while its running maximum is still $-\infty$, $e^{-\infty - (-\infty)}$ is not a number).
 # - Returns `(B, h, T_q, d_v)`: scaled dot-product attention, equal to `F.scaled_dot_product_attention` with the same masks to float32 rounding.
 # - **What it may hold:** no tensor larger than an input (or the output), or than one block of `block_size` queries × `block_size` keys per batch and head. A full score matrix, a row of scores as long as the sequence, or a $T \times T$ mask is more; the check refuses any operation that makes one. PyTorch's attention and softmax functions are off limits here: the online softmax is the task.
 
@@ -380,6 +382,7 @@ from starter.checks import check
 check("blocks/basic", blockwise_attention)
 check("blocks/causal", blockwise_attention)
 check("blocks/large_scores", blockwise_attention)
+check("blocks/left_padding", blockwise_attention)
 ### BEGIN HIDDEN TESTS
 check("blocks/padding", blockwise_attention)
 check("blocks/causal_uneven", blockwise_attention)
@@ -387,6 +390,7 @@ check("blocks/one_block", blockwise_attention)
 check("blocks/cross_lengths_float64", blockwise_attention)
 check("blocks/causal_padding_many_heads", blockwise_attention)
 check("blocks/large_scores_causal", blockwise_attention)
+check("blocks/left_padding_heads", blockwise_attention)
 ### END HIDDEN TESTS
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_blocks_measured", "locked": true, "schema_version": 3, "solution": false, "task": false}
@@ -431,9 +435,9 @@ if held:
     plt.show()
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_q_flash", "locked": true, "schema_version": 3, "solution": false, "task": false}
-# ### Question 17 · What FlashAttention saves (2 points)
+# **Question 17 (2 points).** (a) From the run: how does the largest tensor grow with $T$ for your blockwise attention and for the plain one, and what does PyTorch's default CPU kernel appear to do? (b) FlashAttention computes exactly this loop on a GPU, and it is *faster* than the plain computation there, while your blockwise attention on a CPU is slower than the plain one. What does FlashAttention save on a GPU that this run cannot show, and why does a Python loop over blocks not get it?
 #
-# (a) From the run: how does the largest tensor grow with $T$ for your blockwise attention and for the plain one, and what does PyTorch's default CPU kernel appear to do? (b) FlashAttention computes exactly this loop on a GPU, and it is *faster* than the plain computation there, while your blockwise attention on a CPU is slower than the plain one. What does FlashAttention save on a GPU that this run cannot show, and why does a Python loop over blocks not get it?
+# Write your answer in the cell below.
 
 # %% [markdown] nbgrader={"grade": true, "grade_id": "q_flash", "locked": false, "points": 2, "schema_version": 3, "solution": true, "task": false}
 # ### BEGIN SOLUTION
@@ -445,7 +449,7 @@ if held:
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_rope", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ## 5 · Where this goes next
 #
-# - **Rotary positions in the captioner.** Notebook 02's `apply_rope` rotates queries and keys by their positions, so that scores depend only on the offset between two words. To try it here, the decoder layers would apply it to each head's queries and keys before the scores (in the forward and in `decode_step`, with the cache's length $s$ as the offset), and the word embeddings would get no position table. The captions of `shapes` are short and its sentences have fixed forms, so a learned or sinusoidal table already does the job; the gains of RoPE show on long sequences, where positions beyond those seen in training matter.
+# - **Rotary positions in the captioner.** Notebook 02's `apply_rope` rotates queries and keys by their positions, so that scores depend only on the offset between two words. To use it here, each decoder layer would apply it to its self-attention's queries and keys, head by head, before the scores (in the forward and in `decode_step`, with the cache's length $s$ as the offset), and the word embeddings would get no position table. Measured by a benchmark of the course's authors, which trains the course's captioner both ways with notebook 06's settings and the same batches: with the sinusoidal table, a last validation loss of 0.132 and a greedy exact match of 94.4%; with rotary positions, 0.129 and 95.2%. On `shapes`, whose captions are short and follow fixed forms, the two do about equally well; what RoPE is for, scores that depend only on how far apart two words are, matters for long sequences and for positions beyond those seen in training.
 # - **Caching across a beam.** Beam search (notebook 08) keeps $k$ hypotheses; with a cache, the kept hypotheses' caches are gathered along the batch axis at every step (the rows of the hypotheses that survive), which is what Hugging Face's `generate` does.
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_check_public", "locked": true, "schema_version": 3, "solution": false, "task": false}
