@@ -155,6 +155,21 @@ def load_any_case(name: str):
     return load_case(name, dirs=[nbs.PUBLIC_REFERENCES, nbs.HIDDEN_REFERENCES])  # no process-wide switch
 
 
+def case_results(names, answer_of) -> dict:
+    """Each stored case of `names` checked on `answer_of(case)` (the answer under its test cell's adapter): None if
+    it passes, else its one-line message; for the mutation suites."""
+    from starter.checks import CheckFailed, check
+
+    out: dict = {}
+    for name in names:
+        try:
+            check(name, answer_of(load_any_case(name)))
+            out[name] = None
+        except CheckFailed as failed:
+            out[name] = str(failed)
+    return out
+
+
 def assert_matches_reference(name: str, case, outs, inputs) -> None:
     """Independent outputs `outs` (torch, float64, graph kept) agree with the stored case: values,
     shapes, stored dtype, and the gradients of sum(output * stored weights) w.r.t. `inputs`."""

@@ -10,10 +10,9 @@ the module moves to another device), `if head:` for head 0. Notebooks 01 and 04-
 from __future__ import annotations
 
 import pytest
-from conftest import case_names, case_names_in, load_any_case, mutated_namespace
+from conftest import case_names, case_names_in, case_results, load_any_case, mutated_namespace
 
 from grading import notebooks as nbs
-from starter.checks import CheckFailed, check
 from starter.layers import follows_module
 
 ADAPTERS = {"follows_module(PositionalEncoding)": lambda ns: follows_module(ns["PositionalEncoding"])}
@@ -21,18 +20,9 @@ ADAPTERS = {"follows_module(PositionalEncoding)": lambda ns: follows_module(ns["
 
 def _results(stem: str, namespace: dict, targets: set[str]) -> dict[str, str | None]:
     """Every stored case of `targets`: None if it passes, else its one-line message."""
-    out: dict[str, str | None] = {}
-    for name in case_names(stem):
-        target = load_any_case(name).target
-        if target not in targets:
-            continue
-        answer = ADAPTERS[target](namespace) if target in ADAPTERS else namespace[target]
-        try:
-            check(name, answer)
-            out[name] = None
-        except CheckFailed as failed:
-            out[name] = str(failed)
-    return out
+    names = [name for name in case_names(stem) if load_any_case(name).target in targets]
+    return case_results(names, lambda case: ADAPTERS[case.target](namespace) if case.target in ADAPTERS
+                        else namespace[case.target])
 
 
 PE = "02_positional_encoding"

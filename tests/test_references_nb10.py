@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import case_names, case_names_in, load_any_case, mutated_namespace
+from conftest import case_names, case_names_in, case_results, load_any_case, mutated_namespace
 
 from grading import notebooks as nbs
 from starter.checks import CheckFailed, check
@@ -108,14 +108,7 @@ ADAPTERS = {"in_steps(attend_with_cache)": lambda ns: in_steps(ns["attend_with_c
 
 
 def _results(namespace: dict, prefix: str) -> dict[str, str | None]:
-    out: dict[str, str | None] = {}
-    for name in _cases(prefix):
-        try:
-            check(name, ADAPTERS[load_any_case(name).target](namespace))
-            out[name] = None
-        except CheckFailed as failed:
-            out[name] = str(failed)
-    return out
+    return case_results(_cases(prefix), lambda case: ADAPTERS[case.target](namespace))
 
 
 ALLOWED = "allowed = torch.ones(n, total, dtype=torch.bool, device=q.device).tril(diagonal=total - n)"

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from grading.cases.captioning.common import _seeded
-from grading.cases.captioning.decoding import GREEDY_BUGS, _decoding_toy
+from grading.cases.captioning.decoding import GREEDY_BUGS, _decoding_toy, finished_captions
 from grading.references import CaseSpec, Row, randn
 from starter.compare import HELD_AT_MOST, READY_MADE_SOFTMAX
 from starter.fast import in_steps, stepwise, with_toy_steps
@@ -228,16 +228,7 @@ def _cached_greedy(model, features, max_len, start_idx=1, end_idx=2, null_idx=0,
         nxt = logits[:, -1].argmax(-1)
         outs.append(nxt)
         words, prefix = nxt[:, None], torch.cat([prefix, nxt[:, None]], 1)
-    out = torch.stack(outs, 1)
-    if bug == "no_null_after_end":
-        return out
-    ended = (out == end_idx).long().cumsum(1) - (out == end_idx).long() > 0
-    out = out.masked_fill(ended, null_idx)
-    if bug == "end_dropped":
-        out = out.masked_fill(out == end_idx, null_idx)
-    if bug == "includes_start":
-        out = torch.cat([torch.full((B, 1), start_idx, dtype=torch.long), out[:, :-1]], 1)
-    return out
+    return finished_captions(torch.stack(outs, 1), start_idx, end_idx, null_idx, bug)
 
 
 CACHED_GREEDY_BUGS = {

@@ -32,8 +32,14 @@ def _greedy(model, features, max_len, start_idx=1, end_idx=2, null_idx=0, *, bug
         nxt = (logits[:, 0] if bug == "first_position" else logits[:, -1]).argmax(-1)
         outs.append(nxt)
         seq = torch.cat([seq, nxt[:, None]], 1)
-    out = torch.stack(outs, 1)
-    if bug in ("no_null_after_end", "start_only_raw"):
+    return finished_captions(torch.stack(outs, 1), start_idx, end_idx, null_idx,
+                             bug="no_null_after_end" if bug == "start_only_raw" else bug)
+
+
+def finished_captions(out, start_idx, end_idx, null_idx, bug=None):
+    """The words a greedy decoder chose at each step, (B, max_len), as it returns them: null_idx after the first
+    <END>; or as one of the known bugs of that last part of the task (`bug`) returns them."""
+    if bug == "no_null_after_end":
         return out
     ended = (out == end_idx).long().cumsum(1)
     after = (ended - (out == end_idx).long()) > 0  # strictly after the first <END>
@@ -41,7 +47,7 @@ def _greedy(model, features, max_len, start_idx=1, end_idx=2, null_idx=0, *, bug
     if bug == "end_dropped":
         out = out.masked_fill(out == end_idx, null_idx)
     if bug == "includes_start":
-        out = torch.cat([torch.full((B, 1), start_idx, dtype=torch.long), out[:, :-1]], 1)
+        out = torch.cat([torch.full((out.shape[0], 1), start_idx, dtype=torch.long), out[:, :-1]], 1)
     return out
 
 
