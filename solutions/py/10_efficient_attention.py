@@ -57,6 +57,7 @@ torch.manual_seed(0)
 # The measurements take a minute on a laptop. While nbgrader grades (NBGRADER_EXECUTION is set) they are
 # skipped: no graded test depends on them.
 RUN_MEASUREMENTS = not os.environ.get("NBGRADER_EXECUTION")
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")   # the measurements use a GPU if there is one
 
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_cache", "locked": true, "schema_version": 3, "solution": false, "task": false}
@@ -248,8 +249,12 @@ def cost_per_caption(model, features, length, cache=True):
     with a step that keeps no cache.'''
     positions, never = [], model.vocab_head.out_features   # an end word that is never chosen
     step = counted(decode_step, positions)
+    if features.is_cuda:
+        torch.cuda.synchronize()   # a GPU works asynchronously: wait for it before and after
     t0 = time.perf_counter()
     cached_greedy_decode(model, features, length, end_idx=never, step=step if cache else without_cache(step))
+    if features.is_cuda:
+        torch.cuda.synchronize()
     return (time.perf_counter() - t0) / len(features), sum(positions) / len(features)
 
 
@@ -258,8 +263,9 @@ n_captions = 100
 cost = {}
 if RUN_MEASUREMENTS:
     bench = CaptionerWeights(vocab_size=31, feature_dim=64, num_regions=49, d_model=64, num_heads=4, num_layers=2,
-                             dim_feedforward=256, max_len=max(lengths) + 1).eval()
-    images = torch.randn(n_captions, 49, 64)
+                             dim_feedforward=256, max_len=max(lengths) + 1).eval().to(device)
+    images = torch.randn(n_captions, 49, 64, device=device)
+    print(f"on {device}:")
     try:
         for cache in (True, False):   # untimed: one-time costs of both
             cost_per_caption(bench, images[:2], 2, cache)
@@ -396,7 +402,7 @@ check("blocks/left_padding_heads", blockwise_attention)
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_blocks_measured", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ### What the blocks save, measured
 #
-# For one head and growing $T$, the cell below runs your `blockwise_attention` (blocks of 128), PyTorch's attention computed the plain way (its "math" kernel: every score at once, as in notebook 01), and PyTorch's default CPU kernel. `largest_tensor` (from `starter.fast`) reports the most numbers any single tensor made during a call held; the cell prints it with the time and the largest difference from the plain result, and plots the memory.
+# For one head and growing $T$, the cell below runs your `blockwise_attention` (blocks of 128), PyTorch's attention computed the plain way (its "math" kernel: every score at once, as in notebook 01), and PyTorch's default kernel for the device (a CPU unless a GPU is there). `largest_tensor` (from `starter.fast`) reports the most numbers any single tensor made during a call held; the cell prints it with the time and the largest difference from the plain result, and plots the memory.
 
 # %% nbgrader={"grade": false, "grade_id": "code_blocks_measured", "locked": true, "schema_version": 3, "solution": false, "task": false}
 def plain_attention(q, k, v):
@@ -406,15 +412,20 @@ def plain_attention(q, k, v):
 
 def timed(fn, *args):
     '''(result, numbers held by the largest tensor, seconds) of fn(*args).'''
+    if device.type == "cuda":
+        torch.cuda.synchronize()
     t0 = time.perf_counter()
     result, numbers = largest_tensor(fn, *args)
+    if device.type == "cuda":
+        torch.cuda.synchronize()
     return result, numbers, time.perf_counter() - t0
 
 
 block, held = 128, {}
 if RUN_MEASUREMENTS:
+    print(f"on {device}:")
     for T in (256, 512, 1024, 2048, 4096):
-        q, k, v = (torch.randn(1, 1, T, 64) for _ in range(3))
+        q, k, v = (torch.randn(1, 1, T, 64, device=device) for _ in range(3))
         try:
             ours = timed(blockwise_attention, q, k, v, block)
         except NotImplementedError:
@@ -435,13 +446,13 @@ if held:
     plt.show()
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_q_flash", "locked": true, "schema_version": 3, "solution": false, "task": false}
-# **Question 17 (2 points).** (a) From the run: how does the largest tensor grow with $T$ for your blockwise attention and for the plain one, and what does PyTorch's default CPU kernel appear to do? (b) FlashAttention computes exactly this loop on a GPU, and it is *faster* than the plain computation there, while your blockwise attention on a CPU is slower than the plain one. What does FlashAttention save on a GPU that this run cannot show, and why does a Python loop over blocks not get it?
+# **Question 17 (2 points).** (a) From the run: how does the largest tensor grow with $T$ for your blockwise attention and for the plain one, and what does PyTorch's default kernel appear to do? (b) FlashAttention computes exactly this loop on a GPU, and it is *faster* than the plain computation there, while your blockwise attention here is slower than the plain one. What does FlashAttention save on a GPU that this run cannot show, and why does a Python loop over blocks not get it?
 #
 # Write your answer in the cell below.
 
 # %% [markdown] nbgrader={"grade": true, "grade_id": "q_flash", "locked": false, "points": 2, "schema_version": 3, "solution": true, "task": false}
 # ### BEGIN SOLUTION
-# **Model answer.** (a) The plain computation's largest tensor is the score matrix, $T^2$ numbers: it grows four times for every doubling of $T$. The blockwise one holds at most the inputs and one block of scores, so it grows only linearly with $T$ (the inputs and output, $T \times d$), and the score blocks stay $128 \times 128$. PyTorch's default CPU kernel holds about as little as the blockwise one: it also works in blocks (a flash-style kernel for the CPU), with the same result. (b) On a GPU the cost of attention is mostly moving data between the large, slow memory (HBM) and the small, fast on-chip memory: the plain version writes the $T \times T$ scores out and reads them back for the softmax and again for the product with $V$. FlashAttention keeps each block of scores on the chip inside one fused kernel, so the scores never travel to HBM: far fewer memory reads and writes (and no $T^2$ memory), hence faster. A Python loop runs each block as several separate PyTorch operations, each writing its result to memory and paying interpreter and launch overhead, so it saves the memory but not the traffic or the overhead; on a CPU, where the plain version's matrix fits in the caches well enough, it is simply more operations.
+# **Model answer.** (a) The plain computation's largest tensor is the score matrix, $T^2$ numbers: it grows four times for every doubling of $T$. The blockwise one holds at most the inputs and one block of scores, so it grows only linearly with $T$ (the inputs and output, $T \times d$), and the score blocks stay $128 \times 128$. PyTorch's default kernel holds about as little as the blockwise one (on the course's run, a CPU): it also works in blocks (a flash-style kernel), with the same result. (b) On a GPU the cost of attention is mostly moving data between the large, slow memory (HBM) and the small, fast on-chip memory: the plain version writes the $T \times T$ scores out and reads them back for the softmax and again for the product with $V$. FlashAttention keeps each block of scores on the chip inside one fused kernel, so the scores never travel to HBM: far fewer memory reads and writes (and no $T^2$ memory), hence faster. A Python loop runs each block as several separate PyTorch operations, each writing its result to memory and paying interpreter and launch overhead, so it saves the memory but not the traffic, and it adds the overhead of many small operations.
 #
 # **Rubric.** 1 point: $T^2$ against linear growth read from the run (and the default kernel's small footprint). 1 point: FlashAttention's gain is memory traffic (HBM reads and writes avoided by fusing on-chip), which a loop of separate operations does not get.
 # ### END SOLUTION
