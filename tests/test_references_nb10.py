@@ -134,6 +134,12 @@ BUGS = {
     "greedy: the cache dropped at every step": (
         "cached_greedy/", {"cached_greedy_decode": [("step(model, features, words, cache)",
                                                      "step(model, features, words, None)")]}, "new cache"),
+    "greedy: finished captions left out of the step, their cache rows kept": (
+        "cached_greedy/", {"cached_greedy_decode": [("logits, cache = step(model, features, words, cache)",
+                                                     "live = ~finished\n        logits_live, cache = step(model, "
+                                                     "features[live], words[live], cache)\n        logits = "
+                                                     "logits_live.new_zeros(len(words), *logits_live.shape[1:])\n"
+                                                     "        logits[live] = logits_live")]}, "raised RuntimeError"),
     "greedy: finished captions keep their words": (
         "cached_greedy/", {"cached_greedy_decode": [(".masked_fill(finished, null_idx)", "")]}, "null_idx"),
     "blocks: no running maximum": (
