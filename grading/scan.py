@@ -2,7 +2,8 @@
 
 It reads spelling, not behaviour: an import of a risky module, a risky module reached as an attribute of
 another (`np.ctypeslib.ctypes`, `torch.sys`, `pathlib.os`), the interpreter's own names (`__builtins__`), a
-`getattr` by a name made at run time or of a dunder, an assignment into a module or class. Code that reaches
+`getattr` by a name made at run time or of a dunder, an assignment into a module or class, torch's switches that
+turn off the checks' watch of its operations (`torch._C._DisableTorchDispatch`, `_disable_current_modes`). Code that reaches
 the same objects by a route it does not spell is not listed. It decides nothing: scores come from the judge, which compares recorded outputs with expected ones
 that never enter the sandbox, so such code cannot gain points. The findings go to the `review`
 column. Honest notebook code (functions, classes, `self.x = ...`, tensor maths) raises none.
@@ -30,6 +31,11 @@ RISKY_MODULES = {"builtins", "ctypes", "gc", "importlib", "inspect", "sys", "sta
                  "ipykernel", "signal", "subprocess", "grading", "nbgrader", "os", "operator"}
 # names that are the interpreter's own, not the student's: read as a name, not only as an attribute
 RISKY_NAMES = {"__builtins__", "__loader__", "__spec__", "__import__"}
+# what switches off the checks' watch of torch's operations (the rules of starter.compare: no matrix products, no
+# ready-made softmax, no tensor larger than a case allows): torch's own switches of its dispatch and function modes
+CHECK_ESCAPES = {"_python_dispatch", "_disable_current_modes", "_DisableTorchDispatch", "DisableTorchFunction",
+                 "DisableTorchFunctionSubclass", "_pop_mode", "_pop_mode_temporarily", "_pop_torch_dispatch_stack",
+                 "_pop_torch_function_stack", "_set_torch_function_mode", "_len_torch_dispatch_stack"}
 NAME_LOOKUPS = {"getattr", "hasattr"}  # a lookup by a name that is not written out, or of a dunder, is a finding
 # IPython's calls that run a magic, and which of their arguments is the code the magic may run as Python
 MAGIC_CODE_ARGUMENT = {"run_line_magic": 1, "run_cell_magic": 2}
@@ -163,6 +169,11 @@ def _reasons(tree: ast.AST, depth: int) -> list[str]:
             for mod in mods:
                 if mod.split(".")[0] in RISKY_MODULES:
                     reasons.append(f"imports {mod}")
+                if set(mod.split(".")) & CHECK_ESCAPES:
+                    reasons.append(f"imports {mod}, which can switch off the checks' watch of torch")
+            for name in (a.name for a in node.names):
+                if name in CHECK_ESCAPES:
+                    reasons.append(f"imports {name}, which can switch off the checks' watch of torch")
             for name in names:
                 if name in PROTECTED_NAMES:
                     reasons.append(f"binds {name} by import")
@@ -177,6 +188,8 @@ def _reasons(tree: ast.AST, depth: int) -> list[str]:
                 reasons.append(f"calls {node.func.id}() for {looked_up.value}")
         elif isinstance(node, ast.Name) and node.id in RISKY_NAMES:
             reasons.append(f"uses {node.id}")
+        elif isinstance(node, ast.Attribute) and node.attr in CHECK_ESCAPES:
+            reasons.append(f"uses {node.attr}, which can switch off the checks' watch of torch")
         elif isinstance(node, ast.Attribute) and node.attr in RISKY_MODULES:
             reasons.append(f"reaches the module {node.attr} through {_shown(node.value)}")
         elif isinstance(node, ast.Call) and (code := _magic_code(node)) is not None:

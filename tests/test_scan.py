@@ -75,6 +75,11 @@ ROUTES = {
     "getattr(type(m), '__setattr__')(m, 'x', 1)": {"calls getattr() for __setattr__"},
     "import pathlib\npathlib.os.system('ls')": {"reaches the module os through pathlib"},
     "from operator import attrgetter\nattrgetter('check')(ns)": {"imports operator"},
+    "with torch._C._DisableTorchDispatch():\n    s = q @ k.mT": {"uses _DisableTorchDispatch, which can switch off "
+                                                              "the checks' watch of torch"},
+    "from torch.utils._python_dispatch import _disable_current_modes":
+        {"imports torch.utils._python_dispatch, which can switch off the checks' watch of torch",
+         "imports _disable_current_modes, which can switch off the checks' watch of torch"},
 }
 
 
