@@ -151,7 +151,8 @@ class _Forbidden(Exception):
 # student's code (_watching), whatever name reached it. Neither sees work done outside torch (NumPy).
 MATRIX_PRODUCTS = "matrix products"  # any torch product of whole matrices: more than one dot product at once
 READY_MADE_SOFTMAX = "ready-made softmax"  # torch's softmax in any form (softmax, log_softmax, softmin, ...)
-RULES = (MATRIX_PRODUCTS, READY_MADE_SOFTMAX)
+READY_MADE_ATTENTION = "ready-made attention"  # torch's fused attention kernels, whatever name or alias reached them
+RULES = (MATRIX_PRODUCTS, READY_MADE_SOFTMAX, READY_MADE_ATTENTION)
 # A rule with a number: f"{HELD_AT_MOST}{n}" refuses any operation that makes a tensor holding more than n numbers
 # (its storage, so a view or a broadcast of an input counts what it shares, not its shape): a task whose point is
 # to never hold a large intermediate, attention in blocks without the whole score matrix.
@@ -256,6 +257,8 @@ class _RefuseOperators(TorchDispatchMode):
         op = func.overloadpacket.__name__
         if READY_MADE_SOFTMAX in self.rules and op in _SOFTMAX_OPS:
             raise _Forbidden(f"aten.{op}", READY_MADE_SOFTMAX)
+        if READY_MADE_ATTENTION in self.rules and any(p in op for p in _FUSED_ATTENTION_OPS):
+            raise _Forbidden(f"aten.{op}", READY_MADE_ATTENTION)
         out = func(*args, **(kwargs or {}))
         if self.limit is not None:
             for t in (out if _isinstance(out, (_tuple, list)) else (out,)):
@@ -412,9 +415,9 @@ def _call(case: Case, fn: Callable, requires_grad: bool):
                               "queries and keys (a dot product of two vectors is fine).") from None
         if exc.rule == HELD_AT_MOST:
             raise CheckFailed(f"{what} made a tensor of {exc.held:,} numbers (`{exc.name}`) where this case allows "
-                              f"{exc.limit:,} in any one tensor (as many as an input holds, or one block_size x block_size block of "
-                              "scores per batch and head): score one block of queries against one block of keys at a "
-                              "time; a mask or a row of scores as long as the sequence counts too.") from None
+                              f"{exc.limit:,} in any one tensor (as many as an input holds, padded to whole blocks, or one block_size x "
+                              "block_size block of scores per batch and head): score one block of queries against one "
+                              "block of keys at a time; a T x T mask counts too.") from None
         raise CheckFailed(f"{what} calls `{exc.name}`: this task is to implement it yourself, not to call a "
                           "ready-made version.") from None
     except NotImplementedError as exc:
@@ -866,15 +869,15 @@ __all__ = ["CheckFailed", "Case", "load_case", "case_file", "case_names", "refer
 
 
 class ReadOnlyModule(type(contextlib)):  # type: ignore[misc]  # (the module type, as types.ModuleType)
-    """A module whose public names (its `__all__`) cannot be replaced or deleted: `starter.checks.check = ...`
-    raises, so a test cell that imports `check` again gets the real one, and the checks call the real
-    comparison."""
+    """A module none of whose names can be replaced or deleted, its private helpers included, nor its class changed
+    back: `starter.checks.check = ...` or `starter.compare._watching = ...` raises, so a test cell that imports
+    `check` again gets the real one, and the checks call the real comparison under their real rules."""
 
     def _protected(self, name: str) -> bool:
-        return name == "__all__" or name in self.__dict__.get("__all__", ())
+        return name in self.__dict__ or name == "__class__"
 
     def __setattr__(self, name, value):
-        if self._protected(name) and name in self.__dict__:
+        if self._protected(name):
             raise AttributeError(f"{self.__name__}.{name} is read-only")
         super().__setattr__(name, value)
 

@@ -124,7 +124,22 @@ def with_toy_steps(decode_fn):
     def on_toy(model, features, **kwargs):
         if fn is None:
             raise TypeError("cached_greedy_decode is None: run the cell that defines it first")
-        return fn(model, features, step=toy_step, **kwargs)
+        returned = []  # the cache the last call returned
+
+        def step(m, f, words, cache=None):
+            if words.shape[1] != 1:
+                raise ValueError(f"step was fed {words.shape[1]} words per caption: with a cache, each call feeds "
+                                 "one word per caption, <START> first, then only the word just chosen")
+            if returned and (not isinstance(cache, (tuple, list)) or len(cache) != 2 or cache[1] != returned[-1][1]):
+                raise ValueError("each call of step must get the cache the call before returned (the first call "
+                                 "cache=None)")
+            if not returned and cache is not None:
+                raise ValueError("the first call of step gets cache=None")
+            logits, new = toy_step(m, f, words, cache)
+            returned.append(new)
+            return logits, new
+
+        return fn(model, features, step=step, **kwargs)
 
     on_toy.__name__ = getattr(decode_fn, "__name__", "cached_greedy_decode")
     return with_model(on_toy, ToyCaptioner)
@@ -148,12 +163,20 @@ def stepwise(decode_step):
                 raise TypeError("decode_step is None: run the cell that defines it first")
             if sum(steps) != captions.shape[1]:
                 raise ValueError(f"the steps {steps} do not cover the {captions.shape[1]} words")
-            pieces, cache, start = [], None, 0
-            with torch.no_grad():
-                for n in steps:
-                    logits, cache = fn(self.model, features, captions[:, start:start + n], cache)
-                    pieces.append(logits)
-                    start += n
+            pieces, cache, start, embedded = [], None, 0, []
+            count = self.model.word_embed.register_forward_hook(lambda m, args, out: embedded.append(args[0].numel()))
+            try:
+                with torch.no_grad():
+                    for n in steps:
+                        logits, cache = fn(self.model, features, captions[:, start:start + n], cache)
+                        pieces.append(logits)
+                        start += n
+            finally:
+                count.remove()
+            if sum(embedded) > captions.numel():
+                raise ValueError(f"decode_step ran {sum(embedded)} word positions through the word embeddings for "
+                                 f"{captions.numel()} words fed once each: with a cache, each call runs only its new "
+                                 "words (the cache keeps what later words need of the earlier ones)")
             return torch.cat(pieces, dim=1)
 
     Stepwise.__name__ = Stepwise.__qualname__ = getattr(decode_step, "__name__", "decode_step")

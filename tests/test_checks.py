@@ -348,3 +348,20 @@ def test_a_trained_model_is_measured_by_its_exact_captions(capsys):
     message = _message("trained/new_scenes", captioner(0.5))
     assert "captions 50% of these 100 images exactly right" in message and "asks for 65%" in message, message
     assert "expected (100, words) integer captions" in _message("trained/new_scenes", lambda f, w: f[:, :, 0])
+
+
+def test_no_name_of_the_checks_modules_can_be_replaced():
+    """A cell that swaps a private helper of the comparison (the watch that enforces "don't call the built-in") or the
+    module's class back would switch the rules off for every check after it."""
+    import types
+
+    import starter.checks
+    import starter.compare
+    import starter.fast
+
+    for module, name in ((starter.compare, "_watching"), (starter.compare, "_tripwires"), (starter.compare, "observe"),
+                         (starter.checks, "check"), (starter.fast, "toy_step"), (starter.compare, "__class__")):
+        with pytest.raises(AttributeError, match="read-only"):
+            setattr(module, name, types.ModuleType if name == "__class__" else print)
+        with pytest.raises(AttributeError, match="read-only"):
+            delattr(module, name)

@@ -133,7 +133,19 @@ BUGS = {
         "step/", {"decode_step": [(" + model.region_embed.weight[:features.shape[1]]", "")]}, "region embeddings"),
     "greedy: the cache dropped at every step": (
         "cached_greedy/", {"cached_greedy_decode": [("step(model, features, words, cache)",
-                                                     "step(model, features, words, None)")]}, "new cache"),
+                                                     "step(model, features, words, None)")]},
+        "the cache the call before returned"),
+    "greedy: the whole prefix fed again at every step, with no cache": (
+        "cached_greedy/", {"cached_greedy_decode": [
+            ("logits, cache = step(model, features, words, cache)",
+             "prefix = words if t == 0 else torch.cat([prefix, words], 1)\n"
+             "        logits, cache = step(model, features, prefix, None)")]}, "one word per caption"),
+    "blocks: PyTorch's attention under an alias": (
+        "blocks/", {"blockwise_attention": [("    out = torch.empty(",
+                                             "    from torch.nn.functional import scaled_dot_product_attention as sdpa\n"
+                                             "    mask = None if key_padding_mask is None else ~key_padding_mask[:, None, None, :]\n"
+                                             "    return sdpa(q, k, v, attn_mask=mask, is_causal=causal and mask is None)\n"
+                                             "    out = torch.empty(")]}, "calls `"),
     "greedy: finished captions left out of the step, their cache rows kept": (
         "cached_greedy/", {"cached_greedy_decode": [("logits, cache = step(model, features, words, cache)",
                                                      "live = ~finished\n        logits_live, cache = step(model, "
@@ -197,3 +209,18 @@ def test_each_correct_alternative_passes_every_case(alternative, hidden_referenc
     prefix, edits = ALTERNATIVES[alternative]
     results = _results(mutated_namespace(STEM, edits), prefix)
     assert results and not any(results.values()), {k: v for k, v in results.items() if v}
+
+
+def test_a_step_without_a_cache_is_named(hidden_references):
+    """A decode_step whose "cache" is the words so far and which runs them all again gives the right logits: the
+    check counts the word positions that go through the embeddings and names it."""
+    decode_step = nbs.solution(STEM)["decode_step"]
+
+    def no_cache(model, features, words, cache=None):
+        prefix = words if cache is None else torch.cat([cache, words], 1)
+        return decode_step(model, features, prefix, None)[0][:, -words.shape[1]:], prefix
+
+    results = case_results(_cases("step/"), lambda case: stepwise(no_cache))
+    failed = {name: message for name, message in results.items() if message}
+    assert failed.keys() & set(case_names_in(nbs.HIDDEN_REFERENCES / f"{STEM}.h5")), results
+    assert all("each call runs only its new words" in m for m in failed.values()), failed

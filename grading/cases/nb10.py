@@ -17,7 +17,7 @@ import torch
 from grading.cases.captioning.common import _seeded
 from grading.cases.captioning.decoding import GREEDY_BUGS, _decoding_toy, finished_captions
 from grading.references import CaseSpec, Row, randn
-from starter.compare import HELD_AT_MOST, READY_MADE_SOFTMAX
+from starter.compare import HELD_AT_MOST, READY_MADE_ATTENTION, READY_MADE_SOFTMAX
 from starter.fast import in_steps, stepwise, with_toy_steps
 
 # ---- attend_with_cache, fed in pieces ---------------------------------------------------------------------
@@ -375,16 +375,21 @@ def _block_spec(c: BlockCase, g: torch.Generator) -> CaseSpec:
         pad[0, :c.pad_start] = True
         inputs["pad"] = pad
         kwargs["key_padding_mask"] = "pad"
-    largest = max(c.batch * c.heads * max(c.T_q, T_k) * max(c.d, d_v),
+    def whole_blocks(T):  # a sequence padded to a whole number of blocks (a FlashAttention-style answer may pad)
+        return -(-T // c.block) * c.block
+
+    largest = max(c.batch * c.heads * max(whole_blocks(c.T_q), whole_blocks(T_k)) * max(c.d, d_v),
                   c.batch * c.heads * min(c.block, c.T_q) * min(c.block, T_k))
     return CaseSpec(
         name=c.name, target="blockwise_attention", args=["q", "k", "v"], const_args=[c.block],
         const_kwargs={"causal": c.causal}, kwargs=kwargs, inputs=inputs, outputs=["out"],
         variants=_block_variants(), public=c.public, atol=c.atol, rtol=1e-4,
-        forbid=["torch.nn.functional.scaled_dot_product_attention", READY_MADE_SOFTMAX, f"{HELD_AT_MOST}{largest}"],
+        forbid=["torch.nn.functional.scaled_dot_product_attention", READY_MADE_ATTENTION, READY_MADE_SOFTMAX,
+                f"{HELD_AT_MOST}{largest}"],
         hint=f"blocks of {c.block} queries x {c.block} keys; the result equals scaled dot-product attention"
              + (" with the causal mask" if c.causal else "") + (" with the padding keys blocked" if c.padded else "")
-             + ".")
+             + (". The scores here are in the hundreds: the exponential of a raw score overflows, so subtract the "
+                "running maximum before exponentiating" if c.scale > 1 else "") + ".")
 
 
 # ---- the table -------------------------------------------------------------------------------------------
@@ -417,12 +422,12 @@ def cases(ns: dict) -> list[CaseSpec]:
         CachedGreedyCase(name="cached_greedy/one_image", batch=1, regions=2, feature_dim=4, vocab=9, max_len=6,
                          want="ends"),
         CachedGreedyCase(name="cached_greedy/all_end_early", batch=3, regions=3, feature_dim=4, vocab=6, max_len=12,
-                         want="all_early"),
+                         want="all_early", public=True),
         CachedGreedyCase(name="cached_greedy/other_special_tokens", batch=3, regions=2, feature_dim=6, vocab=9,
                          max_len=8, start_idx=4, end_idx=7, null_idx=5),
     ]]
     out += [_block_spec(c, g) for c in [
-        BlockCase(name="blocks/basic", batch=1, heads=2, T_q=32, block=8, public=True),
+        BlockCase(name="blocks/basic", batch=1, heads=2, T_q=32, block=8, d_v=6, public=True),
         BlockCase(name="blocks/causal", batch=2, heads=1, T_q=24, block=8, causal=True, public=True),
         BlockCase(name="blocks/large_scores", batch=1, heads=1, T_q=20, block=8, scale=30.0, atol=1e-3, public=True),
         BlockCase(name="blocks/left_padding", batch=2, heads=1, T_q=20, block=8, padded=True, pad_start=9,
