@@ -31,6 +31,8 @@ from typing import NamedTuple
 
 import nbformat
 
+from starter.runtime import RUN_TAG
+
 from . import notebooks
 from .host_bounds import Bound, PastBound, each_bounded
 from .notebooks import ASSIGNMENT
@@ -593,6 +595,44 @@ def intake(submissions: Path, root: Path, students: list[str] | None = None) -> 
             if handin.disputed:
                 outcome.flags.append(DISPUTED_FLAG)
             results.append(outcome)
+    flag_shared_runs(root, results)
     for r in results:  # a note is one line, whatever the file names hold
         r.notes = [one_line(note, 1000) for note in r.notes]
     return results, loose
+
+
+RUN_IDENTITY = re.compile(re.escape(RUN_TAG.encode()) + rb"[0-9a-f]{32}")
+
+
+def run_identities(checkpoint: Path) -> set[bytes]:
+    """The training runs a checkpoint names (`starter.scripts.run_identity`), read from its bytes as they are (a
+    checkpoint stores its records uncompressed): nothing of a student's file is unpickled here. Empty for a file
+    that is not there or names none (saved otherwise)."""
+    try:
+        with checkpoint.open("rb") as f:
+            return set(RUN_IDENTITY.findall(f.read(notebooks.MAX_HANDED_IN)))
+    except OSError:
+        return set()
+
+
+def flag_shared_runs(root: Path, results: list[StudentOutcome]) -> None:
+    """Flag each student of `results` whose trained model comes from the same training run as the one another student
+    of the course folder handed in (staged now or before): the same file handed in twice, or a run resumed from
+    another's checkpoint. Independent runs never share a run's identity, even with the same code, seed and steps
+    (and so the same weights); a person decides what it means. The mark measures the weights and stands."""
+    staged = root / "submitted"
+    students_of: dict[bytes, list[str]] = {}
+    for folder in sorted(staged.iterdir()) if staged.is_dir() else []:
+        for run in run_identities(folder / ASSIGNMENT / notebooks.TRAINED_CHECKPOINT):
+            students_of.setdefault(run, []).append(folder.name)
+    for outcome in results:
+        if outcome.status == Status.FAILED:
+            continue
+        runs = run_identities(staged / outcome.student / ASSIGNMENT / notebooks.TRAINED_CHECKPOINT)
+        others = sorted({s for run in runs for s in students_of.get(run, []) if s != outcome.student})
+        if others:
+            outcome.flags.append(f"{notebooks.TRAINED_CHECKPOINT} comes from the same training run as the one "
+                                 f"{', '.join(others[:5])}{' and others' if len(others) > 5 else ''} handed in (the "
+                                 "run's identity that train_captioner.py writes into each checkpoint): one file "
+                                 "handed in twice, or a run resumed from another's; the trained-model mark measures "
+                                 "the weights and stands, worth a look")

@@ -101,10 +101,35 @@ def no_case_ran(rec: NotebookRecord) -> str | None:
             "them) or no answer is defined; look at the notebook before trusting this score")
 
 
+# notebook 06's cells that train the model: its step, its loop, its script
+TRAINING_CELLS = ("06_training", ("test_train_step", "test_fit", "test_train_script"))
+
+
+def trained_without_training(judged: list[NotebookRecord]) -> str | None:
+    """Why a trained-model mark is worth a look: the student's notebook 06, which trains the model, was not graded or
+    earned no point in any of its training tasks. Code that fails every hidden case can still train, so this decides
+    nothing: the mark measures the weights and stands (no student code runs on the hidden scenes), and a person
+    looks at where the file came from. None when the mark is zero or a training task earned a point."""
+    by_notebook = {rec.notebook: rec for rec in judged}
+    marked = [c for c in getattr(by_notebook.get(notebooks.TRAINED_MODEL_CELL[0]), "cells", [])
+              if c.grade_id == notebooks.TRAINED_MODEL_CELL[1] and c.points > 0]
+    if not marked:
+        return None
+    notebook, names = TRAINING_CELLS
+    training = [c for c in getattr(by_notebook.get(notebook), "cells", []) if c.grade_id in names]
+    if training and any(c.points > 0 for c in training):
+        return None
+    why = ("was not graded" if not training else
+           f"earned no point in its training tasks ({', '.join(c.grade_id.removeprefix('test_') for c in training)})")
+    return (f"{notebooks.TRAINED_MODEL_CELL[0]}: the trained-model mark ({marked[0].points:g}/{marked[0].max_points:g}) "
+            f"was earned by a checkpoint, while notebook 06, which trains it, {why}; the mark measures the weights "
+            "and stands, worth a look at where the file came from")
+
+
 def review_flags(root: Path, student: str, judged: list[NotebookRecord]) -> list[str]:
     """What an instructor should look at: sandbox runs that did not finish, unreadable results,
-    hidden cases that did not run where public ones did, grading without the sandbox, and code that
-    reaches for the checks (grading.scan)."""
+    hidden cases that did not run where public ones did, grading without the sandbox, a trained-model mark that
+    notebook 06 cannot have made, and code that reaches for the checks (grading.scan)."""
     flags = []
     for rec in judged:
         if not rec.isolated:
@@ -115,6 +140,9 @@ def review_flags(root: Path, student: str, judged: list[NotebookRecord]) -> list
         if not_run:
             flags.append(not_run)
         flags += [f"{rec.notebook}: {p}" for p in rec.problems[:3]]
+    unmade = trained_without_training(judged)
+    if unmade:
+        flags.append(unmade)
     submitted = sorted((root / "submitted" / student / ASSIGNMENT).glob("*.ipynb"))
     for nb, found in zip(submitted, scanned(submitted)):
         if isinstance(found, PastBound):

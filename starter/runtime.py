@@ -41,6 +41,7 @@ TRAINING_NOTEBOOK = "06_training.ipynb"  # the schedule, the step, the validatio
 GENERATION_NOTEBOOK = "07_generation_and_evaluation.ipynb"  # greedy_decode, evaluate_captions, evaluate_captioner.py
 DECODING_NOTEBOOK = "08_decoding.ipynb"  # beam_search, sample_decode
 TRAINED_MODEL = "runs/captioning_transformer.pt"  # where notebook 06 saves its model, in the course folder
+RUN_TAG = "attention-course-run:"  # what a training run writes into each checkpoint: this, then 32 hex digits
 DRIVE_MOUNT = "/content/drive"  # where Colab mounts Google Drive; "MyDrive" is the user's own files
 COLAB_SAVES = "Colab Notebooks"  # the MyDrive folder where Colab's "Save a copy in Drive" puts a notebook
 

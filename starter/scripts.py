@@ -32,6 +32,7 @@ import math
 import sys
 import tempfile
 import types
+import uuid
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,6 +46,7 @@ from .runtime import (
     DECODING_NOTEBOOK,
     GENERATION_NOTEBOOK,
     MODEL_NOTEBOOK,
+    RUN_TAG,
     TRAINING_NOTEBOOK,
     OneLineError,
 )
@@ -226,6 +228,17 @@ def _log_rows(history: dict) -> list[list]:
             for step, loss, lr in zip(history["step"], history["loss"], history["lr"])]
 
 
+def run_identity(saved: dict | None = None) -> str:
+    """The identity a training run writes into each of its checkpoints (their "extra" "run"): a resumed run keeps the
+    one of the checkpoint it resumes (`saved`), a new run draws a new one. Two runs never share one, even with the
+    same code, seed and steps (and so the same weights), so two students' checkpoints of one run are one file
+    handed in twice, or a run resumed from another's (grading.intake flags them)."""
+    kept = ((saved or {}).get("extra") or {}).get("run")
+    if isinstance(kept, str) and kept.startswith(RUN_TAG):
+        return kept
+    return RUN_TAG + uuid.uuid4().hex
+
+
 def train_main(argv, experiment, *, fit, checkpoint_state, restore) -> None:
     """train_captioner.py's run, around your `fit`, `checkpoint_state` and `restore`: read the options; make the
     model (`experiment.new_model`, which seeds torch's generator with --seed) and the optimiser; with --resume,
@@ -233,7 +246,8 @@ def train_main(argv, experiment, *, fit, checkpoint_state, restore) -> None:
     returns; then train in rounds that end at the multiples of --save-every (and at --steps), each a call of `fit`
     with the whole run's schedule and batches from the round's first step on. After each round it appends the
     round's rows to the log and saves the checkpoint with `checkpoint_state(optimizer, steps_done)` beside the
-    weights. Errors end it with one line, `train_captioner.py: error: ...`, and exit status 1."""
+    weights, and the run's identity (`run_identity`). Errors end it with one line, `train_captioner.py: error: ...`,
+    and exit status 1."""
     args = train_arguments(argv)
     exp = experiment or Experiment.open(args.data, device=args.device)
     size = dict(d_model=args.d_model, num_heads=args.heads, num_layers=args.layers,
@@ -241,10 +255,12 @@ def train_main(argv, experiment, *, fit, checkpoint_state, restore) -> None:
     model = exp.new_model(size, seed=args.seed)
     optimizer = exp.make_optimizer(model, args.lr, args.weight_decay)
     log_path = args.checkpoint.with_suffix(".csv")
-    done, rows = 0, []
+    done, rows, run = 0, [], run_identity()
     if args.resume:
         try:
-            done = int(restore(read_checkpoint(args.checkpoint), model, optimizer))
+            saved = read_checkpoint(args.checkpoint)
+            run = run_identity(saved)
+            done = int(restore(saved, model, optimizer))
         except CheckpointError as exc:
             sys.exit(f"train_captioner.py: error: {exc}")
         except KeyError as exc:
@@ -266,7 +282,7 @@ def train_main(argv, experiment, *, fit, checkpoint_state, restore) -> None:
             csv.writer(f).writerows(_log_rows(history))
         done = stop
         save_checkpoint(args.checkpoint, model, exp.model_config(size), exp.vocab,
-                        **{**checkpoint_state(optimizer, done), "dataset": args.data})
+                        **{**checkpoint_state(optimizer, done), "dataset": args.data, "run": run})
         print(f"step {done}/{args.steps}: loss {history['loss'][-1]:.4f}, validation loss "
               f"{history['val_loss'][-1]:.4f}; saved {args.checkpoint}", flush=True)
         if args.stop_at is not None and args.stop_at <= done < args.steps:

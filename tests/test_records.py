@@ -73,3 +73,26 @@ def test_intake_and_grading_join_into_one_outcome():
 
 def read_back(outcome: StudentOutcome) -> StudentOutcome:
     return StudentOutcome.from_dict(json.loads(json.dumps(asdict(outcome))))
+
+
+def _record(notebook: str, cells: dict[str, float]) -> NotebookRecord:
+    return NotebookRecord(student="ada", notebook=notebook, sandbox="finished", sandbox_message="", isolated=True,
+                          seconds=1.0, problems=[], cells=[CellResult(g, p, 3.0) for g, p in cells.items()])
+
+
+def test_a_trained_model_mark_without_a_training_notebook_is_worth_a_look():
+    """The mark measures the weights, whoever trained them: a checkpoint handed in with a notebook 06 that trains
+    nothing (every training task at 0, or no 06 at all) earns it, and review says so; a 06 that earns a point in one
+    of them, or a mark of 0, says nothing."""
+    from grading.worker import trained_without_training
+
+    marked = _record("07_generation_and_evaluation", {"test_greedy_decode": 0.0, "test_trained_model": 3.0})
+    idle = _record("06_training", {"test_lr_at_step": 1.0, "test_train_step": 0.0, "test_fit": 0.0,
+                                   "test_train_script": 0.0})
+    flag = trained_without_training([idle, marked])
+    assert flag and "3/3" in flag and "train_step, fit, train_script" in flag and "stands" in flag
+    assert "was not graded" in trained_without_training([marked])
+    works = _record("06_training", {"test_train_step": 0.0, "test_fit": 1.0, "test_train_script": 0.0})
+    assert trained_without_training([works, marked]) is None
+    unmarked = _record("07_generation_and_evaluation", {"test_trained_model": 0.0})
+    assert trained_without_training([idle, unmarked]) is None

@@ -310,3 +310,38 @@ def test_question_9_a_lost_random_state_shows_with_dropout_only(course, tmp_path
 
     assert same(weights("0", None), weights("0", "3"))
     assert not same(weights("0.1", None), weights("0.1", "3"))
+
+
+def test_a_runs_identity_ties_a_checkpoint_to_its_run_not_to_its_weights(course, tmp_path):
+    """Two runs of the same code, seed and steps write the same weights under two identities; a run resumed from
+    another's checkpoint (a classmate's file trained on) keeps that one's. Intake flags the students whose checkpoints
+    share a run: one file handed in twice, or a run resumed from another's; never two independent runs."""
+    import shutil
+
+    from grading.intake import flag_shared_runs, run_identities
+    from grading.notebooks import ASSIGNMENT, TRAINED_CHECKPOINT
+    from grading.outcome import StudentOutcome
+
+    folder, _ = course
+    one_go, resumed, taken = (folder / "runs" / f"{n}.pt" for n in ("one_go", "resumed", "taken"))
+    assert len(run_identities(one_go)) == 1 and run_identities(one_go) != run_identities(resumed)
+    shutil.copy(one_go, taken)
+    trained_on = _run(folder, "train_captioner.py", "--steps", "8", "--warmup", "1", "--save-every", "2",
+                      "--batch-size", "8", "--d-model", "16", "--heads", "2", "--layers", "1", "--dropout", "0.2",
+                      "--device", "cpu", "--resume", "--checkpoint", "runs/taken.pt")
+    assert trained_on.returncode == 0, trained_on.stderr[-2000:]
+    assert read_checkpoint(taken)["extra"]["step"] == 8 and run_identities(taken) == run_identities(one_go)
+
+    handed_in = {"alice": one_go, "bob": one_go, "carol": resumed, "dave": taken, "erin": None}
+    for student, checkpoint in handed_in.items():
+        dest = tmp_path / "submitted" / student / ASSIGNMENT / TRAINED_CHECKPOINT
+        dest.parent.mkdir(parents=True)
+        if checkpoint is not None:
+            shutil.copy(checkpoint, dest)
+    results = [StudentOutcome(student=s) for s in handed_in]
+    flag_shared_runs(tmp_path, results)
+    flags = {r.student: r.flags for r in results}
+    assert flags["carol"] == flags["erin"] == []
+    for student, others in {"alice": "bob, dave", "bob": "alice, dave", "dave": "alice, bob"}.items():
+        (flag,) = flags[student]
+        assert f"same training run as the one {others} handed in" in flag and "stands" in flag
