@@ -25,6 +25,7 @@ import os
 import re
 import stat
 import sys
+import threading
 import warnings
 import zipfile
 from collections.abc import Callable
@@ -46,6 +47,7 @@ from .stand_ins import stand_in
 # numpy functions, builtins). `torch._C.TensorBase` is a C type: its methods cannot be replaced.
 _TB = torch._C.TensorBase
 _isinstance, _tuple, _len = builtins.isinstance, builtins.tuple, builtins.len
+_get_ident = threading.get_ident
 _np_abs, _np_isnan, _np_array_equal = np.abs, np.isnan, np.array_equal
 _from_numpy, _mul, _sum, _backward = torch.from_numpy, torch.mul, torch.sum, torch.autograd.backward
 # (getset descriptors of the C type, which mypy sees as the attributes' values)
@@ -169,6 +171,11 @@ def held_numbers(t) -> int:
     return _TB.untyped_storage(t).nbytes() // max(1, _TB.element_size(t))
 
 
+# Where the work of a case with rules may not go: another thread or process, where the rules' watch (per thread) does
+# not see it. Swapped for tripwires while such a case runs.
+THREAD_STARTS = ("threading.Thread.start", "multiprocessing.process.BaseProcess.start")
+
+
 def _is_rule(name: str) -> bool:
     return name in RULES or name.startswith(HELD_AT_MOST)
 # The ATen operators (by name) that each rule refuses: what every torch function doing that work ends in on the
@@ -219,7 +226,7 @@ def _tripwires(names: list[str]):
     `names` (RULES) are _watching's."""
     import importlib
 
-    saved = []
+    saved, checking = [], _get_ident()
     try:
         for dotted in names:
             if _is_rule(dotted):
@@ -232,7 +239,10 @@ def _tripwires(names: list[str]):
                 owner = getattr(importlib.import_module(mod_name), cls_name)
             original = getattr(owner, attr)
 
-            def tripwire(*args, _name=dotted, **kwargs):
+            def tripwire(*args, _name=dotted, _original=original, **kwargs):
+                # a thread or process started by another thread (the kernel's own machinery) is not the checked code's
+                if _name in THREAD_STARTS and _get_ident() != checking:
+                    return _original(*args, **kwargs)
                 raise _Forbidden(_name)
 
             saved.append((owner, attr, original))
@@ -404,7 +414,8 @@ def _call(case: Case, fn: Callable, requires_grad: bool):
     kwargs.update(case.const_kwargs)
     try:
         rules = [r for r in case.forbid if _is_rule(r)]
-        with _quiet(), _tripwires(case.forbid), value_dropout(case.train_seed):  # dropout as the reference saw it
+        wires = [*case.forbid, *(THREAD_STARTS if rules else ())]
+        with _quiet(), _tripwires(wires), value_dropout(case.train_seed):  # dropout as the reference saw it
             with _watching(rules):
                 out = call(*args, **kwargs)
     except CheckFailed:
@@ -413,6 +424,9 @@ def _call(case: Case, fn: Callable, requires_grad: bool):
         if exc.rule == MATRIX_PRODUCTS:
             raise CheckFailed(f"{what} multiplies whole matrices (`{exc.name}`): this task asks for loops over the "
                               "queries and keys (a dot product of two vectors is fine).") from None
+        if exc.name in THREAD_STARTS:
+            raise CheckFailed(f"{what} starts a thread or a process (`{exc.name}`): this task's rules are watched "
+                              "in the thread that calls it, so its work must be done there.") from None
         if exc.rule == HELD_AT_MOST:
             raise CheckFailed(f"{what} made a tensor of {exc.held:,} numbers (`{exc.name}`) where this case allows "
                               f"{exc.limit:,} in any one tensor (as many as an input holds, padded to whole blocks, or one block_size x "

@@ -365,3 +365,30 @@ def test_no_name_of_the_checks_modules_can_be_replaced():
             setattr(module, name, types.ModuleType if name == "__class__" else print)
         with pytest.raises(AttributeError, match="read-only"):
             delattr(module, name)
+
+
+def test_a_thread_started_elsewhere_while_a_check_runs_is_left_alone():
+    """A case with rules refuses threads started by the code it checks (the rules' watch is per thread), not those
+    the kernel's own threads start meanwhile."""
+    import threading
+
+    from starter.compare import THREAD_STARTS, _tripwires
+
+    go, finished, ran = threading.Event(), threading.Event(), []
+
+    def elsewhere():
+        go.wait(5)
+        inner = threading.Thread(target=lambda: ran.append(1))
+        inner.start()
+        inner.join()
+        finished.set()
+
+    helper = threading.Thread(target=elsewhere)
+    helper.start()
+    with _tripwires(list(THREAD_STARTS)):
+        go.set()
+        assert finished.wait(5)
+        with pytest.raises(Exception, match="threading.Thread.start"):
+            threading.Thread(target=lambda: None).start()
+    helper.join()
+    assert ran == [1]

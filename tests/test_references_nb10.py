@@ -224,3 +224,15 @@ def test_a_step_without_a_cache_is_named(hidden_references):
     failed = {name: message for name, message in results.items() if message}
     assert failed.keys() & set(case_names_in(nbs.HIDDEN_REFERENCES / f"{STEM}.h5")), results
     assert all("each call runs only its new words" in m for m in failed.values()), failed
+
+
+def test_work_sent_to_another_thread_is_refused():
+    """The rules' watch of torch's operations is per thread: a case with rules refuses to start one."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def in_a_thread(q, k, v, block_size, causal=False, key_padding_mask=None):
+        with ThreadPoolExecutor(1) as pool:
+            return pool.submit(lambda: torch.softmax(q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5, -1) @ v).result()
+
+    with pytest.raises(CheckFailed, match="starts a thread or a process"):
+        check("blocks/basic", in_a_thread)
