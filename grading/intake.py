@@ -621,15 +621,17 @@ def flag_shared_runs(root: Path, results: list[StudentOutcome]) -> None:
     another's checkpoint. Independent runs never share a run's identity, even with the same code, seed and steps
     (and so the same weights); a person decides what it means. The mark measures the weights and stands."""
     staged = root / "submitted"
+    runs_of = {folder.name: run_identities(folder / ASSIGNMENT / notebooks.TRAINED_CHECKPOINT)
+               for folder in (sorted(staged.iterdir()) if staged.is_dir() else [])}
     students_of: dict[bytes, list[str]] = {}
-    for folder in sorted(staged.iterdir()) if staged.is_dir() else []:
-        for run in run_identities(folder / ASSIGNMENT / notebooks.TRAINED_CHECKPOINT):
-            students_of.setdefault(run, []).append(folder.name)
+    for student, runs in runs_of.items():
+        for run in runs:
+            students_of.setdefault(run, []).append(student)
     for outcome in results:
         if outcome.status == Status.FAILED:
             continue
-        runs = run_identities(staged / outcome.student / ASSIGNMENT / notebooks.TRAINED_CHECKPOINT)
-        others = sorted({s for run in runs for s in students_of.get(run, []) if s != outcome.student})
+        others = sorted({s for run in runs_of.get(outcome.student, ()) for s in students_of[run]
+                         if s != outcome.student})
         if others:
             outcome.flags.append(f"{notebooks.TRAINED_CHECKPOINT} comes from the same training run as the one "
                                  f"{', '.join(others[:5])}{' and others' if len(others) > 5 else ''} handed in (the "

@@ -171,6 +171,12 @@ def held_numbers(t) -> int:
     return _TB.untyped_storage(t).nbytes() // max(1, _TB.element_size(t))
 
 
+def largest_held(result) -> int:
+    """The most numbers any tensor of an operation's result (a tensor, or a tuple or list of them) holds."""
+    parts = result if _isinstance(result, (_tuple, list)) else (result,)
+    return max((held_numbers(t) for t in parts if _isinstance(t, _TB)), default=0)
+
+
 # Where the work of a case with rules may not go: another thread or process, where the rules' watch (per thread) does
 # not see it. Swapped for tripwires while such a case runs.
 THREAD_STARTS = ("threading.Thread.start", "multiprocessing.process.BaseProcess.start")
@@ -270,10 +276,8 @@ class _RefuseOperators(TorchDispatchMode):
         if READY_MADE_ATTENTION in self.rules and any(p in op for p in _FUSED_ATTENTION_OPS):
             raise _Forbidden(f"aten.{op}", READY_MADE_ATTENTION)
         out = func(*args, **(kwargs or {}))
-        if self.limit is not None:
-            for t in (out if _isinstance(out, (_tuple, list)) else (out,)):
-                if _isinstance(t, _TB) and held_numbers(t) > self.limit:
-                    raise _Forbidden(f"aten.{op}", HELD_AT_MOST, held=held_numbers(t), limit=self.limit)
+        if self.limit is not None and (held := largest_held(out)) > self.limit:
+            raise _Forbidden(f"aten.{op}", HELD_AT_MOST, held=held, limit=self.limit)
         if MATRIX_PRODUCTS in self.rules and (op in _PRODUCT_OPS or any(p in op for p in _FUSED_ATTENTION_OPS)):
             if not (_isinstance(out, _TB) and _TB.numel(out) <= 1):
                 raise _Forbidden(f"aten.{op}", MATRIX_PRODUCTS)

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from .compare import ReadOnlyModule, held_numbers
+from .compare import ReadOnlyModule, largest_held
 from .layers import ToyCaptioner, with_model
 
 __all__ = ["CaptionerWeights", "with_captioner", "stepwise", "in_steps", "toy_step", "with_toy_steps", "largest_tensor"]
@@ -216,9 +216,7 @@ class _Largest(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
-        for t in out if isinstance(out, (tuple, list)) else (out,):
-            if isinstance(t, torch.Tensor):
-                self.numbers = max(self.numbers, held_numbers(t))
+        self.numbers = max(self.numbers, largest_held(out))
         return out
 
 
