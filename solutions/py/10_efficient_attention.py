@@ -259,7 +259,7 @@ def cost_per_caption(model, features, length, cache=True):
 
 
 lengths = [CAPTION_WORDS * k for k in (1, 2, 4, 8)]
-n_captions = 100
+n_captions = 50   # a batch of images; more only adds time to the measurement
 cost = {}
 if RUN_MEASUREMENTS:
     bench = CaptionerWeights(vocab_size=31, feature_dim=64, num_regions=49, d_model=64, num_heads=4, num_layers=2,
