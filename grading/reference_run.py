@@ -59,9 +59,33 @@ BLOCKS: dict[str, tuple[Block, ...]] = {
     ),
     "09_visualizing_attention": (
         Block("code_27", "Section 6 · Localisation accuracy of every layer and head", ("md_q_heads_mean",)),
-        Block("code_30", "Section 7 · Failure cases", ("md_q_exposure_bias",), asked_in="08_decoding"),
+        Block("code_rollout", "Section 7 · Rollout against single layers", ("md_q_explorer",)),
+        Block("code_30", "Section 9 · Failure cases", ("md_q_exposure_bias",), asked_in="08_decoding"),
     ),
 }
+
+# the explorer of a notebook's given cell, shipped as <stem>/explorer.json: the attention only (the views, such as
+# the rollout the solution computed, are left out: the notebook adds the student's own)
+EXPLORERS: dict[str, str] = {"09_visualizing_attention": "code_explorer"}
+_EXPLORER_DATA = re.compile(r'<script type="application/json" class="ae-data">(.*?)</script>', re.S)
+
+
+def explorer_data(cell, keep_views: bool = False) -> dict | None:
+    """The data of the explorer a cell displayed, without its views (unless `keep_views`); None if it showed none."""
+    import json
+
+    html = "".join("".join(o["data"]["text/html"]) for o in cell.get("outputs", [])
+                   if o.get("output_type") in ("display_data", "execute_result") and "text/html" in o.get("data", {}))
+    found = _EXPLORER_DATA.findall(html)
+    if not found:
+        return None
+    if len(found) > 1:
+        raise ValueError(f"{len(found)} explorers in the cell's output; expected one")
+    data = json.loads(found[0])
+    for caption in data["captions"]:
+        caption["views"] = caption["views"] if keep_views else {}
+    return data
+
 
 # which file each written question's text must name (tests/test_reference_run.py)
 QUESTION_FILES: dict[tuple[str, str], set[str]] = {}
@@ -176,6 +200,12 @@ def write(executed: dict, folder: Path = FOLDER, date: str | None = None) -> lis
         figure_dir.mkdir()
         for name, png in figures.items():
             (figure_dir / name).write_bytes(png)
+        if stem in EXPLORERS:
+            import json
+
+            data = explorer_data(_cell(nb, EXPLORERS[stem]))
+            if data is not None:  # (tests/test_explorer.py fails where a full run's file is missing)
+                (figure_dir / "explorer.json").write_text(json.dumps(data, separators=(",", ":")), encoding="utf-8")
         (folder / f"{stem}.md").write_text(text, encoding="utf-8")
         written.append(folder / f"{stem}.md")
     return written

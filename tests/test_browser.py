@@ -153,3 +153,45 @@ def test_a_feedback_page_runs_nothing_a_kernel_sent(chromium, tmp_path, template
     tab.wait_for_timeout(500)
     assert not dialogs and not errors, (dialogs, errors)
     assert tab.locator("img").count() == 0  # no output of the grading run is shown (grading/feedback.py)
+
+
+@pytest.mark.parametrize("app", ["jupyterlab", "notebook"])
+def test_the_attention_explorer_draws_in_jupyter(chromium, tmp_path, app):
+    """Notebook 09's explorer (starter/explorer.py) as a kernel displays it, in JupyterLab and in Notebook 7: the
+    inline script runs, and a click on a word draws that word's stored attention (tests/test_explorer.py)."""
+    import nbformat
+    from test_explorer import CHOICES, check_explorer, synthetic
+
+    root = tmp_path / "root"
+    root.mkdir()
+    ex = synthetic()
+    ex.to_json(root / "explorer.json")
+    nb = nbformat.v4.new_notebook(metadata={"kernelspec": {"name": "python3", "display_name": "Python 3",
+                                                           "language": "python"}})
+    nb.cells = [nbformat.v4.new_code_cell('from starter.explorer import AttentionExplorer\n'
+                                          'AttentionExplorer.from_json("explorer.json")')]
+    nbformat.write(nb, root / "explore.ipynb")
+    env = private_jupyter_env(tmp_path / "jupyter", "JUPYTERLAB_SETTINGS_DIR", "JUPYTERLAB_WORKSPACES_DIR")
+    news = Path(env["JUPYTERLAB_SETTINGS_DIR"], "@jupyterlab", "apputils-extension", "notification.jupyterlab-settings")
+    news.parent.mkdir(parents=True)
+    news.write_text('{"fetchNews": "false"}')
+    errors: list[str] = []
+    with jupyter_server(app, root, env, tmp_path / "server.log",
+                        ready=lambda base, token: _get_json(f"{base}/api/status?token={token}"),
+                        args=(f"--ServerApp.root_dir={root}",)) as (base, token):
+        page = chromium.new_page(viewport={"width": 1400, "height": 1000})
+        page.set_default_timeout(60_000)
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        path = "lab/tree" if app == "jupyterlab" else "notebooks"
+        page.goto(f"{base}/{path}/explore.ipynb?token={token}")
+        page.locator(".jp-Notebook .jp-CodeCell").first.wait_for()
+        page.locator("#jp-main-statusbar, #jp-top-panel, .jp-NotebookPanel-toolbar").first.wait_for()
+        page.locator(".jp-Notebook .jp-CodeCell").first.click()
+        page.wait_for_timeout(1_000)  # the kernel connects
+        # Notebook 7 on a private settings folder raises one error of its own while it loads ("reading 'schema'");
+        # what counts is what happens once the explorer is shown
+        loading = list(errors)
+        page.keyboard.press("Shift+Enter")
+        explorer = page.locator(".jp-OutputArea-output .attention-explorer")
+        check_explorer(explorer, ex, CHOICES)
+    assert errors == loading, errors[len(loading):]

@@ -50,7 +50,7 @@ def test_references_resolve_as_a_reader_reads_them():
     assert [r[:2] for r in references("the floor notebook 05 printed in its section 2, and", "06")] == [("05", 2)]
     assert [r[:2] for r in references("see notebook 04. Then section 3 shows", "06")] == [("06", 3)]
     assert [r[:2] for r in references("so sections 4, 5 and 7 work unchanged", "07")] == [("07", 4), ("07", 5), ("07", 7)]
-    assert [r[:2] for r in references("`reference_run/09_visualizing_attention.md` (section 7)", "08")] == [("09", 7)]
+    assert [r[:2] for r in references("`reference_run/09_visualizing_attention.md` (section 9)", "08")] == [("09", 9)]
     assert references("no reference here", "01") == []
 
 

@@ -209,7 +209,7 @@ def test_moodle_worksheet_and_feedback_zip_read_back(run, capsys):
     assert grades["101"]["row"]["Full name"] == ACCENTED, "the name survives accents, quotes and commas"
     assert "late" in grades["101"]["feedback"] and "late" in grades["101"]["row"]["Status"]
     assert "late" not in grades["102"]["feedback"]
-    assert float(grades["101"]["row"]["Maximum grade"]) == COURSE_POINTS == 134, "test cells and written answers"
+    assert float(grades["101"]["row"]["Maximum grade"]) == COURSE_POINTS == 138, "test cells and written answers"
     assert all("\n" not in g["feedback"] for g in grades.values())
     assert abs((datetime.now(grades["101"]["modified"].tzinfo) - grades["101"]["modified"]).total_seconds()) < 120
 

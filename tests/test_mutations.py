@@ -82,10 +82,13 @@ BUGS = {
             ("x = x + self.dropout(attended)", "x = self.dropout(x + attended)"),
             (FFN, "x = self.dropout(x + self.linear2(self.dropout(torch.relu(self.linear1(h)))))")]},
         "after the residual addition"),
-    "collect: `if head:` treats head 0 as no head": (
-        VIS, {"collect_attention"}, {"collect_attention": [
-            ("weights.mean(dim=1) if head is None else weights[:, head]", "weights[:, head] if head else weights.mean(dim=1)")]},
-        "head=0"),
+    "rollout: the mixtures passed the wrong way": (
+        VIS, {"rollout_to_regions"}, {"rollout_to_regions": [
+            ("(1 - residual) * self_w.mean(dim=1)", "(1 - residual) * self_w.mean(dim=1).transpose(-1, -2)")]},
+        "wrong direction"),
+    "rollout: the earlier positions' image shares not passed on": (
+        VIS, {"rollout_to_regions"}, {"rollout_to_regions": [("residual * (mix @ shares)", "residual * shares")]},
+        "not passed on"),
     "rope: pairs from the two halves (rotate_half)": (
         PE, {"apply_rope"}, {"apply_rope": [(ROPE_PAIRS, "h = d // 2\n    a, b = x[..., :h], x[..., h:]"),
                                             (ROPE_RETURN, "return torch.cat([a * cos - b * sin, a * sin + b * cos], dim=-1)")]},
@@ -103,6 +106,13 @@ BUGS = {
 }
 
 ALTERNATIVES = {
+    "rollout: both sublayers as one matrix over words and regions, heads summed and divided": (
+        VIS, {"rollout_to_regions"}, {"rollout_to_regions": [
+            ("        mix = residual * eye + (1 - residual) * self_w.mean(dim=1)         # (B, T, T): who passes what to whom\n"
+             "        shares = residual * (mix @ shares) + (1 - residual) * cross_w.mean(dim=1)",
+             "        heads = self_w.shape[1]\n"
+             "        mixed = torch.einsum('bts,bsr->btr', residual * eye + (1 - residual) * self_w.sum(1) / heads, shares)\n"
+             "        shares = torch.lerp(cross_w.sum(1) / heads, mixed, residual)")]}),
     "rope: the rotation as a complex multiplication": (
         PE, {"apply_rope"}, {"apply_rope": [
             ("    cos, sin = angle.cos().to(x.dtype), angle.sin().to(x.dtype)\n", ""),

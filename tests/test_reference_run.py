@@ -33,7 +33,8 @@ def test_the_folder_holds_one_file_per_notebook_and_its_figures():
     assert {p.name for p in rr.FOLDER.iterdir()} == {f"{s}.md" for s in rr.BLOCKS} | set(rr.BLOCKS)
     for stem in rr.BLOCKS:
         linked = set(re.findall(rf"\]\({stem}/([\w.-]+\.png)\)", _text(stem)))
-        assert linked == {p.name for p in (rr.FOLDER / stem).iterdir()}, f"{stem}: figures linked and held differ"
+        explorer = {"explorer.json"} if stem in rr.EXPLORERS else set()  # the explorer's data (starter/explorer.py)
+        assert linked | explorer == {p.name for p in (rr.FOLDER / stem).iterdir()}, f"{stem}: figures linked and held differ"
         assert linked, f"{stem}: no figure"
 
 
@@ -224,3 +225,45 @@ def test_a_full_run_writes_the_folder_and_a_partial_one_does_not(tmp_path, monke
     cli.main(["execute", "--out", str(tmp_path / "x")])
     cli.main(["execute"])
     assert calls[0][1]["reference"] is None and calls[1][1]["reference"] == rr.FOLDER
+
+
+def test_q16_model_answer_says_what_the_reference_run_printed():
+    """Question 16's model answer (notebook 09): the rollout localises far better than the last layer's map and
+    about as well as the best single layer, and its accuracy grows with the residual share; in the course's
+    reference run, section 7."""
+    text = (rr.FOLDER / "09_visualizing_attention.md").read_text(encoding="utf-8")
+    line = re.search(r"localisation accuracy, exact cell: (.*)", text).group(1)
+    layers = [float(v) for v in re.findall(r"layer \d+ ([\d.]+)%", line)]
+    rollout = float(re.search(r"rollout ([\d.]+)%", line).group(1))
+    shares = [float(v) for v in re.findall(r"0\.\d: ([\d.]+)%", re.search(r"another residual share: (.*)", text).group(1))]
+    (answer,) = [c.source for c in nbs.read(nbs.SOLUTIONS / "09_visualizing_attention.ipynb").cells
+                 if nbs.nbgrader_meta(c).get("grade_id") == "q_explorer"]
+    assert "far better than the last layer's map" in answer and rollout > layers[-1] + 10, (rollout, layers)
+    assert "about as well as layer 0's map, the best single layer" in answer
+    assert max(layers) == layers[0] and abs(rollout - layers[0]) < 5, (rollout, layers)
+    assert "The number grows with the residual share" in answer and shares == sorted(shares) and len(shares) == 3
+
+
+def test_q16_model_answers_explorer_example_is_in_the_shipped_explorer():
+    """Question 16 (b)'s example, val image 5 of the reference run's explorer: for "cross", layer 0 and the rollout
+    (the solution's, on the stored weights) peak on the cross's cell, the last layer on the square's, and the step's
+    self-attention weighs `<START>` most."""
+    import torch
+
+    from starter.data import load_dataset
+    from starter.explorer import reference_explorer
+
+    (answer,) = [c.source for c in nbs.read(nbs.SOLUTIONS / "09_visualizing_attention.ipynb").cells
+                 if nbs.nbgrader_meta(c).get("grade_id") == "q_explorer"]
+    assert 'val image 5 ("a small red square below a large green cross")' in answer
+    ex = reference_explorer(rr.FOLDER.parent)
+    caption = ex.data["captions"][5]
+    assert caption["title"].startswith("val image 5: a small red square below a large green cross")
+    cells = {o["shape"]: o["cell"] for o in load_dataset("shapes").split("val").objects(5)}
+    cross, self_attn = ex.attention(5)
+    step = caption["tokens"].index("cross") - 1                     # the step that produced "cross"
+    rollout = nbs.execute_definitions(nbs.SOLUTIONS / "09_visualizing_attention.ipynb")["rollout_to_regions"]
+    rolled = rollout(torch.from_numpy(self_attn)[:, None], torch.from_numpy(cross)[:, None])[0]
+    assert int(cross[0].mean(0)[step].argmax()) == int(rolled[step].argmax()) == cells["cross"]
+    assert int(cross[-1].mean(0)[step].argmax()) == cells["square"]
+    assert int(self_attn[-1].mean(0)[step, : step + 1].argmax()) == 0   # <START>

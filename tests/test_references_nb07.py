@@ -1,8 +1,8 @@
 """Notebook 07's stored references agree with independent implementations, and typical bugs are named.
 
 The grid against explicit (i, j) indexing; the upsampling against a NumPy bilinear interpolation with
-pixel centres written out by hand (and against torch's interpolate for the convention); head/layer
-selection against loops; the localisation accuracy against NumPy argmax and divmod; the chance level
+pixel centres written out by hand (and against torch's interpolate for the convention); the rollout to
+the regions against a NumPy walk of every path, position by position; the localisation accuracy against NumPy argmax and divmod; the chance level
 against counting cells one by one. Gradients against autograd through the independent versions.
 """
 from __future__ import annotations
@@ -84,21 +84,55 @@ def chance_counting(target: np.ndarray, gs, radius: int) -> float:
     return float(np.mean(probs))
 
 
+def rollout_numpy(self_layers: np.ndarray, cross_layers: np.ndarray, residual: float) -> np.ndarray:
+    """The regions' shares as a bookkeeping of sources: every position holds a vector of shares over the T word
+    embeddings and the R regions, updated sublayer by sublayer with explicit loops."""
+    L, B, heads, T, R = cross_layers.shape
+    out = np.zeros((B, T, R))
+    for b in range(B):
+        state = np.concatenate([np.eye(T), np.zeros((T, R))], axis=1)   # position t: 100% word embedding t
+        for layer in range(L):
+            s_bar = sum(self_layers[layer, b, h] for h in range(heads)) / heads
+            c_bar = sum(cross_layers[layer, b, h] for h in range(heads)) / heads
+            after_self = np.zeros_like(state)
+            for t in range(T):
+                read = sum(s_bar[t, s] * state[s] for s in range(T))
+                after_self[t] = residual * state[t] + (1 - residual) * read
+            state = np.zeros_like(after_self)
+            for t in range(T):
+                state[t] = residual * after_self[t]
+                state[t, T:] += (1 - residual) * c_bar[t]
+        assert np.allclose(state.sum(1), 1.0), "shares of sources must sum to 1"
+        out[b] = state[:, T:]
+    return out
+
+
+def _rollout_independent(self_layers, cross_layers, residual):
+    """rollout_numpy, made differentiable where the case checks gradients: torch ops in the same loops."""
+    if not (self_layers.requires_grad or cross_layers.requires_grad):
+        return torch.from_numpy(rollout_numpy(self_layers.numpy(), cross_layers.numpy(), residual))
+    L, B, heads, T, R = cross_layers.shape
+    outs = []
+    for b in range(B):
+        state = torch.cat([torch.eye(T, dtype=torch.float64), torch.zeros(T, R, dtype=torch.float64)], 1)
+        for layer in range(L):
+            s_bar = self_layers[layer, b].mean(0)
+            c_bar = cross_layers[layer, b].mean(0)
+            mixed = torch.stack([residual * state[t] + (1 - residual) * sum(s_bar[t, s] * state[s] for s in range(T))
+                                 for t in range(T)])
+            state = residual * mixed + torch.cat([torch.zeros(T, T, dtype=torch.float64), (1 - residual) * c_bar], 1)
+        outs.append(state[:, T:])
+    return torch.stack(outs)
+
+
 def _independent(case, inputs):
     t = case.target
     if t == "attention_to_grid":
         return [grid_loops(inputs["weights"], case.const_args[0])]
     if t == "upsample_attention":
         return [upsample_independent(inputs["grid"], case.const_args[0])]
-    if t == "collect_attention":
-        layers, layer, head = inputs["layers"], case.const_kwargs["layer"], case.const_kwargs["head"]
-        chosen = layers[layer % layers.shape[0]]
-        if head is None:
-            acc = torch.zeros_like(chosen[:, 0])
-            for h in range(chosen.shape[1]):
-                acc = acc + chosen[:, h]
-            return [acc / chosen.shape[1]]
-        return [torch.stack([chosen[b, head] for b in range(chosen.shape[0])])]
+    if t == "rollout_to_regions":
+        return [_rollout_independent(inputs["self_layers"], inputs["cross_layers"], case.const_kwargs["residual"])]
     if t == "localisation_accuracy":
         acc = locacc_numpy(inputs["cross"].numpy(), inputs["target_cells"].numpy(), case.const_args[0],
                            case.const_kwargs["radius"])
@@ -138,9 +172,9 @@ def test_reference_matches_independent_implementation(name):
 def test_cases_cover_the_notebook():
     cases = [_load(n) for n in NAMES]
     targets = {c.target for c in cases}
-    assert targets == {"attention_to_grid", "upsample_attention", "collect_attention", "localisation_accuracy",
+    assert targets == {"attention_to_grid", "upsample_attention", "rollout_to_regions", "localisation_accuracy",
                        "chance_accuracy"}
-    for target in ("attention_to_grid", "upsample_attention", "collect_attention"):
+    for target in ("attention_to_grid", "upsample_attention", "rollout_to_regions"):
         assert any(c.grad_wrt for c in cases if c.target == target), f"{target}: no gradient check"
     assert any(c.inputs[k].dtype == np.float64 for c in cases for k in c.inputs), "float64"
     assert sum(c.expects_error for c in cases) >= 2
@@ -162,6 +196,18 @@ def _up(grid, size, **kw):
     return up.reshape(*lead, *up.shape[-2:])
 
 
+def _rollout_loop(s, c, residual, transpose=False, head=None, carry=True):
+    """A student's rollout, with switches for three of the bugs below."""
+    shares = torch.zeros_like(c[0][:, 0])
+    for sw, cw in zip(s, c):
+        s_bar, c_bar = (sw.mean(1), cw.mean(1)) if head is None else (sw[:, head], cw[:, head])
+        if transpose:
+            s_bar = s_bar.transpose(-1, -2)
+        mix = residual * torch.eye(s_bar.shape[-1]) + (1 - residual) * s_bar if carry else torch.eye(s_bar.shape[-1])
+        shares = residual * (mix @ shares) + (1 - residual) * c_bar
+    return shares
+
+
 BUGS = [
     ("grid/basic", lambda w, gs: w.reshape(*w.shape[:-1], gs[1], gs[0]).transpose(-1, -2), "column by column"),
     ("grid/mismatch", lambda w, gs: w[..., : gs[0] * gs[1]].reshape(*w.shape[:-1], *gs), "ValueError"),
@@ -171,9 +217,13 @@ BUGS = [
     ("upsample/basic", lambda g, s: _up(g, s, mode="bilinear", align_corners=False), "not normalised"),
     ("upsample/basic", lambda g, s: (lambda u: u / u.amax((-2, -1), keepdim=True))(_up(g, s, mode="nearest")),
      "nearest"),
-    ("collect/mean_heads", lambda layers, layer=-1, head=None: layers[layer].mean(0), "batch axis"),
-    ("collect/mean_heads", lambda layers, layer=-1, head=None: layers[layer].sum(1), "summed"),
-    ("collect/one_head", lambda layers, layer=-1, head=None: layers[layer][head], "batch axis"),
+    ("rollout/basic", lambda s, c, residual=0.5: _rollout_loop(s, c, residual, carry=False), "passed on"),
+    ("rollout/basic", lambda s, c, residual=0.5: (1 - residual) * c[-1].mean(1), "only the last layer"),
+    ("rollout/basic", lambda s, c, residual=0.5: _rollout_loop(s, c, residual, transpose=True), "wrong direction"),
+    ("rollout/basic", lambda s, c, residual=0.5: _rollout_loop(s, c, residual, head=0), "head 0"),
+    ("rollout/basic", lambda s, c, residual=0.5: (lambda p: p / p.sum(-1, keepdim=True))(_rollout_loop(s, c, residual)),
+     "normalised"),
+    ("rollout/one_layer", lambda s, c, residual=0.5: c[0].mean(1), "keeps a share"),
     ("locacc/radius1", lambda c, t, gs, radius=0: ((c.argmax(-1) - t).abs() <= radius).to(c.dtype).mean(),
      "flat indices"),
     ("chance/radius1", lambda t, gs, radius=0: torch.tensor((2 * radius + 1) ** 2 / (gs[0] * gs[1])), "border"),

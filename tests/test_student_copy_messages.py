@@ -162,9 +162,7 @@ def test_the_call_scan_catches_the_old_messages():
     """The messages of 3a265bf that wrote out the fix (tests/fixtures/student_copy/old_messages.json has the
     token-run giveaways; these are the ones whose code was one call)."""
     answers = answer_functions()
-    old = {"09.collect_attention": "averaged over the batch axis: the heads are axis 1 of (B, heads, T, S), so "
-                                   "mean(dim=1).",
-           "06.validation_loss": "the validation loss is measured in train mode (dropout on): call model.eval() first.",
+    old = {"06.validation_loss": "the validation loss is measured in train mode (dropout on): call model.eval() first.",
            "06.train_step": "the update uses unclipped gradients: call torch.nn.utils.clip_grad_norm_("
                             "model.parameters(), grad_clip) after backward() and before optimizer.step().",
            "05.CaptioningTransformer.forward": "features not projected: the memory is feature_proj(features) + "

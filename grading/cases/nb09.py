@@ -24,13 +24,13 @@ def _grid_variants(grid_shape) -> dict:
         return weights.unflatten(-1, (gs[1], gs[0])).transpose(-1, -2)
 
     variants = {
-        "column_major": ("the grid is filled column by column (reshape to (W, H) and transpose): regions are "
-                         "flattened row by row, region r is cell (r // W, r % W), so reshape straight to (..., H, W).",
+        "column_major": ("the grid is filled column by column: regions are flattened row by row, so the first W "
+                         "regions are the top row and region r is cell (r // W, r % W).",
                          lambda ns: column_major),
     }
     if H == W:
         variants["transposed"] = ("the grid is transposed (rows and columns swapped): region r is cell "
-                                  "(row r // W, column r % W); reshape to (..., H, W) without a transpose.",
+                                  "(row r // W, column r % W).",
                                   lambda ns: lambda weights, gs: weights.unflatten(-1, tuple(gs)).transpose(-1, -2))
     return variants
 
@@ -63,12 +63,14 @@ def _up(grid, size, mode="bilinear", align_corners=False, norm="max"):
 
 def _upsample_variants(batched: bool, zero: bool = False) -> dict:
     variants = {
-        "align_corners": ("looks like align_corners=True: use the pixel-centre convention, "
-                          "F.interpolate(..., mode='bilinear', align_corners=False).",
+        "align_corners": ("looks like the corner convention (align_corners=True), which stretches the map by about "
+                          "a cell: each cell's value sits at the centre of its block of pixels.",
                           deviation(_up, align_corners=True)),
-        "nearest": ("nearest-neighbour (blocky) upsampling: use mode='bilinear' (align_corners=False).",
+        "nearest": ("nearest-neighbour (blocky) upsampling: a pixel between two cell centres is a linear blend of "
+                    "their values.",
                     deviation(_up, mode="nearest")),
-        "bicubic": ("bicubic upsampling: use mode='bilinear' (align_corners=False).", deviation(_up, mode="bicubic")),
+        "bicubic": ("bicubic upsampling: the spec asks for bilinear, a pixel between two cell centres a linear blend "
+                    "of those two.", deviation(_up, mode="bicubic")),
         "unnormalised": ("the upsampling looks right but the maps are not normalised: divide each map by its "
                          "own maximum so that its peak is 1.", deviation(_up, norm="none")),
         "sum": ("each map normalised to sum 1: divide by its maximum instead, so that its peak is 1.",
@@ -86,46 +88,68 @@ def _upsample_variants(batched: bool, zero: bool = False) -> dict:
     return variants
 
 
-def _collect(layers, layer=-1, head=None, bug=None):
-    w = layers[0] if bug == "first_layer" else layers[layer]
-    if bug == "layers_mean":
-        w = torch.stack(list(layers)).mean(0)
-    if bug == "head_zero_as_none" and head == 0:  # `if head:` treats head 0 as "no head given"
-        return w.mean(dim=1)
-    if head is not None:
-        return w[head] if bug == "head_on_batch" else w[:, head]
-    if bug == "batch_mean":
-        return w.mean(dim=0)
-    if bug == "sum":
-        return w.sum(dim=1)
-    if bug == "max":
-        return w.amax(dim=1)
-    return w.mean(dim=1)
+def _rollout(self_layers, cross_layers, residual=0.5, bug=None):
+    """Attention rollout to the regions, written out position by position; `bug` a known mistake."""
+    self_layers, cross_layers = list(self_layers), list(cross_layers)
+    if bug == "reversed":
+        self_layers, cross_layers = self_layers[::-1], cross_layers[::-1]
+    if bug == "last_only":
+        self_layers, cross_layers = self_layers[-1:], cross_layers[-1:]
+    B, _, T, R = cross_layers[0].shape
+    shares = cross_layers[0].new_zeros(B, T, R)
+    for s, c in zip(self_layers, cross_layers):
+        s_bar = s[:, 0] if bug == "first_head" else s.sum(1) if bug == "head_sum" else s.mean(1)
+        c_bar = c[:, 0] if bug == "first_head" else c.sum(1) if bug == "head_sum" else c.mean(1)
+        eye = torch.eye(T, dtype=s.dtype)
+        mix = {"no_carry": eye, "no_self_residual": s_bar, "transposed": residual * eye + (1 - residual) * s_bar.transpose(-1, -2)
+               }.get(bug, residual * eye + (1 - residual) * s_bar)
+        if bug == "cross_first":
+            shares = mix @ (residual * shares + (1 - residual) * c_bar)
+        elif bug == "no_cross_residual":
+            shares = mix @ shares + (1 - residual) * c_bar
+        else:
+            shares = residual * (mix @ shares) + (1 - residual) * c_bar
+    if bug == "normalised":
+        shares = shares / shares.sum(-1, keepdim=True)
+    return shares
 
 
-def _collect_variants(head, layer) -> dict:
+def _rollout_variants(layers: int, heads: int, positions: int, residual: float) -> dict:
     out = {
-        "first_layer": (f"took the first layer: `layer={layer}` counts like a Python index (-1 is the last "
-                        "layer), so use layers[layer].", deviation(_collect, bug="first_layer")),
-        "layers_mean": ("averaged over the layers: pick the one layer `layers[layer]`.",
-                        deviation(_collect, bug="layers_mean")),
+        "normalised": ("the rows sum to 1: return the shares themselves, not normalised; a row sums to the image's "
+                       "share of that position, less than 1, since every sublayer keeps a share `residual` of what the "
+                       "position held.", deviation(_rollout, bug="normalised")),
     }
-    if layer == 0:
-        del out["first_layer"]
-    if head is None:
+    if heads > 1:
+        out["first_head"] = ("took head 0 of each layer: every sublayer mixes in the proportions of its weights "
+                             "averaged over the heads.", deviation(_rollout, bug="first_head"))
+        out["head_sum"] = ("summed the heads: average them, so that each row of weights still sums to 1.",
+                           deviation(_rollout, bug="head_sum"))
+    if residual > 0 and layers > 1:  # (with one layer it is the normalised rows above, whose message covers it)
+        out["no_cross_residual"] = ("the cross-attention sublayer kept the whole earlier mixture: it keeps a share "
+                                    "`residual` of it and takes 1 - residual from the regions.",
+                                    deviation(_rollout, bug="no_cross_residual"))
+    if residual > 0 and positions > 1:  # (one position: self-attention mixes nothing, its bugs change nothing)
+        out["no_self_residual"] = ("the self-attention sublayer mixed by the weights alone: a position keeps a share "
+                                   "`residual` of what it held (the residual path).",
+                                   deviation(_rollout, bug="no_self_residual"))
+    if layers > 1 and positions > 1:
         out.update({
-            "batch_mean": ("averaged over the batch axis: the heads are axis 1 of (B, heads, T, S).",
-                           deviation(_collect, bug="batch_mean")),
-            "sum": ("summed over the heads: take the mean, so that each row stays a probability distribution.",
-                    deviation(_collect, bug="sum")),
-            "max": ("took the maximum over the heads: head=None asks for their mean.", deviation(_collect, bug="max")),
+            "no_carry": ("what the earlier positions read from the image is not passed on by self-attention: "
+                         "self-attention brings in the whole mixture each position it reads holds.",
+                         deviation(_rollout, bug="no_carry")),
+            "transposed": ("self-attention passed the mixtures in the wrong direction: row t of the weights says "
+                           "what position t reads, from positions s <= t.", deviation(_rollout, bug="transposed")),
+            "cross_first": ("cross-attention before self-attention: in each decoder layer self-attention comes first.",
+                            deviation(_rollout, bug="cross_first")),
         })
-    else:
-        out["head_on_batch"] = ("indexed the head on the batch axis: weights are (B, heads, T, S), so one head is "
-                                "weights[:, head].", deviation(_collect, bug="head_on_batch"))
-        if head == 0:
-            out["head_zero_as_none"] = ("returned the mean of the heads for head=0: test `head is None`, not `if head:` "
-                                        "(0 is a valid head and is falsy).", deviation(_collect, bug="head_zero_as_none"))
+    if layers > 1:
+        out.update({
+            "reversed": ("the layers were taken last first: layer 0 is the first the words pass through.",
+                         deviation(_rollout, bug="reversed")),
+            "last_only": ("only the last layer counts: every layer reads the image, and the rollout follows all of them.",
+                          deviation(_rollout, bug="last_only")),
+        })
     return out
 
 
@@ -158,8 +182,8 @@ def _locacc_variants(radius, square) -> dict:
                   deviation(_locacc, bug="count")),
     }
     if radius > 0:
-        out["flat"] = ("compared flat indices (|peak - target| <= radius): convert both to (row, col) with "
-                       "row = idx // W, col = idx % W and compare each.", deviation(_locacc, bug="flat"))
+        out["flat"] = ("compared flat indices (|peak - target| <= radius): the radius applies to rows and to "
+                       "columns of the grid, each on its own.", deviation(_locacc, bug="flat"))
         out["manhattan"] = ("used |dr| + |dc| <= radius: a hit needs |dr| <= radius AND |dc| <= radius "
                             "(a (2 radius + 1)^2 block).", deviation(_locacc, bug="manhattan"))
     if not square:
@@ -243,11 +267,14 @@ class UpsampleCase(Row):
 
 
 @dataclass(frozen=True, kw_only=True)
-class CollectCase(Row):
-    """collect_attention(layers stacked as (L, B, heads, T, S), layer, head)."""
-    shape: tuple[int, ...]
-    layer: int = -1
-    head: int | None = None
+class RolloutCase(Row):
+    """rollout_to_regions(self_layers, cross_layers, residual): L layers, batch B, heads, T positions, R regions."""
+    layers: int
+    batch: int
+    heads: int
+    positions: int
+    regions: int
+    residual: float = 0.5
     dtype: torch.dtype = torch.float32
     grad: bool = False
 
@@ -294,13 +321,25 @@ def _upsample_spec(c: UpsampleCase, g: torch.Generator) -> CaseSpec:
         hint="each map resized to `size` by bilinear interpolation (corners not aligned), then scaled so that its own largest value is 1.")
 
 
-def _collect_spec(c: CollectCase, g: torch.Generator) -> CaseSpec:
+def _causal_attention(*shape, g, dtype):
+    """Random causal self-attention weights (..., T, T): row t spreads over positions 0..t."""
+    T = shape[-1]
+    scores = torch.randn(*shape, generator=g, dtype=torch.float64) * 2.0
+    scores = scores.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
+    return torch.softmax(scores, dim=-1).to(dtype)
+
+
+def _rollout_spec(c: RolloutCase, g: torch.Generator) -> CaseSpec:
+    L, B, Hh, T, R = c.layers, c.batch, c.heads, c.positions, c.regions
     return CaseSpec(
-        name=c.name, target="collect_attention", args=["layers"], const_kwargs={"layer": c.layer, "head": c.head},
-        inputs={"layers": _attention(*c.shape, g=g, dtype=c.dtype)}, outputs=["weights"],
-        grad_wrt=["layers"] if c.grad else [], public=c.public, variants=_collect_variants(c.head, c.layer),
-        properties=[["rows_sum_to_one", "weights"]],
-        hint="the weights of layer `layer` for every generated word: the heads' average (head=None) or head `head` alone, shape (B, T, S).")
+        name=c.name, target="rollout_to_regions", args=["self_layers", "cross_layers"],
+        const_kwargs={"residual": c.residual},
+        inputs={"self_layers": _causal_attention(L, B, Hh, T, T, g=g, dtype=c.dtype),
+                "cross_layers": _attention(L, B, Hh, T, R, g=g, dtype=c.dtype)},
+        outputs=["shares"], grad_wrt=["self_layers", "cross_layers"] if c.grad else [], public=c.public,
+        variants=_rollout_variants(L, Hh, T, c.residual),
+        hint="for each position, the share of its state after the last layer that came from each region, following "
+             "the mixtures through every layer's self-attention (residual share kept) and cross-attention.")
 
 
 def _locacc_spec(c: LocaccCase, g: torch.Generator) -> CaseSpec:
@@ -342,14 +381,6 @@ def cases(ns) -> list[CaseSpec]:
         UpsampleCase(name="upsample/all_zero", shape=(2, 3, 3), size=(6, 6), zero_first=True),
         UpsampleCase(name="upsample/grad", shape=(2, 3, 3), size=(8, 8), grad=True),
     ]]
-    # collect_attention(layers, layer=-1, head=None): layers stacked as (L, B, heads, T, S)
-    out += [_collect_spec(c, g) for c in [
-        CollectCase(name="collect/mean_heads", shape=(3, 2, 2, 4, 5), public=True),
-        CollectCase(name="collect/one_head", shape=(2, 3, 3, 4, 4), head=1, public=True),
-        CollectCase(name="collect/first_layer", shape=(3, 2, 2, 3, 3), layer=0),
-        CollectCase(name="collect/float64_cross", shape=(2, 4, 4, 3, 9), layer=-2, head=2, dtype=torch.float64),
-        CollectCase(name="collect/grad", shape=(2, 2, 4, 3, 6), layer=1, grad=True),
-    ]]
     # localisation_accuracy(cross, target_cells, grid_shape, radius=0)
     out += [_locacc_spec(c, g) for c in [
         LocaccCase(name="locacc/basic", shape=(20, 49), grid_shape=(7, 7), public=True),
@@ -370,6 +401,16 @@ def cases(ns) -> list[CaseSpec]:
         GridCase(name="grid/mismatch", shape=(3, 49), grid_shape=(6, 8), public=True),
         GridCase(name="grid/mismatch_small", shape=(2, 12), grid_shape=(5, 3)),
     ]]
-    # drawn last, so that adding it left every earlier case's random inputs as they were
-    out += [_collect_spec(CollectCase(name="collect/head_zero", shape=(2, 2, 3, 4, 5), head=0), g)]
+    # rollout_to_regions(self_layers, cross_layers, residual=0.5): layers stacked as (L, B, heads, T, S)
+    out += [_rollout_spec(c, g) for c in [
+        RolloutCase(name="rollout/basic", layers=2, batch=2, heads=4, positions=5, regions=9, public=True),
+        RolloutCase(name="rollout/one_layer", layers=1, batch=1, heads=2, positions=4, regions=6, public=True),
+        RolloutCase(name="rollout/three_layers_float64", layers=3, batch=2, heads=3, positions=6, regions=12,
+                    residual=0.3, dtype=torch.float64),
+        RolloutCase(name="rollout/one_head", layers=2, batch=3, heads=1, positions=4, regions=4, residual=0.7),
+        RolloutCase(name="rollout/one_position", layers=3, batch=2, heads=2, positions=1, regions=5),
+        RolloutCase(name="rollout/no_residual", layers=2, batch=1, heads=2, positions=5, regions=6, residual=0.0),
+        RolloutCase(name="rollout/batched_grid", layers=4, batch=3, heads=4, positions=8, regions=49),
+        RolloutCase(name="rollout/grad", layers=2, batch=2, heads=2, positions=4, regions=6, grad=True),
+    ]]
     return out

@@ -415,7 +415,7 @@ elif evaluate is None:
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_q_exposure_bias", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # **Question 14 (2 points).** Even with a correct mask, teacher forcing trains on the *true* previous words while generation feeds back the model's *own*. (a) How can one wrong word early in a caption spoil the words after it, when the model was only ever trained on true prefixes? Look among your model's wrong captions (notebook 07's evaluation, or notebook 09's failure cases): quote one if you find one, or, if none shows it, say what kinds of mistake section 3 counted instead and why a model this well trained on `shapes` may show none. (b) Name one way to reduce it and say why it helps.
 #
-# If your own model does not train, look in the course's reference run, in the course repository (on Colab under `/content/attention-transformers/`): the failure cases of `reference_run/09_visualizing_attention.md` (section 7) or the wrong captions of `reference_run/08_decoding.md` (section 3, its second figure).
+# If your own model does not train, look in the course's reference run, in the course repository (on Colab under `/content/attention-transformers/`): the failure cases of `reference_run/09_visualizing_attention.md` (section 9) or the wrong captions of `reference_run/08_decoding.md` (section 3, its second figure).
 #
 # Write your answer in the cell below.
 

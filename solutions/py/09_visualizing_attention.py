@@ -9,13 +9,15 @@
 # 2. **self-attention** over the words of a generated caption, for every layer and head;
 # 3. **cross-attention** over the image regions while each word is generated, drawn over the image as in *Show, Attend and Tell* (Xu et al., 2015);
 # 4. a **number** for how well that attention localises the objects, compared with chance;
-# 5. **failure cases**: wrong captions, and where the model was looking when it made the mistake.
+# 5. **rollout**: what reaches a word from the image through every layer, not only the last one, measured with the same number;
+# 6. an **explorer** in which you click a word and switch layers and heads, with no Python run;
+# 7. **failure cases**: wrong captions, and where the model was looking when it made the mistake.
 #
-# The graded tasks are the tools for this: turning a weight vector over regions into a grid (`attention_to_grid`), and the grid into an image-sized overlay (`upsample_attention`); picking one layer's and head's weights out of what the model returns (`collect_attention`); the localisation metric and its chance level (`localisation_accuracy`, `chance_accuracy`). They are checked on stored inputs, not on your model, so a bug in notebooks 04–08 costs no points here.
+# The graded tasks are the tools for this: turning a weight vector over regions into a grid (`attention_to_grid`), and the grid into an image-sized overlay (`upsample_attention`); the localisation metric and its chance level (`localisation_accuracy`, `chance_accuracy`); and the rollout of the image through the layers (`rollout_to_regions`). They are checked on stored inputs, not on your model, so a bug in notebooks 04–08 costs no points here.
 #
 # **How to work.** Fill in the cells marked `# YOUR CODE HERE` (delete the `raise NotImplementedError()` line) and run the test cell below each one: it prints `✓ … passed`, or one line naming the likely bug. The graded version of each test cell also runs hidden cases (other grid shapes, batch dimensions, float64, gradients). Don't edit or delete test cells.
 #
-# **What you need.** The pictures use the model you trained in notebook 06: finish `05_captioning_model.ipynb` and `07_generation_and_evaluation.ipynb`, run `06_training.ipynb` to the end first (it saves `runs/captioning_transformer.pt`), and keep them next to this notebook (on Colab: in the course folder or in `My Drive/Colab Notebooks`). While the notebook is being graded, the cells that need the trained model are skipped. If your model does not train, Question 15 can be answered from the course's reference run (`reference_run/`): it says where.
+# **What you need.** The pictures use the model you trained in notebook 06: finish `05_captioning_model.ipynb` and `07_generation_and_evaluation.ipynb`, run `06_training.ipynb` to the end first (it saves `runs/captioning_transformer.pt`), and keep them next to this notebook (on Colab: in the course folder or in `My Drive/Colab Notebooks`). While the notebook is being graded, the cells that need the trained model are skipped. If your model does not train, Questions 15 and 16 can be answered from the course's reference run (`reference_run/`), and the explorer then shows that run's attention: the questions say where.
 
 # %% nbgrader={"grade": false, "grade_id": "code_02", "locked": true, "schema_version": 3, "solution": false, "task": false} tags=["colab"]
 # Run this cell first. On Google Colab it installs the course kit (only what Colab lacks, once per runtime)
@@ -123,7 +125,7 @@ if pe is not None:
 #
 # ### Task 1 · `attention_to_grid(weights, grid_shape)`
 #
-# Undo the flattening: a tensor of shape `(..., R)` becomes `(..., H, W)`, with any number of leading dimensions (batch, heads, words) kept as they are. If $R \neq H \cdot W$, raise a `ValueError` that says so; a silent reshape into the wrong grid would draw nonsense. One `reshape` (or `unflatten`) does it; the classic bug is the column-major order (`(W, H)` then a transpose), which draws the attention mirrored along the diagonal.
+# Undo the flattening: a tensor of shape `(..., R)` becomes `(..., H, W)`, with any number of leading dimensions (batch, heads, words) kept as they are. Cell $(i, j)$ of the result holds the weight of region $i \cdot W + j$. If $R \neq H \cdot W$, raise a `ValueError` that says so: a map forced into the wrong grid would draw nonsense.
 
 # %% nbgrader={"grade": false, "grade_id": "attention_to_grid", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def attention_to_grid(weights, grid_shape):
@@ -167,7 +169,7 @@ check("grid/mismatch_small", attention_to_grid)
 #
 # A $7 \times 7$ grid over a $112 \times 112$ image means one weight per $16 \times 16$ pixel block. Drawn as blocks the map looks like a chessboard; *Show, Attend and Tell* smooths it instead. You will
 #
-# 1. **upsample bilinearly** to the image size `(height, width)`, with the **pixel-centre convention**: the value of grid cell $(i, j)$ sits at the *centre* of its block, pixels between two centres are linear blends, and pixels outside the outermost centres take the edge value. (The other convention pins the cell values to the image *corners* instead, stretching the map by about one cell: the peak of an object would drift toward the image border.) `torch.nn.functional.interpolate` has both conventions, and its documentation says which is which. The input may have any number of leading dimensions.
+# 1. **upsample bilinearly** to the image size `(height, width)`, with the **pixel-centre convention**: the value of grid cell $(i, j)$ sits at the *centre* of its block, pixels between two centres are linear blends, and pixels outside the outermost centres take the edge value. In numbers: pixel row $y$ of an image of height $h$ reads the grid at row coordinate $(y + \tfrac12)\,H/h - \tfrac12$, clamped to $[0, H-1]$, and columns likewise. (The other convention pins the cell values to the image *corners* instead, stretching the map by about one cell: the peak of an object would drift toward the image border.) The input may have any number of leading dimensions.
 # 2. **normalise each map for display**: every map (every `(height, width)` slice) scaled by **its own maximum**, so that its peak is exactly 1 and zero stays zero. Then one colour scale, $[0, 1]$, fits every word, whether its attention is peaked (maximum 0.9) or spread out (maximum 0.05). An all-zero map stays zero, not NaN.
 #
 # The result keeps the input's dtype and leading dimensions. It stays differentiable: a gradient flows back to `grid`.
@@ -248,11 +250,11 @@ print("captured weights:", tuple(captured[0].shape), "= (batch, heads, queries, 
 
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_14", "locked": true, "schema_version": 3, "solution": false, "task": false}
-# ### Task 3 · `collect_attention(layers, layer=-1, head=None)`
+# ### Given: `collect_attention(layers, layer=-1, head=None)`
 #
-# Pick the weights to draw: from the list of per-layer tensors `(B, heads, T, S)` (`S` = `T` for self-attention, `R` for cross-attention), take layer `layer` (Python indexing: `-1` is the last layer) and then either one head (`head` an integer) or the **mean over the heads** (`head=None`). The result has shape `(B, T, S)`; every row is still a probability distribution, because a mean of distributions is one. The checks pass the layers stacked into one `(L, B, heads, T, S)` tensor: a list and such a tensor must both work.
+# The pictures below pick the weights to draw with this helper: from the list of per-layer tensors `(B, heads, T, S)` (`S` = `T` for self-attention, `R` for cross-attention) it takes layer `layer` (Python indexing: `-1` is the last layer) and then one head (`head` an integer) or the **mean over the heads** (`head=None`), shape `(B, T, S)`. Every row of the mean is still a probability distribution: a mean of distributions is one.
 
-# %% nbgrader={"grade": false, "grade_id": "collect_attention", "locked": false, "schema_version": 3, "solution": true, "task": false}
+# %% nbgrader={"grade": false, "grade_id": "code_collect", "locked": true, "schema_version": 3, "solution": false, "task": false}
 def collect_attention(layers, layer=-1, head=None):
     """One layer's attention weights, for one head or averaged over the heads.
 
@@ -263,22 +265,10 @@ def collect_attention(layers, layer=-1, head=None):
     Returns:
         (B, T, S) tensor, same dtype.
     """
-    ### BEGIN SOLUTION
     weights = layers[layer]                       # (B, heads, T, S)
     return weights.mean(dim=1) if head is None else weights[:, head]
-    ### END SOLUTION
 
 
-# %% nbgrader={"grade": true, "grade_id": "test_collect_attention", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
-from starter.checks import check
-check("collect/mean_heads", collect_attention)
-check("collect/one_head", collect_attention)
-### BEGIN HIDDEN TESTS
-check("collect/first_layer", collect_attention)
-check("collect/head_zero", collect_attention)
-check("collect/float64_cross", collect_attention)
-check("collect/grad", collect_attention)
-### END HIDDEN TESTS
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_15", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # ### Loading your model
@@ -417,13 +407,13 @@ if RUN_MODEL and ds.num_regions > 1:
 #
 # Pictures can be picked to look good. On the default dataset we know where every object is: `split.objects(i)` gives each object's words and the grid `cell` (`row * W + col`) that holds its centre. So we can count: for every generated word that names an object, does the cross-attention of the step that produced it **peak** (argmax over the regions) on that object's cell?
 #
-# ### Task 4 · `localisation_accuracy(cross, target_cells, grid_shape, radius=0)`
+# ### Task 3 · `localisation_accuracy(cross, target_cells, grid_shape, radius=0)`
 #
-# `cross` holds one attention vector per word, `(..., R)`, and `target_cells` the cell each word should find, `(...)` (int64). A word is a **hit** when its argmax cell $(r, c)$ is within `radius` cells of the target $(r^*, c^*)$ in **both** directions: $|r - r^*| \le$ `radius` and $|c - c^*| \le$ `radius` (`radius=0`: exactly the target cell; `radius=1`: the $3 \times 3$ block around it, since a large object covers about $2 \times 2$ cells). Convert flat indices with the **grid width**: row `= idx // W`, column `= idx % W`. Return the fraction of hits as a 0-d tensor with `cross`'s dtype.
+# `cross` holds one attention vector per word, `(..., R)`, and `target_cells` the cell each word should find, `(...)` (int64). A word is a **hit** when its argmax cell $(r, c)$ is within `radius` cells of the target $(r^*, c^*)$ in **both** directions: $|r - r^*| \le$ `radius` and $|c - c^*| \le$ `radius` (`radius=0`: exactly the target cell; `radius=1`: the $3 \times 3$ block around it, since a large object covers about $2 \times 2$ cells). Return the fraction of hits as a 0-d tensor with `cross`'s dtype.
 #
-# ### Task 5 · `chance_accuracy(target_cells, grid_shape, radius=0)`
+# ### Task 4 · `chance_accuracy(target_cells, grid_shape, radius=0)`
 #
-# A hit rate means little without the rate of a model that attends **at random**. If the argmax were a uniformly random cell, the hit probability of a word would be (number of cells within `radius` of its target, *counting only cells inside the grid*) $/\ R$; return the mean over the words as a 0-d float32 tensor. With `radius=0` that is $1/R$ for every word; near the border a $3\times 3$ block loses the cells that fall off the grid, so don't use $(2\,\text{radius}+1)^2 / R$ blindly.
+# A hit rate means little without the rate of a model that attends **at random**. If the argmax were a uniformly random cell, the hit probability of a word would be (number of cells within `radius` of its target, *counting only cells inside the grid*) $/\ R$; return the mean over the words as a 0-d float32 tensor. With `radius=0` that is $1/R$ for every word.
 
 # %% nbgrader={"grade": false, "grade_id": "localisation_accuracy", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def localisation_accuracy(cross, target_cells, grid_shape, radius=0):
@@ -580,6 +570,7 @@ if RUN_MODEL and ds.num_regions > 1 and ds.name == "shapes":
     print(f"last layer: its best head (head {int(table[-1, :Hh].argmax())}) {table[-1, :Hh].max():.1%}, "
           f"the mean of its heads {table[-1, Hh]:.1%}")
 
+
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_28", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # How to read the number. Chance is what a model that attends to a random cell would score: $1/R = 1/49 \approx 2\%$ for the exact cell, about $9/49 \approx 18\%$ for the $3\times 3$ block (objects never sit on the border of the grid here, so no block is clipped). A hit rate far above that means the words do come from looking at the right place. It will not be 100%: the attention of one step may already be on the *next* object, or spread over a large object whose centre lies near a cell border, and the decoder can also find the object through self-attention to earlier words instead of looking again. The headline number is the last layer's, the layer whose output becomes the word; the best single map can be another layer's, and this run prints which, under its table, with whether one head localises better than the mean of its layer's heads: heads share the work (one may follow the named object while the others look at the background, at the other object, or at nothing in particular), so a head can be sharper than the mean or blurrier, and an earlier layer may already have found the object that the last layer no longer needs to look at.
 
@@ -597,8 +588,165 @@ if RUN_MODEL and ds.num_regions > 1 and ds.name == "shapes":
 # **Rubric.** 1 point: specialisation of heads and the averaging argument in both directions. 1 point: attention is where information flows from, not a full explanation; maps need quantitative checks. Answers that use the printed numbers earn full credit more easily than generic ones.
 # ### END SOLUTION
 
+# %% [markdown] nbgrader={"grade": false, "grade_id": "md_rollout", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# ## 7 · Following the image through the layers: rollout
+#
+# One map is one layer's view. The last layer's cross-attention is not all the image a word gets: every layer reads the image, and self-attention passes what a position has read on to the positions after it. Section 6's table already hinted at it: the best map need not be the last layer's. **Attention rollout** (Abnar & Zuidema, 2020) follows such paths through the layers under a simple model of the residual stream. Here you carry it through to the image regions.
+#
+# ### Task 5 · `rollout_to_regions(self_layers, cross_layers, residual=0.5)`
+#
+# The model: every position's state is a **mixture of sources**, the word embeddings and the $R$ image regions, and we follow the shares. In each attention sublayer a position keeps a share `residual` of what it held (the residual path) and takes the other `1 - residual` from what it reads, in the proportions of that layer's attention weights **averaged over the heads**:
+#
+# - **self-attention** (position $t$ reads positions $s \le t$) brings in the *whole mixture* that each position it reads held at that point, image shares included;
+# - **cross-attention** reads the regions themselves: region $r$ is 100% region $r$.
+#
+# A decoder layer is self-attention, then cross-attention, then a feed-forward network; the feed-forward network and the layer norms work inside one position and move nothing between positions, so the model leaves them out. Before the first layer no position holds anything of the image.
+#
+# Return, for every position $t$, the share of its state after the last layer that came from each region: `(B, T, R)`, the dtype of the inputs. A row sums to the image's share of that position, less than 1 (the rest came from the words); under this model that share is the same for every position, $1 - \text{residual}^L$, which makes a good check. What differs from word to word is how the share is spread over the regions. To check your reading on paper: with one layer the result is `1 - residual` times that layer's cross-attention averaged over the heads.
+#
+# `self_layers` holds $L$ tensors `(B, heads, T, T)` and `cross_layers` $L$ tensors `(B, heads, T, R)`, layer 0 first; each may also come as one stacked `(L, B, heads, T, S)` tensor, as in the checks. `residual` is a number in $[0, 1]$.
+
+# %% nbgrader={"grade": false, "grade_id": "rollout_to_regions", "locked": false, "schema_version": 3, "solution": true, "task": false}
+def rollout_to_regions(self_layers, cross_layers, residual=0.5):
+    """The share of each position's final state that came from each image region, by attention rollout.
+
+    Args:
+        self_layers: L per-layer self-attention weights (B, heads, T, T), layer 0 first (a list or a stacked tensor).
+        cross_layers: L per-layer cross-attention weights (B, heads, T, R).
+        residual: the share of its state a position keeps in each attention sublayer.
+    Returns:
+        (B, T, R) tensor, the inputs' dtype: row t sums to the image's share of position t.
+    """
+    ### BEGIN SOLUTION
+    shares = torch.zeros_like(cross_layers[0][:, 0])                       # (B, T, R): nothing of the image yet
+    for self_w, cross_w in zip(self_layers, cross_layers):
+        eye = torch.eye(self_w.shape[-1], dtype=self_w.dtype, device=self_w.device)
+        mix = residual * eye + (1 - residual) * self_w.mean(dim=1)         # (B, T, T): who passes what to whom
+        shares = residual * (mix @ shares) + (1 - residual) * cross_w.mean(dim=1)
+    return shares
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_rollout_to_regions", "locked": true, "points": 4, "schema_version": 3, "solution": false, "task": false}
+from starter.checks import check
+check("rollout/basic", rollout_to_regions)
+check("rollout/one_layer", rollout_to_regions)
+### BEGIN HIDDEN TESTS
+check("rollout/three_layers_float64", rollout_to_regions)
+check("rollout/one_head", rollout_to_regions)
+check("rollout/one_position", rollout_to_regions)
+check("rollout/no_residual", rollout_to_regions)
+check("rollout/batched_grid", rollout_to_regions)
+check("rollout/grad", rollout_to_regions)
+### END HIDDEN TESTS
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "md_rollout_measure", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# Now the measurement: the rollout's peak for every object word of section 6, scored with your `localisation_accuracy`, beside each layer's map (mean of the heads), for all object words and by kind of word. The residual share of 0.5 is Abnar & Zuidema's choice, not a property of the model, so the cell also prints what 0.3 and 0.7 give.
+
+# %% nbgrader={"grade": false, "grade_id": "code_rollout", "locked": true, "schema_version": 3, "solution": false, "task": false}
+if RUN_MODEL and ds.num_regions > 1 and ds.name == "shapes":
+    RESIDUALS = (0.3, 0.5, 0.7)
+    rolled = {a: [] for a in RESIDUALS}                                 # per residual share: one (R,) map per object word
+    try:
+        for start in range(0, val.num_images, 100):                   # the same images and order as section 6
+            idx = list(range(start, min(start + 100, val.num_images)))
+            w_batch, a_batch = caption_with_attention(model, val.features(idx).to(device))
+            flows = {a: rollout_to_regions(a_batch["self"], a_batch["cross"], residual=a) for a in RESIDUALS}
+            for b, i in enumerate(idx):
+                for k, _kind, _cell in object_targets(w_batch[b], val.objects(i)):
+                    for a in RESIDUALS:
+                        rolled[a].append(flows[a][b, k])
+    except NotImplementedError:
+        rolled = None
+        print("rollout skipped: rollout_to_regions is not implemented yet")
+    if rolled is not None:
+        rolled = {a: torch.stack(maps) for a, maps in rolled.items()}
+        ROLL = {a: float(localisation_accuracy(maps, targets, G)) for a, maps in rolled.items()}
+        layer_acc = table[:, -1]                                       # section 6: each layer, mean of heads
+        same_peak = float((rolled[0.5].argmax(-1) == headline.argmax(-1)).double().mean())
+        print("localisation accuracy, exact cell: " + ", ".join(f"layer {l} {v:.1%}" for l, v in enumerate(layer_acc))
+              + f", rollout {ROLL[0.5]:.1%}   (chance {CHANCE[0]:.1%})")
+        print("rollout with another residual share: " + ", ".join(f"{a}: {ROLL[a]:.1%}" for a in RESIDUALS))
+        print(f"the rollout peaks on the last layer's peak cell for {same_peak:.0%} of the object words")
+        kinds_order = ("size", "colour", "shape")
+        per_kind = {name: [float(localisation_accuracy(maps[kinds == k], targets[kinds == k], G)) for k in kinds_order]
+                    for name, maps in [("last layer", headline), ("rollout", rolled[0.5])]}
+        print("by kind of word (last layer, rollout): " + ", ".join(
+            f"{k} {per_kind['last layer'][j]:.1%}, {per_kind['rollout'][j]:.1%}" for j, k in enumerate(kinds_order)))
+        fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 3.8), layout="constrained")
+        names = [f"layer {l}" for l in range(len(layer_acc))] + ["rollout"]
+        values = list(layer_acc) + [ROLL[0.5]]
+        ax1.bar(names, values, color=["#8da0cb"] * len(layer_acc) + ["#fc8d62"])
+        ax1.axhline(CHANCE[0], color="crimson", ls="--", label=f"chance {CHANCE[0]:.1%}")
+        for x, v in enumerate(values):
+            ax1.text(x, v + 0.01, f"{v:.0%}", ha="center", va="bottom")
+        ax1.set_ylim(0, 1.05)
+        ax1.set_xlabel("map (single layers: mean of heads)")
+        ax1.set_ylabel("localisation accuracy (exact cell)")
+        ax1.set_title("all object words")
+        ax1.legend(loc="upper right")
+        x = np.arange(len(kinds_order))
+        for j, (name, accs) in enumerate(per_kind.items()):
+            ax2.bar(x + (j - 0.5) * 0.38, accs, width=0.38, label=name, color=["#8da0cb", "#fc8d62"][j])
+        ax2.axhline(CHANCE[0], color="crimson", ls="--")
+        ax2.set_xticks(x, kinds_order)
+        ax2.set_ylim(0, 1.05)
+        ax2.set_xlabel("kind of object word")
+        ax2.set_ylabel("localisation accuracy (exact cell)")
+        ax2.set_title("by kind of word")
+        ax2.legend(loc="upper right")
+        fig.suptitle("does the map peak on the object the word names? rollout through every layer against single layers")
+        plt.show()
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "md_explorer", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# ## 8 · Explore it yourself
+#
+# The pictures so far are the ones this notebook chose. The explorer below holds the attention of twelve validation captions: pick an image, click (or hover) a word, and the picture shows the cross-attention of the step that produced it; the buttons switch the layer, the head or the mean of the heads, and **rollout** (your `rollout_to_regions`). The words before the chosen one are shaded by the same step's self-attention. Arrow keys move along the caption. Nothing runs in Python when you click: every weight is in the page, which also works in the executed HTML copy of this notebook and offline.
+#
+# If your model is not loaded (no checkpoint, or notebooks 05–07 not finished), the explorer shows the attention of the **course's reference run** instead (`reference_run/09_visualizing_attention/explorer.json`), with the rollout computed by your function from those weights; the line above it says which one you see. In JupyterLab or Notebook 7, a notebook that was saved and reopened must be trusted (File → Trust Notebook) or the cell run again before the explorer draws.
+
+# %% nbgrader={"grade": false, "grade_id": "code_explorer", "locked": true, "schema_version": 3, "solution": false, "task": false}
+from starter.explorer import explorer_from_run, reference_explorer
+
+explorer = None
+if RUN_MODEL and ds.num_regions > 1:
+    EXPLORE = list(range(12))                                          # validation images in the explorer
+    words_x, attn_x = caption_with_attention(model, val.features(EXPLORE).to(device))
+    explorer = explorer_from_run(words_x, attn_x, ds.grid_shape, images=[val.image(i) for i in EXPLORE],
+                                 titles=[f"val image {i}: {' '.join(w)}" for i, w in zip(EXPLORE, words_x)],
+                                 title=f"your model ({DATASET}), validation images")
+    print(f"the explorer shows your model on {len(EXPLORE)} validation images")
+elif not os.environ.get("NBGRADER_EXECUTION"):
+    try:
+        explorer = reference_explorer()
+        print("your model is not loaded: the explorer shows the course's reference run")
+    except FileNotFoundError as exc:
+        print(f"explorer skipped: {exc}")
+if explorer is not None:
+    try:                                                               # your rollout, on the explorer's own weights
+        stored = [explorer.attention(i) for i in range(len(explorer))]
+        explorer.add_view("rollout", [rollout_to_regions(torch.from_numpy(s)[:, None], torch.from_numpy(c)[:, None])[0]
+                                      for c, s in stored])
+    except NotImplementedError:
+        print("no rollout in the explorer: rollout_to_regions is not implemented yet")
+explorer
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "md_q_explorer", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# **Question 16 (2 points).** (a) From section 7's printout: does the rollout localise the named objects better or worse than the last layer's map, and than the best single layer? How does the number change with the residual share, and what does that say about the rollout as a measurement? (b) In the explorer, pick a caption of two objects and click the shape word of the *second* object. Compare layer 0, the last layer and the rollout, and the shaded self-attention over the earlier words: what do you see, and what would you conclude from the last layer's map alone? (c) Name one assumption of the rollout that could make its map wrong even where its peak is right.
+#
+# If your own model does not train, answer (a) from the course's reference run (section 7 of `reference_run/09_visualizing_attention.md`, in the course repository; on Colab under `/content/attention-transformers/`) and (b) from the explorer, which then shows that run.
+#
+# Write your answer in the cell below.
+
+# %% [markdown] nbgrader={"grade": true, "grade_id": "q_explorer", "locked": false, "points": 2, "schema_version": 3, "solution": true, "task": false}
+# ### BEGIN SOLUTION
+# **Model answer.** (a) In the course's reference run the rollout localises the object words far better than the last layer's map (mean of the heads) and about as well as layer 0's map, the best single layer: it adds the earlier layer's reading, which localises well, to the last layer's, which localises less well, and a peak that both agree on wins. The number grows with the residual share: a larger share keeps more of each position's own state and weighs layer 0's reading more against the last layer's. So the rollout's accuracy measures the model *and* the analyst's choice of that share; it is not a property of the model alone, and a comparison of models must fix the share in advance. (b) In the reference run's explorer, val image 5 ("a small red square below a large green cross"): for "cross", layer 0 and the rollout peak on the cross's cell, while the last layer peaks on the square's, the first object; the step's self-attention is spread over the earlier words, its largest weight on `<START>`. From the last layer alone one would conclude that the model was looking at the square when it named the cross; layer 0 had read the cross, and the residual stream carried that reading up to the word. (c) The rollout treats every sublayer as keeping a fixed share of its state and mixing the rest in proportion to the attention weights; it ignores the sizes of the value vectors and of the residual stream, the output projections and the feed-forward network, which can amplify or suppress what was read, and it averages the heads as if each counted the same.
+#
+# **Rubric.** 1 point: (a) the run's numbers (rollout against the last and the best single layer, the effect of the residual share) and what the share's effect means for the measurement. 1 point: (b) a concrete observation from the explorer that the last layer's map alone would mislead, and (c) one real assumption of the rollout (fixed residual share; value norms, projections and feed-forward ignored; heads weighed alike).
+# ### END SOLUTION
+
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_29", "locked": true, "schema_version": 3, "solution": false, "task": false}
-# ## 7 · Failure cases
+# ## 9 · Failure cases
 #
 # Now the captions that are **wrong**: the generated sentence matches none of the image's reference captions. For each we print both and show the attention of every word, with the true objects outlined. Notebook 08 counted the kinds of mistake: on `shapes` most wrong captions **reverse a relation**, the right two objects in the wrong order ("a small red square above a large green cross" when the cross is above the square); the few others, where there are any, get an attribute wrong (a colour, shape, size or position) or leave an object out or add one: notebook 08's counts say which occur in your run. Read the attention of each word. In a reversal whose object words attend to their own objects, the model found both objects and got wrong *which is where*: a relation is read off where the two objects are relative to each other, not off what either region contains. A wrong colour or shape whose attention lies on the *other* object says instead that the model looked at the wrong place and named what it saw there.
 
@@ -617,9 +765,9 @@ if RUN_MODEL and ds.num_regions > 1 and ds.name == "shapes":
         plt.show()
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_31", "locked": true, "schema_version": 3, "solution": false, "task": false}
-# ## 8 · Other features: COCO grids and CS231n fc7 vectors
+# ## 10 · Other features: COCO grids and CS231n fc7 vectors
 #
-# **COCO grid features** (`load_dataset("coco-grid")`, built by `python -m starter.build_coco_grid`) have the same $7 \times 7$ layout, so sections 4, 5 and 7 work unchanged on a model trained on them in notebook 06: set `CHECKPOINT` in section 3 to `runs/captioning_transformer_coco-grid.pt`, where that run saves it (the dataset is read from the checkpoint) and draw the attention over real photographs. That file has no object annotations, so section 6 (the number) is skipped and the overlays are the evidence. Expect them to be noisier than on the shapes: words like "a", "of", "with" have no place in the image, objects spread over several cells, and a $7 \times 7$ grid is coarse.
+# **COCO grid features** (`load_dataset("coco-grid")`, built by `python -m starter.build_coco_grid`) have the same $7 \times 7$ layout, so sections 4, 5, 8 and 9 work unchanged on a model trained on them in notebook 06: set `CHECKPOINT` in section 3 to `runs/captioning_transformer_coco-grid.pt`, where that run saves it (the dataset is read from the checkpoint) and draw the attention over real photographs. That file has no object annotations, so section 6 (the number) is skipped and the overlays are the evidence. Expect them to be noisier than on the shapes: words like "a", "of", "with" have no place in the image, objects spread over several cells, and a $7 \times 7$ grid is coarse.
 #
 # **CS231n fc7 features** (`load_dataset("coco-fc7")`) are one 512-dimensional vector per image: $R = 1$ memory token. Cross-attention then has nothing to choose from: a softmax over one key is $e^{s}/e^{s} = 1$, whatever the query. Every word "attends" 100% to the only token, and the context it receives is a projection of the same image vector at every step: the single-context bottleneck of the RNN encoder-decoder from the lecture, in Transformer clothing. There is no map to draw; with fc7 features only the self-attention (section 4) is worth looking at. A one-region attention layer shows it directly:
 
@@ -647,9 +795,11 @@ check_public("09_visualizing_attention", globals());
 #
 # - The positional code is a set of clocks; a shift by $\phi$ words turns every clock by a fixed angle, the same from every start, and the similarity of two codes depends only on their distance.
 # - `attention_to_grid` undoes the row-major flattening of the regions; `upsample_attention` turns a $7\times 7$ grid into an image-sized map (bilinear, pixel centres, `align_corners=False`), each map normalised to peak 1.
-# - `collect_attention` picks one layer and one head, or the mean of the heads, from what the model returns; forward hooks get the same from models that don't return their weights.
+# - Forward hooks get the attention weights out of models that don't return them.
 # - The row of input position $t$ is the step that produces word $t+1$: draw the attention of the step that produced a word.
 # - `localisation_accuracy` turns the pictures into a number, and `chance_accuracy` says what that number would be by luck.
+# - `rollout_to_regions` follows the image through every layer, self-attention included, under a stated model of the residual stream; its map is an estimate whose assumptions change the number.
+# - The explorer shows every word, layer and head without re-running Python, in the notebook and in its HTML copy.
 # - With one region per image (fc7) cross-attention is identically 1: there is nothing to see, and only self-attention is informative.
 #
 # Next, **10 · Faster attention** makes the same model decode with a cache of keys and values, and computes attention in blocks without the whole score matrix.

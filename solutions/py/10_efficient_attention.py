@@ -318,7 +318,7 @@ elif trained is not None:
 
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_q_cache", "locked": true, "schema_version": 3, "solution": false, "task": false}
-# **Question 16 (2 points).** (a) The cache keeps each layer's keys and values of the earlier words, but not their queries. Why are the queries of earlier positions never needed again, while their keys and values are needed at every later step? (b) From the run above: how does the time saved grow with the caption length, and how does the time ratio compare with the ratio of word positions run? What does a step cost besides the work on its word positions?
+# **Question 17 (2 points).** (a) The cache keeps each layer's keys and values of the earlier words, but not their queries. Why are the queries of earlier positions never needed again, while their keys and values are needed at every later step? (b) From the run above: how does the time saved grow with the caption length, and how does the time ratio compare with the ratio of word positions run? What does a step cost besides the work on its word positions?
 #
 # Write your answer in the cell below.
 
@@ -446,7 +446,7 @@ if held:
     plt.show()
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "md_q_flash", "locked": true, "schema_version": 3, "solution": false, "task": false}
-# **Question 17 (2 points).** (a) From the run: how does the largest tensor grow with $T$ for your blockwise attention and for the plain one, and what does PyTorch's default kernel appear to do? (b) FlashAttention computes exactly this loop on a GPU, and it is *faster* than the plain computation there, while your blockwise attention here is slower than the plain one. What does FlashAttention save on a GPU that this run cannot show, and why does a Python loop over blocks not get it?
+# **Question 18 (2 points).** (a) From the run: how does the largest tensor grow with $T$ for your blockwise attention and for the plain one, and what does PyTorch's default kernel appear to do? (b) FlashAttention computes exactly this loop on a GPU, and it is *faster* than the plain computation there, while your blockwise attention here is slower than the plain one. What does FlashAttention save on a GPU that this run cannot show, and why does a Python loop over blocks not get it?
 #
 # Write your answer in the cell below.
 

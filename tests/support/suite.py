@@ -17,7 +17,8 @@ from pathlib import Path
 # spin until their cells' limits) are not sent together: the walk goes beside the sandbox tests, whose time is mostly
 # deadlines (measured: docs/testing.md).
 SHARED_UNITS = {"test_colab": "colab_walk", "test_model_answers": "colab_walk", "test_prose_numbers": "colab_walk",
-                "test_reference_run": "colab_walk", "test_lms_exports": "lms_graded", "test_lms_export_formats": "lms_graded"}
+                "test_reference_run": "colab_walk", "test_explorer_page": "colab_walk",
+                "test_lms_exports": "lms_graded", "test_lms_export_formats": "lms_graded"}
 SENT_FIRST = ["colab_walk", "test_judge", "test_tampering", "test_parallel", "test_notebooks", "test_training",
               "test_class_report", "test_autograde", "test_scripts", "test_course_lock", "lms_graded",
               "test_student_copy", "test_bench_autograde_baseline"]
