@@ -20,7 +20,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from . import course, engine, judge, worker
+from . import course, engine, judge, similarity, worker
 from .course import GradingRun
 from .intake import intake
 from .late import update_policy
@@ -89,6 +89,8 @@ def autograde(submissions: Path, out: Path, course_dir: Path | None = None, db_u
             results, loose = intake(Path(submissions), root)  # the whole class: OUT is always the class's
             for handed_in in results:  # who handed in what, where the workers read it (the feedback pages say it)
                 write_outcome(root / ROSTER, handed_in)
+            # every pair's answers compared (staged notebooks read as JSON, no student code), while the class is graded
+            similar = _meanwhile(similarity.check_class, root, out)
             if students:  # a re-grade of some: theirs are made again, the rest of the class's are kept
                 chosen = intake(Path(submissions), root, students)[0]
                 if not chosen:
@@ -109,6 +111,7 @@ def autograde(submissions: Path, out: Path, course_dir: Path | None = None, db_u
                 for outcome in graded.values():
                     if worker.PREPARATION_CHANGED not in outcome.flags:
                         outcome.flags.append(worker.PREPARATION_CHANGED)
+            _similarity_flags(similar, results)
             # the report is written while the cluster closes (its workers and their sandboxes take seconds to end)
             reporting = _meanwhile(report, out, root, results, graded, loose, run.gradebook)
         results = reporting.result()
@@ -128,6 +131,18 @@ def _send_references(client, files: course.CourseFiles) -> list:
     workers' sandboxes were starting beside them and the CPU was short. A worker that does not get them (one
     started later) reads each as it needs it."""
     return engine.on_each_worker(client, judge.keep_references, judge.read_references(list(files.reference_dirs)))
+
+
+def _similarity_flags(similar: Future, results: list[StudentOutcome]) -> None:
+    """The similarity check's review flags added to the students' outcomes; a check that failed is logged, and the
+    grades and the rest of the report are made as they would be without it."""
+    try:
+        flags = similar.result()
+    except Exception:
+        log.exception("the similarity check failed: no similarity flags in this run")
+        return
+    for outcome in results:
+        outcome.flags += flags.get(outcome.student, [])
 
 
 def _meanwhile(work: Callable[..., Any], *args: Any) -> Future:

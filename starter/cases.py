@@ -59,7 +59,8 @@ class Case:
     grad_wrt: list[str] = field(default_factory=list)
     grad_weights: dict[str, np.ndarray] = field(default_factory=dict)
     grads: dict[str, np.ndarray] = field(default_factory=dict)
-    variants: dict[str, tuple[str, dict[str, np.ndarray]]] = field(default_factory=dict)
+    # what each known bug returns (repr=False: printing a case shows what the student needs, not every bug)
+    variants: dict[str, tuple[str, dict[str, np.ndarray]]] = field(default_factory=dict, repr=False)
     properties: list[list[str]] = field(default_factory=list)
     forbid: list[str] = field(default_factory=list)
     train_seed: int | None = None

@@ -11,6 +11,7 @@ import csv
 import hashlib
 import json
 import logging
+import re
 import shutil
 import zipfile
 from html import escape as html_escape
@@ -234,3 +235,13 @@ def test_nbgraders_session_warnings_are_not_shown(tmp_path):
                                 "'Notebook.submissions' will not proceed"), stacklevel=1)
         warnings.warn(SAWarning("another warning"), stacklevel=1)
     assert [str(w.message) for w in seen] == ["another warning"]
+
+
+def test_the_similarity_page_compares_the_class_and_flags_nothing_the_class_shares(graded):
+    """grading/similarity.py runs beside the grading: OUT holds its page; alice, carol and erin handed in the same
+    solution of notebook 01, which is what this class's pairs share anyway, so no one is flagged for it."""
+    from grading import similarity
+
+    page = (graded["out"] / similarity.PAGE).read_text(encoding="utf-8")
+    assert int(re.search(r"(\d+) students, (\d+) pairs", page).group(1)) >= 2
+    assert not any("shares much of its work" in row["review"] for row in graded["rows"].values())

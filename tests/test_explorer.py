@@ -90,6 +90,7 @@ def test_the_shipped_reference_run_is_small_and_has_no_views():
     ex = reference_explorer(ROOT)
     assert SHIPPED.stat().st_size < MAX_BYTES and len(ex.html()) < MAX_BYTES
     assert len(ex) == 12 and ex.data["grid"] == [7, 7]
+    assert ex.data["title"].startswith("the course's reference run"), ex.data["title"]  # not "your model"
     assert all(c["views"] == {} and c["image"].startswith("data:image/png") for c in ex.data["captions"])
     assert json.loads(SHIPPED.read_text())["version"] == 1
 

@@ -210,6 +210,8 @@ def test_moodle_worksheet_and_feedback_zip_read_back(run, capsys):
     assert "late" in grades["101"]["feedback"] and "late" in grades["101"]["row"]["Status"]
     assert "late" not in grades["102"]["feedback"]
     assert float(grades["101"]["row"]["Maximum grade"]) == COURSE_POINTS == 138, "test cells and written answers"
+    lms_doc = (nbs.ROOT / "docs" / "lms.md").read_text(encoding="utf-8")  # what the instructors' page says of it
+    assert f"maximum to {COURSE_POINTS:g} (or" in lms_doc and f"the course's maximum, {COURSE_POINTS:g} (" in lms_doc
     assert all("\n" not in g["feedback"] for g in grades.values())
     assert abs((datetime.now(grades["101"]["modified"].tzinfo) - grades["101"]["modified"]).total_seconds()) < 120
 
