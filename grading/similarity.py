@@ -40,6 +40,7 @@ from pathlib import Path
 import numpy as np
 
 from . import notebooks
+from .host_bounds import Bound, PastBound, each_bounded
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +55,14 @@ MIN_PRINTS = 16          # a shorter answer with fewer fingerprints is not compa
 FLAG_SCORE = 10.0
 FLAG_SPREAD = 8.0
 SHOWN_PAIRS = 50         # pairs shown on the page
+# Trained models: the same code trains the same weights (notebook 06's seed), the same code on another machine
+# 8.8e-3 apart (relative distance of all weights, one thread against two), a copy with noise of 1e-3 of each
+# tensor's spread 9.6e-4 apart, a copy trained 20 steps more 6.5e-3 (benchmarks/bench_checkpoint_closeness.py).
+# So a pair closer than NEAR_COPY but not the same is a copy made to look like another run; a copy trained on is
+# as far apart as honest work, and only the run's identity (grading.intake.flag_shared_runs) ties it.
+NEAR_COPY = 2e-3
+SKETCH = 16_384          # weights compared per checkpoint: an even sample of all of them
+WEIGHTS_BOUND = Bound(seconds=60, memory_mb=2048)  # reading one checkpoint, in a child process
 PAGE = "similarity.html"
 
 
@@ -259,7 +268,7 @@ def _shared_slices(a: Answer, b: Answer):
 
 
 def write_page(out: Path, pairs: list[Pair], answers: dict[str, dict[str, Answer]], students: list[str],
-               skipped: list[str]) -> Path:
+               skipped: list[str], copies: list[tuple[str, str, float]] = ()) -> Path:
     """OUT/similarity.html: the pairs ranked, each flagged or top one side by side with its shared parts marked."""
     rows, details = [], []
     shown = [p for p in pairs[:SHOWN_PAIRS] if p.score > 0]
@@ -278,6 +287,9 @@ def write_page(out: Path, pairs: list[Pair], answers: dict[str, dict[str, Answer
         details.append(f"<section id='{anchor}'><h3>{rank}. {html.escape(p.a)} &amp; {html.escape(p.b)}: score "
                        f"{p.score:.2f}{', flagged' if p.flagged else ''}</h3>{''.join(blocks)}</section>")
     notes = "".join(f"<li>{html.escape(s)}</li>" for s in skipped)
+    models = "".join(f"{html.escape(a)}'s and {html.escape(b)}'s {notebooks.TRAINED_CHECKPOINT} are {d:.1e} apart "
+                     "(relative distance of their weights): a near copy. " for a, b, d in copies) \
+        or "No two trained models are near copies."
     page = f"""<!DOCTYPE html><html><head><meta charset="utf-8"><title>Similarity of the class's answers</title>
 <style>body{{font:14px/1.4 system-ui,sans-serif;margin:1.5em;max-width:1400px}} table{{border-collapse:collapse}}
 td,th{{border:1px solid #ccc;padding:2px 8px}} tr.flag{{background:#fde2e2}} .side{{display:flex;gap:8px}}
@@ -294,11 +306,54 @@ marks the docstring too, though a string counts as one token. Code is compared w
 the release notebook's own lines. A flag is a reason to read both notebooks, not a finding; no grade changes.</p>
 <table><tr><th>rank</th><th>pair</th><th>score</th><th>above the class (robust deviations)</th>
 <th>tasks above typical</th><th></th></tr>{''.join(rows)}</table>
+<h2>Trained models</h2><p>{models} Two models trained by the same code are the same; on two machines, about 1e-2 apart; a model handed in
+within {NEAR_COPY:g} of another's, and not the same, is one run with a little noise added. A copy trained on for a few
+steps cannot be told from independent work by its weights.</p>
 {f'<h2>Not compared</h2><ul>{notes}</ul>' if notes else ''}
 {''.join(details)}</body></html>"""
     path = out / PAGE
     path.write_text(page, encoding="utf-8")
     return path
+
+
+def _weights_sketch(path: str) -> dict | None:
+    """An even sample of SKETCH of the checkpoint's floating-point weights and their layout; None if it cannot be
+    read (`grading.trained_model.read_checkpoint`'s checks, then torch.load(weights_only=True): nothing runs)."""
+    import torch
+
+    from .trained_model import UnusableCheckpoint, read_checkpoint
+
+    try:
+        state = read_checkpoint(Path(path))["state_dict"]
+    except UnusableCheckpoint:
+        return None
+    keys = sorted(k for k, v in state.items() if isinstance(v, torch.Tensor) and v.is_floating_point())
+    if not keys:
+        return None
+    weights = torch.cat([state[k].detach().double().flatten() for k in keys])
+    step = max(1, weights.numel() // SKETCH)
+    return {"layout": repr([(k, list(state[k].shape)) for k in keys]), "weights": weights[::step][:SKETCH].tolist()}
+
+
+def near_copies(staged: Path) -> list[tuple[str, str, float]]:
+    """(student, student, relative distance) of the trained models handed in that are closer than NEAR_COPY but
+    not the same. Each checkpoint is read in a bounded child process: one that cannot be read is left out."""
+    paths = {f.name: f / notebooks.ASSIGNMENT / notebooks.TRAINED_CHECKPOINT
+             for f in (sorted(staged.iterdir()) if staged.is_dir() else []) if f.is_dir()}
+    paths = {s: p for s, p in paths.items() if p.is_file() and not p.is_symlink()}
+    sketches = each_bounded(_weights_sketch, [str(p) for p in paths.values()], WEIGHTS_BOUND)
+    by_layout: dict[str, list[tuple[str, np.ndarray]]] = {}
+    for student, sketch in zip(paths, sketches):
+        if isinstance(sketch, dict) and not isinstance(sketch, PastBound):
+            by_layout.setdefault(sketch["layout"], []).append((student, np.asarray(sketch["weights"])))
+    found = []
+    for group in by_layout.values():
+        for x, (a, wa) in enumerate(group):
+            for b, wb in group[x + 1:]:
+                apart = float(np.linalg.norm(wa - wb) / max(np.linalg.norm(wa), np.linalg.norm(wb), 1e-12))
+                if 0 < apart < NEAR_COPY:
+                    found.append((a, b, apart))
+    return found
 
 
 def check_class(root: Path, out: Path) -> dict[str, list[str]]:
@@ -308,8 +363,9 @@ def check_class(root: Path, out: Path) -> dict[str, list[str]]:
     answers, skipped = class_answers(root / "submitted")
     students = sorted({s for by_student in answers.values() for s in by_student})
     pairs = score_pairs(answers, students)
+    copies = near_copies(root / "submitted")
     out.mkdir(parents=True, exist_ok=True)
-    write_page(out, pairs, answers, students, skipped)
+    write_page(out, pairs, answers, students, skipped, copies)
     flags: dict[str, list[str]] = {}
     for rank, p in enumerate(pairs, 1):
         if not p.flagged:
@@ -318,6 +374,12 @@ def check_class(root: Path, out: Path) -> dict[str, list[str]]:
             flags.setdefault(me, []).append(
                 f"shares much of its work with {other} (pair {rank} of {len(pairs)} in {PAGE}, score {p.score:.1f}, "
                 f"{len(p.tasks)} tasks above what the class shares): worth reading both; no grade changes")
-    log.info("similarity: %d students, %d pairs, %d flagged, in %.1f s", len(students), len(pairs),
-             sum(p.flagged for p in pairs), time.monotonic() - started)
+    for a, b, apart in copies:
+        for me, other in ((a, b), (b, a)):
+            flags.setdefault(me, []).append(
+                f"{notebooks.TRAINED_CHECKPOINT} is a near copy of {other}'s: their weights are {apart:.1e} apart "
+                f"(relative), closer than two runs of the same code on two machines and not the same, as one run "
+                f"with a little noise added is: worth a look; the trained-model mark measures the weights and stands")
+    log.info("similarity: %d students, %d pairs, %d flagged, %d trained models near copies, in %.1f s", len(students),
+             len(pairs), sum(p.flagged for p in pairs), len(copies), time.monotonic() - started)
     return flags

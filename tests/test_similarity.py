@@ -80,3 +80,38 @@ def test_bad_input_is_skipped_with_a_line_and_nothing_else_changes(tmp_path):
     assert "broken" in answers[f"{sc.STEMS[1]}/sinusoidal_encoding"]  # the giant cell is compared, within bounds
     flags = similarity.check_class(root, tmp_path / "out")
     assert {"renamed", "student_a"} <= set(flags) and "broken" not in flags and "no_notebooks" not in flags
+
+
+def test_a_trained_model_copied_with_a_little_noise_is_flagged_and_honest_ones_are_not(tmp_path, trained_model_file):
+    """Trained models (grading/similarity.py's NEAR_COPY, measured by benchmarks/bench_checkpoint_closeness.py): the
+    same weights are what two students with the same code hand in, not flagged here; weights with noise of 1e-4 of
+    their spread are a copy of a run made to look like another; 3e-2 is as far as independent runs are apart. A
+    file that is not a checkpoint is left out."""
+    import torch
+
+    from grading import notebooks as nbs
+
+    payload = torch.load(trained_model_file, weights_only=True)
+    staged = tmp_path / "submitted"
+
+    def hand_in(student: str, noise: float, seed: int) -> None:
+        generator = torch.Generator().manual_seed(seed)
+        state = {k: v.clone() for k, v in payload["state_dict"].items()}
+        for v in state.values():
+            if v.is_floating_point() and noise:
+                v.add_(torch.randn(v.shape, generator=generator, dtype=v.dtype) * v.std().nan_to_num(0.0) * noise)
+        path = staged / student / nbs.ASSIGNMENT / nbs.TRAINED_CHECKPOINT
+        path.parent.mkdir(parents=True)
+        torch.save({**payload, "state_dict": state}, path)
+
+    hand_in("original", 0, 0)
+    hand_in("same_code", 0, 0)
+    hand_in("noisy_copy", 1e-4, 1)
+    hand_in("other_run", 3e-2, 2)
+    broken = staged / "broken" / nbs.ASSIGNMENT / nbs.TRAINED_CHECKPOINT
+    broken.parent.mkdir(parents=True)
+    broken.write_bytes(b"not a checkpoint")
+    found = similarity.near_copies(staged)
+    assert {frozenset(f[:2]) for f in found} == {frozenset(("original", "noisy_copy")),
+                                                  frozenset(("same_code", "noisy_copy"))}, found
+    assert all(0 < apart < similarity.NEAR_COPY for *_, apart in found)
