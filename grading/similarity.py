@@ -34,6 +34,7 @@ import logging
 import math
 import re
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -268,7 +269,7 @@ def _shared_slices(a: Answer, b: Answer):
 
 
 def write_page(out: Path, pairs: list[Pair], answers: dict[str, dict[str, Answer]], students: list[str],
-               skipped: list[str], copies: list[tuple[str, str, float]] = ()) -> Path:
+               skipped: list[str], copies: Sequence[tuple[str, str, float]] = ()) -> Path:
     """OUT/similarity.html: the pairs ranked, each flagged or top one side by side with its shared parts marked."""
     rows, details = [], []
     shown = [p for p in pairs[:SHOWN_PAIRS] if p.score > 0]
