@@ -24,6 +24,7 @@ import base64
 import html
 import io
 import json
+import re
 import statistics
 from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field
@@ -145,6 +146,13 @@ def build(results: ClassResults, anonymise: bool = False) -> dict:
     label = _labels([s.outcome for s in results.students])
     alias = {s: (f"student {i + 1:0{len(str(len(students)))}d}" if anonymise else label[s])
              for i, s in enumerate(students)}
+    # a flag may name another student (a shared run, a similar pair): anonymised, it names their alias
+    others = re.compile(r"\b(" + "|".join(map(re.escape, sorted(students, key=len, reverse=True))) + r")\b") \
+        if anonymise and students else None
+
+    def with_aliases(flag: str) -> str:
+        return others.sub(lambda m: alias[m.group(1)], flag) if others else flag
+
     graded = results.graded
     totals = {s.student: s.total() for s in graded}
     ranked = sorted(totals, key=lambda s: totals[s])
@@ -174,7 +182,7 @@ def build(results: ClassResults, anonymise: bool = False) -> dict:
     sandbox: Counter[str] = Counter()
     for s in results.students:
         entry = s.outcome
-        review += [{"student": alias[s.student], "flag": flag} for flag in entry.flags]
+        review += [{"student": alias[s.student], "flag": with_aliases(flag)} for flag in entry.flags]
         if entry.status != Status.GRADED:
             review.append({"student": alias[s.student], "flag": f"not graded ({entry.status}): "
                            + "; ".join(entry.notes)[:300]})

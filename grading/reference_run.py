@@ -21,6 +21,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import io
+import json
 import re
 import shutil
 import time
@@ -72,8 +73,6 @@ _EXPLORER_DATA = re.compile(r'<script type="application/json" class="ae-data">(.
 
 def explorer_data(cell, keep_views: bool = False) -> dict | None:
     """The data of the explorer a cell displayed, without its views (unless `keep_views`); None if it showed none."""
-    import json
-
     html = "".join("".join(o["data"]["text/html"]) for o in cell.get("outputs", [])
                    if o.get("output_type") in ("display_data", "execute_result") and "text/html" in o.get("data", {}))
     found = _EXPLORER_DATA.findall(html)
@@ -203,8 +202,6 @@ def write(executed: dict, folder: Path = FOLDER, date: str | None = None) -> lis
         for name, png in figures.items():
             (figure_dir / name).write_bytes(png)
         if stem in EXPLORERS:
-            import json
-
             data = explorer_data(_cell(nb, EXPLORERS[stem]))
             if data is not None:  # (tests/test_explorer.py fails where a full run's file is missing)
                 (figure_dir / "explorer.json").write_text(json.dumps(data, separators=(",", ":")), encoding="utf-8")

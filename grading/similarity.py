@@ -80,25 +80,27 @@ class Pair:
     a: str
     b: str
     score: float
-    tasks: list[tuple[str, float, float]] = field(default_factory=list)  # (task, similarity, excess) of shared tasks
+    tasks: list[tuple[str, float, float]] = field(default_factory=list)  # (task, similarity, what it adds to score)
     flagged: bool = False
     deviations: float = 0.0  # how far above the class's pairs: robust deviations above their median score
 
 
-def _words(text: str) -> list[str]:
-    return re.findall(r"[a-z0-9]+", text.lower())
+WORD = re.compile(r"[a-z0-9]+")  # a word of a written answer, lower-cased
+
+
+def _grams(text: str):
+    """(position, the SHINGLE words from there) of a written answer's words."""
+    words = WORD.findall(text.lower())
+    return ((i, tuple(words[i:i + SHINGLE])) for i in range(len(words) - SHINGLE + 1))
 
 
 def _shingle_set(text: str) -> set[tuple[str, ...]]:
-    words = _words(text)
-    return {tuple(words[i:i + SHINGLE]) for i in range(len(words) - SHINGLE + 1)}
+    return {gram for _, gram in _grams(text)}
 
 
 def _shingles(text: str, ignore: set[tuple[str, ...]]) -> dict[int, list[int]]:
-    words = _words(text)
     out: dict[int, list[int]] = {}
-    for i in range(len(words) - SHINGLE + 1):
-        gram = tuple(words[i:i + SHINGLE])
+    for i, gram in _grams(text):
         if gram not in ignore:
             out.setdefault(hash(gram), []).append(i)
     return out
@@ -110,37 +112,43 @@ def _code_print(source: str, boilerplate):
     return CodeFingerprint("answer.py", K, WINDOW, boilerplate=boilerplate, language="python", fp=io.StringIO(source))
 
 
-def _answer_cells(path: Path) -> dict[str, tuple[str, str]]:
-    """{grade_id: (kind "code" or "text", source)} of a notebook's answer cells; {} for a file that is not a notebook."""
+def _read(path: Path) -> list:
+    """A notebook's cells; [] for a file that is not a notebook."""
     try:
-        nb = json.loads(path.read_text(encoding="utf-8"))
-        cells = nb["cells"]
+        cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
     except (OSError, ValueError, KeyError, TypeError):
-        return {}
+        return []
+    return cells if isinstance(cells, list) else []
+
+
+def _source(cell: dict):
+    source = cell.get("source", "")
+    return "".join(source) if isinstance(source, list) else source
+
+
+def _answer_cells(cells: list) -> dict[str, tuple[str, str]]:
+    """{grade_id: (kind "code" or "text", source)} of a notebook's answer cells."""
     out = {}
-    for cell in cells if isinstance(cells, list) else []:
+    for cell in cells:
         if not isinstance(cell, dict):
             continue
         meta = cell.get("metadata", {}).get("nbgrader", {}) if isinstance(cell.get("metadata"), dict) else {}
         if not isinstance(meta, dict) or not meta.get("solution") or not isinstance(meta.get("grade_id"), str):
             continue
-        source = cell.get("source", "")
-        source = "".join(source) if isinstance(source, list) else source
+        source = _source(cell)
         if isinstance(source, str):
             out[meta["grade_id"]] = ("code" if cell.get("cell_type") == "code" else "text", source)
     return out
 
 
 def _templates() -> tuple[dict[str, tuple[str, str]], dict[str, str]]:
-    """({"<stem>/<grade_id>": (kind, the release notebook's cell)}, {stem: the release notebook's other cells, code and
+    """({"<stem>/<grade_id>": (kind, the release notebook's cell)}, {stem: the release notebook's cells, code and
     text}): what every student starts from, and what every student reads."""
     cells, given = {}, {}
     for path in sorted(notebooks.RELEASE.glob("*.ipynb")):
-        answer_cells = _answer_cells(path)
-        cells.update({f"{path.stem}/{gid}": cell for gid, cell in answer_cells.items()})
-        nb = json.loads(path.read_text(encoding="utf-8"))
-        given[path.stem] = "\n".join("".join(c["source"]) if isinstance(c["source"], list) else c["source"]
-                                     for c in nb["cells"])
+        release = _read(path)
+        cells.update({f"{path.stem}/{gid}": cell for gid, cell in _answer_cells(release).items()})
+        given[path.stem] = "\n".join(_source(c) for c in release)
     return cells, given
 
 
@@ -163,7 +171,7 @@ def class_answers(staged: Path) -> tuple[dict[str, dict[str, Answer]], list[str]
             skipped.append(f"{folder.name}: no notebooks")
             continue
         for path in nbs:
-            for gid, (kind, source) in _answer_cells(path).items():
+            for gid, (kind, source) in _answer_cells(_read(path)).items():
                 task = f"{path.stem}/{gid}"
                 if task not in templates or source.strip() == templates[task][1].strip():
                     continue
@@ -257,7 +265,7 @@ def _shared_slices(a: Answer, b: Answer):
         return slices
     out = []
     for mine, theirs in ((a, b), (b, a)):
-        spans = [m.span() for m in re.finditer(r"[a-z0-9]+", mine.text.lower())]
+        spans = [m.span() for m in WORD.finditer(mine.text.lower())]
         shared = set(mine.prints) & set(theirs.prints)
         starts, ends = [], []
         for h in shared:

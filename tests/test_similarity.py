@@ -115,3 +115,17 @@ def test_a_trained_model_copied_with_a_little_noise_is_flagged_and_honest_ones_a
     assert {frozenset(f[:2]) for f in found} == {frozenset(("original", "noisy_copy")),
                                                   frozenset(("same_code", "noisy_copy"))}, found
     assert all(0 < apart < similarity.NEAR_COPY for *_, apart in found)
+
+
+def test_the_page_shows_hostile_answers_as_text(tmp_path):
+    """A student's code and written answers are shown on the instructor's page: markup in them stays text."""
+    work = {s: w for s, w in sc.planted_class().items() if s in ("student_a", "renamed", "solution")}
+    payload = '</pre><script>alert("code")</script><img src=x onerror=alert(1)>'
+    for student in ("student_a", "renamed"):  # a copied pair, so the page shows both side by side
+        cells = work[student][sc.STEMS[2]]
+        cells["MultiHeadAttention"] = cells["MultiHeadAttention"] + f"\n# {payload}\n"
+        cells["q_prenorm"] = cells["q_prenorm"] + "\n\n" + payload
+    root = sc.stage(tmp_path / "course", work)
+    similarity.check_class(root, tmp_path / "out")
+    page = (tmp_path / "out" / similarity.PAGE).read_text(encoding="utf-8")
+    assert "&lt;script&gt;" in page and "<script" not in page and "<img" not in page
